@@ -1,0 +1,72 @@
+# Builds the lab guest's initramfs (cpio newc, uncompressed: the fastest for the kernel to
+# unpack). Sourced by scripts/lab. Contents:
+#   /bin/busybox (static)       the guest's userland
+#   /init                       lab.d/guest-init, the guest-side runner
+#   /vfab/lab.conf              what this boot is for (mode, flavor, the tests to run)
+#   /vfab/bin/*                 the project's binaries, with their shared libraries
+#   /lib/modules/<ver>          (debian flavor) VFIO and NIC driver modules + modules.dep
+
+# Kernel modules the guest may load; their dependencies are added from modinfo.
+GUEST_MODULES=(vfio-pci vfio_iommu_type1 e1000e igb igbvf virtio_net
+               rdma_rxe ib_uverbs crc32_generic)
+
+# copy_with_libs STAGE FILE DEST: FILE to STAGE/DEST plus every shared library it loads.
+copy_with_libs() {
+    local stage=$1 file=$2 dest=$3 lib
+    install -D -m 0755 "$file" "$stage/$dest"
+    # ldd prints "name => /path (addr)" and, for the loader, "/lib64/ld-linux... (addr)".
+    while read -r lib; do
+        [[ -e $stage$lib ]] || install -D -m 0755 "$(readlink -f "$lib")" "$stage$lib"
+    done < <(ldd "$file" 2>/dev/null | awk '/=> \// {print $3} /^\t\// {print $1}')
+}
+
+# module_closure MODDIR NAME...: prints the .ko paths (relative to MODDIR) of NAME and its deps.
+module_closure() {
+    local moddir=$1; shift
+    local -A seen=()
+    local queue=("$@") m path dep
+    while ((${#queue[@]})); do
+        m=${queue[0]}; queue=("${queue[@]:1}")
+        m=${m//-/_}
+        [[ -n ${seen[$m]:-} ]] && continue
+        seen[$m]=1
+        path=$(find "$moddir/kernel" \( -name "$m.ko*" -o -name "${m//_/-}.ko*" \) | head -n1)
+        if [[ -z $path ]]; then
+            # Built into this kernel: nothing to copy.
+            grep -qE "/(${m}|${m//_/-})\.ko\$" "$moddir/modules.builtin" 2>/dev/null && continue
+            die "initramfs: kernel module '$m' is neither in $moddir nor built in"
+        fi
+        echo "${path#"$moddir"/}"
+        for dep in $(modinfo -F depends "$path" | tr ',' ' '); do queue+=("$dep"); done
+    done
+}
+
+# initramfs_build OUT CONF_FILE BIN...
+initramfs_build() {
+    local out=$1 conf=$2; shift 2
+    local stage ko bin
+    stage=$(mktemp -d "${TMPDIR:-/tmp}/vfab-initramfs.XXXXXX")
+    mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,mnt,vfab/bin,etc}
+    install -m 0755 "$(command -v busybox)" "$stage/bin/busybox"
+    file -L "$stage/bin/busybox" | grep -q 'statically linked' \
+        || die "initramfs: busybox is not static — install busybox-static (scripts/setup)"
+    install -m 0755 "$LAB_DIR/guest-init" "$stage/init"
+    install -m 0644 "$conf" "$stage/vfab/lab.conf"
+    echo 'root:x:0:0:root:/root:/bin/sh' > "$stage/etc/passwd"
+    if [[ -n $KERNEL_MODDIR ]]; then
+        local dst=$stage/lib/modules/$KERNEL_VERSION
+        mkdir -p "$dst"
+        for ko in $(module_closure "$KERNEL_MODDIR" "${GUEST_MODULES[@]}"); do
+            install -D -m 0644 "$KERNEL_MODDIR/$ko" "$dst/$ko"
+        done
+        cp "$KERNEL_MODDIR"/modules.builtin* "$KERNEL_MODDIR/modules.order" "$dst/"
+        depmod -b "$stage" "$KERNEL_VERSION" || die "initramfs: depmod failed"
+    fi
+    for bin in "$@"; do
+        [[ -f $bin ]] || continue   # reported as missing by the guest, test by test
+        copy_with_libs "$stage" "$bin" "vfab/bin/$(basename "$bin")"
+    done
+    ( cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio -o -H newc --null --quiet ) > "$out" \
+        || die "initramfs: cpio failed"
+    rm -rf "$stage"
+}

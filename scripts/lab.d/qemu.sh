@@ -1,0 +1,112 @@
+# Boots the lab guest and reads its console. Sourced by scripts/lab.
+#
+# Devices (slot = guest BDF 0000:00:<slot>.0), each in its own IOMMU group:
+#   01 edu                                       02, 03 e1000e (82574L), both on hub 0
+#   04 virtio-net (modern only, iommu_platform)  on hub 1 with a UDP sink on 127.0.0.1
+#   05 igb (82576, SR-IOV capable)               on hub 2 with a UDP sink on 127.0.0.1
+# A hub whose only other port cannot receive stalls TX, hence the sinks (LAB.md pitfall 6).
+
+# A free UDP port on 127.0.0.1 (random, checked against the sockets in use).
+free_udp_port() {
+    local p
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 40000))
+        ss -Hlun "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+    done
+    die "no free UDP port on 127.0.0.1"
+}
+
+# sink_netdev ID: a dgram netdev sending to a port nobody needs to listen on.
+sink_netdev() {
+    local local_port remote_port
+    local_port=$(free_udp_port); remote_port=$(free_udp_port)
+    echo "dgram,id=$1,local.type=inet,local.host=127.0.0.1,local.port=$local_port,remote.type=inet,remote.host=127.0.0.1,remote.port=$remote_port"
+}
+
+qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
+    local args=(-accel tcg,thread=multi -cpu max -machine q35,kernel-irqchip=split
+                -smp 2 -m 2048 -nographic -no-reboot -nodefaults
+                -kernel "$1" -initrd "$2" -append "$3")
+    # 48 address bits so that IOVA = VA fits (LAB.md pitfall 5).
+    [[ $4 == on ]] && args+=(-device intel-iommu,intremap=on,aw-bits=48)
+    args+=(-device edu,addr=01.0
+           -netdev hubport,id=p0,hubid=0 -device e1000e,addr=02.0,romfile=,netdev=p0,mac=52:54:00:00:00:01
+           -netdev hubport,id=p1,hubid=0 -device e1000e,addr=03.0,romfile=,netdev=p1,mac=52:54:00:00:00:02
+           -netdev hubport,id=p2,hubid=1
+           -device virtio-net-pci,addr=04.0,romfile=,netdev=p2,disable-legacy=on,iommu_platform=on,mac=52:54:00:00:00:03
+           -netdev "$(sink_netdev sink1)" -netdev hubport,id=p3,hubid=1,netdev=sink1
+           -netdev hubport,id=p4,hubid=2 -device igb,addr=05.0,romfile=,netdev=p4,mac=52:54:00:00:00:05
+           -netdev "$(sink_netdev sink2)" -netdev hubport,id=p5,hubid=2,netdev=sink2)
+    # VFAB_LAB_QEMU_EXTRA: more QEMU arguments (debugging: -d, -trace, extra devices).
+    # shellcheck disable=SC2206
+    [[ -n ${VFAB_LAB_QEMU_EXTRA:-} ]] && args+=($VFAB_LAB_QEMU_EXTRA)
+    printf '%s\n' "${args[@]}"
+}
+
+qemu_run_interactive() {
+    local args; mapfile -t args < <(qemu_args "$@")
+    qemu-system-x86_64 "${args[@]}" -serial mon:stdio
+}
+
+# qemu_run_logged VMLINUX INITRD CMDLINE IOMMU TIMEOUT LOG: console to stdout and LOG.
+# Returns QEMU's exit status, 124 when the timeout ended it.
+qemu_run_logged() {
+    local args timeout=$5 log=$6
+    mapfile -t args < <(qemu_args "$1" "$2" "$3" "$4")
+    timeout -k 5 "$timeout" qemu-system-x86_64 "${args[@]}" -serial stdio -monitor none \
+        2>"$log.qemu-stderr" </dev/null | tr -d '\r' | tee "$log"
+    return "${PIPESTATUS[0]}"
+}
+
+# lab_failure LOG QEMU_RC TIMEOUT: explains a boot that did not reach @@vfab:done, exits 2.
+lab_failure() {
+    local log=$1 rc=$2 timeout=$3 running
+    running=$(awk '/^@@vfab:begin /{t=$2} /^@@vfab:end /{t=""} END{print t}' "$log")
+    if ! grep -q '^@@vfab:booted' "$log"; then
+        if [[ $rc -eq 124 ]]; then
+            die "the guest hung while booting (no sign of life from init within ${timeout} s)"
+        elif [[ ! -s $log ]]; then
+            die "QEMU failed to start (exit $rc): $(tail -n3 "$log.qemu-stderr" | tr '\n' ' ')"
+        fi
+        die "the guest kernel died before init ran (exit $rc); last console lines:
+$(tail -n 15 "$log")"
+    fi
+    if [[ $rc -eq 124 ]]; then
+        die "the guest hung: still running after ${timeout} s${running:+, in test $running} (raise --timeout if it is only slow)"
+    fi
+    die "the guest died before finishing${running:+ (in test $running)}; QEMU exit $rc; last console lines:
+$(tail -n 15 "$log")"
+}
+
+signal_name() { kill -l "$1" 2>/dev/null || echo "?"; }
+
+# report_tests LOG QEMU_RC TIMEOUT FLAVOR BIN...: one line per test; exit 0 iff all passed.
+report_tests() {
+    local log=$1 rc=$2 timeout=$3 flavor=$4; shift 4
+    local bin name line status failed=0
+    grep -q '^@@vfab:done' "$log" || lab_failure "$log" "$rc" "$timeout"
+    echo
+    for bin in "$@"; do
+        name=$(basename "$bin")
+        line=$(grep -m1 "^@@vfab:end $name " "$log" || true)
+        status=${line#*rc=}; status=${status%% *}
+        if [[ -z $line ]]; then
+            echo "lab[$flavor]: $name NOT RUN"; failed=1
+        elif [[ $line == *missing* ]]; then
+            echo "lab[$flavor]: $name MISSING (not built? no executable at $bin)"; failed=1
+        elif [[ $status -ne 0 ]]; then
+            if ((status > 128)); then
+                echo "lab[$flavor]: $name CRASHED (signal $((status - 128)), SIG$(signal_name $((status - 128))))"
+            else
+                echo "lab[$flavor]: $name FAILED (exit $status)"
+            fi
+            failed=1
+        elif awk -v n="$name" '$0 == "@@vfab:begin " n {on=1; next} on && /^@@vfab:end /{exit} on' "$log" \
+                | grep -qE '^\[==========\] 0 tests? from'; then
+            echo "lab[$flavor]: $name RAN NO TEST (a GoogleTest filter matched nothing?)"; failed=1
+        else
+            echo "lab[$flavor]: $name passed"
+        fi
+    done
+    return $failed
+}

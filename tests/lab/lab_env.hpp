@@ -1,0 +1,42 @@
+// What a lab test knows about the guest it runs in (set by scripts/lab.d/guest-init).
+#pragma once
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "vfab/pci_address.hpp"
+
+namespace vfab::lab {
+
+// "debian" or "iommufd"; empty outside the lab.
+inline std::string flavor() {
+    const char* f = std::getenv("VFAB_LAB_FLAVOR");
+    return f ? f : "";
+}
+inline bool in_lab() { return std::getenv("VFAB_LAB") != nullptr; }
+inline bool iommu_on() {
+    const char* i = std::getenv("VFAB_LAB_IOMMU");
+    return i && std::string(i) == "on";
+}
+
+struct LabDevice {
+    const char* name;
+    const char* bdf;
+    uint16_t vendor;
+    uint16_t device;
+};
+
+// The devices scripts/lab.d/qemu.sh gives the guest, at fixed slots.
+inline const std::vector<LabDevice>& devices() {
+    static const std::vector<LabDevice> all = {
+        {"edu", "0000:00:01.0", 0x1234, 0x11e8},
+        {"e1000e-0", "0000:00:02.0", 0x8086, 0x10d3},
+        {"e1000e-1", "0000:00:03.0", 0x8086, 0x10d3},
+        {"virtio-net", "0000:00:04.0", 0x1af4, 0x1041},
+        {"igb", "0000:00:05.0", 0x8086, 0x10c9},
+    };
+    return all;
+}
+
+}  // namespace vfab::lab

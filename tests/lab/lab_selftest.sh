@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The lab must never be green without its tests having run. This boots the lab with binaries
+# that pass, fail, crash, run no test, are missing or hang, and makes QEMU and the kernel
+# download fail, and checks that scripts/lab fails each time and says which case it was.
+#   lab_selftest.sh PASS_BIN FAIL_BIN CRASH_BIN EMPTY_BIN HANG_BIN
+set -uo pipefail
+lab=$(dirname "$0")/../../scripts/lab
+pass=$1 fail=$2 crash=$3 empty=$4 hang=$5
+out=$(mktemp); trap 'rm -f "$out"' EXIT
+bad=0
+
+# expect RC PATTERN... -- LAB ARGS...: runs the lab, checks its exit status and output.
+expect() {
+    local want_rc=$1; shift
+    local patterns=()
+    while [[ $1 != -- ]]; do patterns+=("$1"); shift; done
+    shift
+    "$lab" "$@" >"$out" 2>&1
+    local rc=$? p
+    if [[ $rc -ne $want_rc ]]; then
+        echo "FAIL: scripts/lab $* exited $rc, expected $want_rc"; tail -n 20 "$out"; bad=1; return
+    fi
+    for p in "${patterns[@]}"; do
+        if ! grep -qE -e "$p" "$out"; then
+            echo "FAIL: scripts/lab $*: no line matching '$p'"; tail -n 20 "$out"; bad=1; return
+        fi
+    done
+    echo "ok: scripts/lab $* -> exit $rc, as expected"
+}
+
+expect 1 "$(basename "$pass") passed" "$(basename "$fail") FAILED \(exit 1\)" \
+         "$(basename "$crash") CRASHED \(signal 11, SIGSEGV\)" \
+         "$(basename "$empty") RAN NO TEST" "no_such_binary MISSING" \
+    -- --timeout 600 run "$pass" "$fail" "$crash" "$empty" /nonexistent/no_such_binary
+expect 2 "the guest hung: still running after 40 s, in test $(basename "$hang")" \
+    -- --timeout 40 run "$hang"
+VFAB_LAB_QEMU_EXTRA="-device no-such-device" expect 2 "QEMU failed to start" -- run "$pass"
+VFAB_LAB_DEBIAN_KERNEL=linux-image-0.0.0-0-none expect 2 "missing kernel package" -- run "$pass"
+expect 2 "unknown kernel flavor" -- --kernel nosuch run "$pass"
+expect 2 "--timeout wants a number" -- --timeout soon run "$pass"
+
+if ((bad)); then echo "lab self-test: FAILED"; exit 1; fi
+echo "lab self-test: all cases reported correctly"
