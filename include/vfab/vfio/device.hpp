@@ -1,0 +1,127 @@
+// A PCI device opened through VFIO: its regions (BARs), config space, interrupts and reset.
+//
+//   auto dev = vfab::vfio::Device::open(*vfab::PciAddress::parse("0000:03:00.0"));
+//   if (!dev) { fprintf(stderr, "%s\n", dev.error().message.c_str()); return 1; }
+//   vfab::vfio::Region* bar0 = *(*dev)->region(0);
+//   uint32_t status = bar0->read32(0x08);
+//
+// The device joins an IOMMU context: a new one by default, or DeviceOptions::context to share
+// one I/O address space among several devices. The backend is iommufd when the device has a
+// VFIO cdev and /dev/iommu exists, legacy otherwise; DeviceOptions::backend or the environment
+// variable VFAB_IOMMU_BACKEND (auto|legacy|iommufd|noiommu) override that. No-IOMMU mode is
+// never chosen automatically.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vfab/pci_address.hpp"
+#include "vfab/result.hpp"
+#include "vfab/vfio/info.hpp"
+#include "vfab/vfio/iommu.hpp"
+#include "vfab/vfio/pci_config.hpp"
+#include "vfab/vfio/region.hpp"
+
+namespace vfab::vfio {
+
+struct DeviceOptions {
+    IommuBackend backend = IommuBackend::automatic;
+    std::shared_ptr<IommuContext> context;   // join this context instead of making one
+    Sys* sys = nullptr;                      // the kernel; tests pass a fake
+    std::string sysfs_root = "/sys";
+};
+
+// VFIO's interrupt indices for PCI devices (linux/vfio.h VFIO_PCI_*_IRQ_INDEX).
+enum class IrqIndex : uint32_t { intx = 0, msi = 1, msix = 2, err = 3, req = 4 };
+inline constexpr size_t kIrqIndexCount = 5;
+const char* to_string(IrqIndex i);
+
+class Device;
+
+// The enabled vectors of one interrupt index, each signalling its own eventfd.
+class Interrupts {
+public:
+    IrqIndex index() const { return index_; }
+    // The eventfd of `vector`, or -1 when that vector is not enabled.
+    int eventfd(uint32_t vector) const;
+    std::span<const uint32_t> vectors() const { return vectors_; }
+    // Mask/unmask one vector (INTx: the line; MSI/MSI-X when the index is maskable).
+    Result<void> mask(uint32_t vector = 0);
+    Result<void> unmask(uint32_t vector = 0);
+
+private:
+    friend class Device;
+    Interrupts(Device& dev, IrqIndex index) : dev_(&dev), index_(index) {}
+    Device* dev_;
+    IrqIndex index_;
+    std::vector<uint32_t> vectors_;
+    std::vector<UniqueFd> fds_;   // parallel to vectors_
+};
+
+struct HotResetDevice {
+    PciAddress address;
+    uint32_t group_or_devid = 0;   // IOMMU group (legacy) or iommufd device id
+};
+
+class Device {
+public:
+    static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
+    ~Device();
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
+
+    const PciAddress& address() const { return addr_; }
+    IommuContext& iommu() { return *ctx_; }
+    const std::shared_ptr<IommuContext>& iommu_shared() const { return ctx_; }
+    int fd() const { return attachment_.device_fd.get(); }
+    uint32_t num_regions() const { return num_regions_; }
+    uint32_t num_irqs() const { return num_irqs_; }
+    bool can_reset() const { return can_reset_; }
+
+    // Region (BAR 0-5, ROM 6, config 7, VGA 8) description, with its capabilities.
+    Result<RegionInfo> region_info(uint32_t index) const;
+    // The region, mapped on first use and kept until the device closes.
+    Result<Region*> region(uint32_t index);
+
+    // Config space, through VFIO (the kernel virtualizes parts of it).
+    Result<uint32_t> config_read(uint16_t offset, unsigned width) const;
+    Result<void> config_write(uint16_t offset, unsigned width, uint32_t value);
+    Result<std::vector<pci::Capability>> capabilities() const;
+    // vfio-pci leaves Bus Master Enable off: without it the device's DMA goes nowhere.
+    Result<void> enable_bus_master();
+
+    Result<IrqInfo> irq_info(IrqIndex index) const;
+    // Enables `vectors` of `index`, each with a new non-blocking eventfd, replacing whatever
+    // that index had. The Interrupts stay valid until disabled or the device closes.
+    Result<Interrupts*> enable_interrupts(IrqIndex index, std::span<const uint32_t> vectors);
+    Result<Interrupts*> enable_interrupts(IrqIndex index, uint32_t count);
+    Result<void> disable_interrupts(IrqIndex index);
+
+    // VFIO_DEVICE_RESET (function-level or equivalent). Interrupts are disabled by it.
+    Result<void> reset();
+    // The devices a bus-level (hot) reset of this one would also reset.
+    Result<std::vector<HotResetDevice>> hot_reset_info() const;
+
+private:
+    friend class Interrupts;
+    Device(const PciAddress& addr, Sys& sys, std::shared_ptr<IommuContext> ctx, DeviceAttachment a);
+    Result<void> set_irqs(uint32_t flags, IrqIndex index, uint32_t start, uint32_t count, const int32_t* fds);
+
+    PciAddress addr_;
+    Sys* sys_;
+    std::shared_ptr<IommuContext> ctx_;
+    DeviceAttachment attachment_;
+    uint32_t num_regions_ = 0;
+    uint32_t num_irqs_ = 0;
+    bool can_reset_ = false;
+    std::optional<RegionInfo> config_;
+    std::vector<std::unique_ptr<Region>> regions_;
+    std::array<std::unique_ptr<Interrupts>, kIrqIndexCount> irqs_;
+};
+
+}  // namespace vfab::vfio

@@ -1,0 +1,86 @@
+// IOMMU contexts: one I/O address space that any number of devices share. Three backends
+// behind one interface:
+//   legacy   /dev/vfio/vfio container + /dev/vfio/N groups, VFIO_TYPE1v2_IOMMU
+//   iommufd  /dev/iommu IOAS + /dev/vfio/devices/vfioN cdevs (Linux >= 6.6 with
+//            CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV)
+//   noiommu  VFIO_NOIOMMU_IOMMU: no translation, no isolation — the device DMAs to physical
+//            addresses. Only when asked for explicitly; it prints a warning.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string_view>
+
+#include "vfab/iova.hpp"
+#include "vfab/pci_address.hpp"
+#include "vfab/result.hpp"
+#include "vfab/vfio/info.hpp"
+#include "vfab/vfio/pci_sysfs.hpp"
+#include "vfab/vfio/sys.hpp"
+#include "vfab/vfio/unique_fd.hpp"
+
+namespace vfab::vfio {
+
+enum class IommuBackend { automatic, legacy, iommufd, noiommu };
+
+const char* to_string(IommuBackend b);
+// "auto", "legacy", "iommufd", "noiommu"; for VFAB_IOMMU_BACKEND and command lines.
+Result<IommuBackend> parse_iommu_backend(std::string_view text);
+// VFAB_IOMMU_BACKEND from the environment; automatic when unset.
+Result<IommuBackend> iommu_backend_from_env();
+
+enum DmaAccess : unsigned { kDmaRead = 1, kDmaWrite = 2, kDmaReadWrite = 3 };
+
+// A device's membership of a context: its VFIO device fd, and whatever keeps it attached
+// (the legacy group it came through). Dropping it detaches the device.
+struct DeviceAttachment {
+    UniqueFd device_fd;
+    std::shared_ptr<void> membership;
+};
+
+class IommuContext {
+public:
+    virtual ~IommuContext() = default;
+    IommuContext(const IommuContext&) = delete;
+    IommuContext& operator=(const IommuContext&) = delete;
+
+    // A new, empty context. Legacy and noiommu containers learn their IOMMU's properties
+    // when the first device joins; iommufd narrows its IOVA ranges with each device.
+    static Result<std::shared_ptr<IommuContext>> create(IommuBackend backend, Sys& sys = Sys::real());
+
+    IommuBackend backend() const { return backend_; }
+    const IommuInfo& info() const { return info_; }
+    size_t device_count() const { return devices_; }
+
+    // Makes [va, va + len) reachable by this context's devices at `iova`, for `access`.
+    // va, len and iova must be page-aligned and iova + len inside info().iova_ranges.
+    // Returns the address the device must use: `iova`, except in no-IOMMU mode, which cannot
+    // remap: there the memory is locked and its physical address returned (the range must be
+    // physically contiguous, e.g. within one hugepage).
+    Result<Iova> map_dma(void* va, size_t len, Iova iova, unsigned access = kDmaReadWrite);
+    Result<void> unmap_dma(Iova iova, size_t len);
+
+    // Live mappings made through this context (iova -> length).
+    const std::map<uint64_t, size_t>& mappings() const { return mappings_; }
+
+protected:
+    IommuContext(IommuBackend b, Sys& sys) : backend_(b), sys_(sys) {}
+    // Opens `addr` (bound to vfio-pci) into this context.
+    virtual Result<DeviceAttachment> attach(const PciAddress& addr, const PciSysfs& sysfs) = 0;
+    virtual Result<Iova> do_map(void* va, size_t len, Iova iova, unsigned access) = 0;
+    virtual Result<void> do_unmap(Iova iova, size_t len) = 0;
+    virtual bool translates() const { return true; }
+    Error explain_map_failure(int err, size_t len, Iova iova) const;
+    void unmap_all();   // for destructors of the backends
+
+    IommuBackend backend_;
+    Sys& sys_;
+    IommuInfo info_;
+    size_t devices_ = 0;
+    std::map<uint64_t, size_t> mappings_;
+
+    friend class Device;
+};
+
+}  // namespace vfab::vfio
