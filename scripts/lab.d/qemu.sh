@@ -29,7 +29,8 @@ qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
                 -kernel "$1" -initrd "$2" -append "$3")
     # 48 address bits so that IOVA = VA fits (LAB.md pitfall 5).
     [[ $4 == on ]] && args+=(-device intel-iommu,intremap=on,aw-bits=48)
-    args+=(-device edu,addr=01.0
+    # edu with a 48-bit DMA mask (default 28 bits) so IOVA = VA and no-IOMMU physical addresses fit.
+    args+=(-device edu,addr=01.0,dma_mask=0xffffffffffff
            -netdev hubport,id=p0,hubid=0 -device e1000e,addr=02.0,romfile=,netdev=p0,mac=52:54:00:00:00:01
            -netdev hubport,id=p1,hubid=0 -device e1000e,addr=03.0,romfile=,netdev=p1,mac=52:54:00:00:00:02
            -netdev hubport,id=p2,hubid=1
