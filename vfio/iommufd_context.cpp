@@ -12,8 +12,11 @@ namespace vfab::vfio {
 namespace {
 
 struct Membership {
-    size_t* devices;
+    explicit Membership(size_t& count) : devices(&count) { ++*devices; }
     ~Membership() { --*devices; }
+    Membership(const Membership&) = delete;
+    Membership& operator=(const Membership&) = delete;
+    size_t* devices;
 };
 
 class IommufdContext final : public IommuContext {
@@ -66,8 +69,7 @@ Result<DeviceAttachment> IommufdContext::attach(const PciAddress& addr, const Pc
     if (auto r = refresh_ranges(); !r) return r.take_error();
     DeviceAttachment a;
     a.device_fd = std::move(dev);
-    ++devices_;
-    a.membership = std::make_shared<Membership>(Membership{&devices_});
+    a.membership = std::make_shared<Membership>(devices_);
     return a;
 }
 

@@ -23,9 +23,12 @@ struct Group {
 
 // Held by each device: keeps its group attached and the container's device count right.
 struct Membership {
+    Membership(std::shared_ptr<Group> g, size_t& count) : group(std::move(g)), devices(&count) { ++*devices; }
+    ~Membership() { --*devices; }
+    Membership(const Membership&) = delete;
+    Membership& operator=(const Membership&) = delete;
     std::shared_ptr<Group> group;
     size_t* devices;
-    ~Membership() { --*devices; }
 };
 
 class LegacyContainer final : public IommuContext {
@@ -141,8 +144,7 @@ Result<DeviceAttachment> LegacyContainer::attach(const PciAddress& addr, const P
                                                 : "is it bound to vfio-pci? `vfio-devctl show " + bdf + "`");
     DeviceAttachment a;
     a.device_fd = UniqueFd(fd, sys_);
-    ++devices_;
-    a.membership = std::make_shared<Membership>(Membership{*group, &devices_});
+    a.membership = std::make_shared<Membership>(*group, devices_);
     return a;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "vfab/pci_address.hpp"
+#include "vfab/vfio/iommu.hpp"
 
 namespace vfab::lab {
 
@@ -38,5 +39,25 @@ inline const std::vector<LabDevice>& devices() {
     };
     return all;
 }
+
+// The IOMMU backends this boot offers: legacy everywhere the IOMMU is on, iommufd on the
+// iommufd kernel, and only no-IOMMU mode when the guest booted without an IOMMU.
+inline std::vector<vfio::IommuBackend> backends() {
+    if (!iommu_on()) return {vfio::IommuBackend::noiommu};
+    if (flavor() == "iommufd") return {vfio::IommuBackend::legacy, vfio::IommuBackend::iommufd};
+    return {vfio::IommuBackend::legacy};
+}
+
+inline PciAddress address_of(const char* name) {
+    for (const LabDevice& d : devices())
+        if (std::string(d.name) == name) return *PciAddress::parse(d.bdf);
+    return {};
+}
+
+// Name for parametrized tests: "legacy", "iommufd", "noiommu".
+struct BackendName {
+    template <class P>
+    std::string operator()(const P& info) const { return vfio::to_string(info.param); }
+};
 
 }  // namespace vfab::lab
