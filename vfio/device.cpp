@@ -26,9 +26,11 @@ Result<IommuBackend> choose_backend(const PciAddress& addr, const DeviceOptions&
         return opts.context->backend();
     }
     if (b != IommuBackend::automatic) return b;
+    // sysfs names a cdev even where the kernel made no node for it (6.1; no-IOMMU groups).
     auto cdev = sysfs.vfio_cdev(addr);
     std::error_code ec;
-    bool iommufd = cdev && cdev->has_value() && std::filesystem::exists("/dev/iommu", ec);
+    bool iommufd = cdev && cdev->has_value() && std::filesystem::exists("/dev/iommu", ec) &&
+                   std::filesystem::exists("/dev/vfio/devices/" + **cdev, ec);
     return iommufd ? IommuBackend::iommufd : IommuBackend::legacy;
 }
 

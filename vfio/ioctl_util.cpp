@@ -37,8 +37,8 @@ Error explain_open_failure(int err, const std::string& path, const std::string& 
         return Error{err, str_cat("permission denied opening ", path, " — run as root, or give this user the "
                                   "device: `vfio-devctl bind ", bdf.empty() ? "BDF" : bdf, " --user $USER`")};
     case EBUSY:
-        return Error{EBUSY, str_cat(path, " is busy: another process (or another IOMMU context in this "
-                                    "one) has it open — `fuser -v ", path, "` shows who")};
+        return Error{EBUSY, str_cat(path, " (", dev, ") is busy: another process (or another IOMMU context "
+                                    "in this one) has it open — `fuser -v ", path, "` shows who")};
     default:
         return Error::from_errno(err, str_cat("open ", path));
     }

@@ -56,10 +56,13 @@ Result<DeviceAttachment> IommufdContext::attach(const PciAddress& addr, const Pc
     vfio_device_bind_iommufd bind{};
     bind.argsz = sizeof bind;
     bind.iommufd = iommufd_.get();
-    if (sys_.ioctl(dev.get(), VFIO_DEVICE_BIND_IOMMUFD, &bind) < 0)
-        return Error::from_errno(errno, str_cat("binding ", bdf, " (", path, ") to iommufd"),
-                                 errno == EBUSY ? "the device is already open, through its cdev or its "
-                                                  "group, in this or another process" : "");
+    if (sys_.ioctl(dev.get(), VFIO_DEVICE_BIND_IOMMUFD, &bind) < 0) {
+        // The kernel answers EINVAL (6.12: vfio_df_open) when the device is already open.
+        if (errno == EINVAL || errno == EBUSY)
+            return Error{EBUSY, str_cat(bdf, " is busy: it is already open, through ", path, " or its IOMMU "
+                                        "group, in this or another process — `fuser -v ", path, "` shows who")};
+        return Error::from_errno(errno, str_cat("binding ", bdf, " (", path, ") to iommufd"));
+    }
     vfio_device_attach_iommufd_pt attach{};
     attach.argsz = sizeof attach;
     attach.pt_id = ioas_;

@@ -21,14 +21,16 @@ struct Group {
     unsigned number = 0;
 };
 
+class LegacyContainer;
+
 // Held by each device: keeps its group attached and the container's device count right.
 struct Membership {
-    Membership(std::shared_ptr<Group> g, size_t& count) : group(std::move(g)), devices(&count) { ++*devices; }
-    ~Membership() { --*devices; }
+    Membership(std::shared_ptr<Group> g, LegacyContainer& c);
+    ~Membership();
     Membership(const Membership&) = delete;
     Membership& operator=(const Membership&) = delete;
     std::shared_ptr<Group> group;
-    size_t* devices;
+    LegacyContainer* container;
 };
 
 class LegacyContainer final : public IommuContext {
@@ -41,6 +43,14 @@ public:
     Result<DeviceAttachment> attach(const PciAddress& addr, const PciSysfs& sysfs) override;
 
 private:
+    friend struct Membership;
+    // When the last group leaves, the kernel tears the container's IOMMU down with every
+    // mapping in it: unmap first (while the group still holds it), and set the IOMMU up again
+    // for the next device.
+    void last_device_leaving() {
+        unmap_all();
+        iommu_set_ = false;
+    }
     Result<std::shared_ptr<Group>> open_group(unsigned number, const PciAddress& addr, const PciSysfs& sysfs);
     Result<void> set_iommu();
     Result<Iova> do_map(void* va, size_t len, Iova iova, unsigned access) override;
@@ -53,6 +63,14 @@ private:
     std::map<unsigned, std::weak_ptr<Group>> groups_;
     std::map<uint64_t, void*> noiommu_va_;   // no-IOMMU: physical address -> locked VA
 };
+
+Membership::Membership(std::shared_ptr<Group> g, LegacyContainer& c) : group(std::move(g)), container(&c) {
+    ++container->devices_;
+}
+
+Membership::~Membership() {
+    if (--container->devices_ == 0) container->last_device_leaving();
+}
 
 std::string group_path(unsigned n, bool noiommu) {
     return str_cat("/dev/vfio/", noiommu ? "noiommu-" : "", n);
@@ -144,7 +162,7 @@ Result<DeviceAttachment> LegacyContainer::attach(const PciAddress& addr, const P
                                                 : "is it bound to vfio-pci? `vfio-devctl show " + bdf + "`");
     DeviceAttachment a;
     a.device_fd = UniqueFd(fd, sys_);
-    a.membership = std::make_shared<Membership>(*group, devices_);
+    a.membership = std::make_shared<Membership>(*group, *this);
     return a;
 }
 

@@ -4,6 +4,7 @@
 #   /init                       lab.d/guest-init, the guest-side runner
 #   /vfab/lab.conf              what this boot is for (mode, flavor, the tests to run)
 #   /vfab/bin/*                 the project's binaries, with their shared libraries
+#   /usr/share/misc/pci.ids     libpci's ID database (vfio-devctl names the devices with it)
 #   /lib/modules/<ver>          (debian flavor) VFIO and NIC driver modules + modules.dep
 
 # Kernel modules the guest may load; their dependencies are added from modinfo.
@@ -53,6 +54,9 @@ initramfs_build() {
     install -m 0755 "$LAB_DIR/guest-init" "$stage/init"
     install -m 0644 "$conf" "$stage/vfab/lab.conf"
     echo 'root:x:0:0:root:/root:/bin/sh' > "$stage/etc/passwd"
+    [[ -f /usr/share/misc/pci.ids ]] \
+        || die "initramfs: /usr/share/misc/pci.ids missing — install the pci.ids package (scripts/setup)"
+    install -D -m 0644 /usr/share/misc/pci.ids "$stage/usr/share/misc/pci.ids"
     if [[ -n $KERNEL_MODDIR ]]; then
         local dst=$stage/lib/modules/$KERNEL_VERSION
         mkdir -p "$dst"

@@ -49,14 +49,34 @@ qemu_run_interactive() {
     qemu-system-x86_64 "${args[@]}" -serial mon:stdio
 }
 
+# A TCG guest sometimes stops getting timer interrupts on one vCPU and never recovers (the
+# kernel keeps printing RCU stall reports; seen on 2-core hosts). After this many reports the
+# boot is ended and reported as stalled instead of waiting for --timeout.
+RCU_STALL_REPORTS=3
+
 # qemu_run_logged VMLINUX INITRD CMDLINE IOMMU TIMEOUT LOG: console to stdout and LOG.
-# Returns QEMU's exit status, 124 when the timeout ended it.
+# Returns QEMU's exit status, 124 when the timeout ended it, 125 when the guest stalled.
 qemu_run_logged() {
-    local args timeout=$5 log=$6
+    local args timeout=$5 log=$6 pid stalled=0
     mapfile -t args < <(qemu_args "$1" "$2" "$3" "$4")
-    timeout -k 5 "$timeout" qemu-system-x86_64 "${args[@]}" -serial stdio -monitor none \
-        2>"$log.qemu-stderr" </dev/null | tr -d '\r' | tee "$log"
-    return "${PIPESTATUS[0]}"
+    : > "$log"
+    rm -f "$log.pid"
+    ( timeout -k 5 "$timeout" qemu-system-x86_64 "${args[@]}" -serial stdio -monitor none \
+          -pidfile "$log.pid" 2>"$log.qemu-stderr" </dev/null | stdbuf -o0 tr -d '\r' | tee "$log"
+      exit "${PIPESTATUS[0]}" ) &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        if (( $(grep -c 'rcu: INFO: rcu_[a-z]* detected stalls' "$log") >= RCU_STALL_REPORTS )); then
+            stalled=1
+            kill "$(cat "$log.pid" 2>/dev/null)" 2>/dev/null
+            break
+        fi
+        sleep 2
+    done
+    wait "$pid"
+    local rc=$?
+    (( stalled )) && return 125
+    return "$rc"
 }
 
 # lab_failure LOG QEMU_RC TIMEOUT: explains a boot that did not reach @@vfab:done, exits 2.
@@ -71,6 +91,9 @@ lab_failure() {
         fi
         die "the guest kernel died before init ran (exit $rc); last console lines:
 $(tail -n 15 "$log")"
+    fi
+    if [[ $rc -eq 125 ]]; then
+        die "the guest kernel stalled (repeated RCU stall reports: a vCPU stopped getting timer interrupts)${running:+ in test $running}"
     fi
     if [[ $rc -eq 124 ]]; then
         die "the guest hung: still running after ${timeout} s${running:+, in test $running} (raise --timeout if it is only slow)"

@@ -2,10 +2,10 @@
 # The lab must never be green without its tests having run. This boots the lab with binaries
 # that pass, fail, crash, run no test, are missing or hang, and makes QEMU and the kernel
 # download fail, and checks that scripts/lab fails each time and says which case it was.
-#   lab_selftest.sh PASS_BIN FAIL_BIN CRASH_BIN EMPTY_BIN HANG_BIN
+#   lab_selftest.sh PASS_BIN FAIL_BIN CRASH_BIN EMPTY_BIN HANG_BIN STALL_BIN
 set -uo pipefail
 lab=$(dirname "$0")/../../scripts/lab
-pass=$1 fail=$2 crash=$3 empty=$4 hang=$5
+pass=$1 fail=$2 crash=$3 empty=$4 hang=$5 stall=$6
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 bad=0
 
@@ -34,6 +34,8 @@ expect 1 "$(basename "$pass") passed" "$(basename "$fail") FAILED \(exit 1\)" \
     -- --timeout 600 run "$pass" "$fail" "$crash" "$empty" /nonexistent/no_such_binary
 expect 2 "the guest hung: still running after 40 s, in test $(basename "$hang")" \
     -- --timeout 40 run "$hang"
+expect 2 "booting once more" "the guest kernel stalled .* in test $(basename "$stall")" \
+    -- --timeout 300 run "$stall"
 VFAB_LAB_QEMU_EXTRA="-device no-such-device" expect 2 "QEMU failed to start" -- run "$pass"
 VFAB_LAB_DEBIAN_KERNEL=linux-image-0.0.0-0-none expect 2 "missing kernel package" -- run "$pass"
 expect 2 "unknown kernel flavor" -- --kernel nosuch run "$pass"

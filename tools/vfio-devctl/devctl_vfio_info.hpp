@@ -1,0 +1,47 @@
+// What VFIO reports for a device on vfio-pci: its regions (size, flags, mmappable areas) and
+// interrupt indices. The only place vfio-devctl talks to VFIO itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "devctl_context.hpp"
+#include "vfab/pci_address.hpp"
+
+namespace vfab::devctl {
+
+struct VfioArea {
+    uint64_t offset = 0;   // within the region
+    uint64_t size = 0;
+};
+
+struct VfioRegion {
+    unsigned index = 0;
+    std::string name;      // BAR0..BAR5, ROM, CONFIG, VGA, or "region N"
+    uint64_t size = 0;
+    uint64_t offset = 0;   // in the device fd
+    bool read = false, write = false, mmap = false;
+    std::vector<VfioArea> mmap_areas;   // the parts mmap may map; the whole region when not sparse
+};
+
+struct VfioIrq {
+    unsigned index = 0;
+    std::string name;      // INTX, MSI, MSIX, ERR, REQ
+    uint32_t count = 0;
+    bool eventfd = false, maskable = false, automasked = false, noresize = false;
+};
+
+struct VfioInfo {
+    bool reset = false;    // VFIO_DEVICE_FLAGS_RESET
+    std::string iommu;     // the IOMMU backend used to open it: "legacy", "iommufd" or "noiommu"
+    std::vector<VfioRegion> regions;
+    std::vector<VfioIrq> irqs;
+};
+
+// Opens the device through vfab's VFIO layer (the backend an application would get;
+// `noiommu`: the group node is /dev/vfio/noiommu-N) and asks for its regions and IRQs.
+// Opening the device makes vfio-pci reset it; an error when another process holds it.
+Result<VfioInfo> query_vfio(const Paths& paths, const PciAddress& addr, unsigned group, bool noiommu);
+
+}  // namespace vfab::devctl
