@@ -98,8 +98,14 @@ $(tail -n 15 "$log")"
     if [[ $rc -eq 124 ]]; then
         die "the guest hung: still running after ${timeout} s${running:+, in test $running} (raise --timeout if it is only slow)"
     fi
-    die "the guest died before finishing${running:+ (in test $running)}; QEMU exit $rc; last console lines:
+    die "the guest died before finishing${running:+ (in test $running)}; QEMU exit $rc $(qemu_errors "$log"); last console lines:
 $(tail -n 15 "$log")"
+}
+
+# QEMU's own complaints from a run, without the expected warnings and IOMMU fault chatter.
+qemu_errors() {
+    grep -vE 'is not connected to host network|vtd_|New fault is not recorded' "$1.qemu-stderr" 2>/dev/null \
+        | tail -n 3 | tr '\n' ' '
 }
 
 signal_name() { kill -l "$1" 2>/dev/null || echo "?"; }

@@ -3,9 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
+
+#include "fake_sysfs.hpp"
 
 namespace vfab::vfio {
 namespace {
@@ -14,43 +14,14 @@ namespace fs = std::filesystem;
 class FakeSysfs : public ::testing::Test {
 protected:
     void SetUp() override {
-        char tmpl[] = "/tmp/vfab-sysfs.XXXXXX";
-        ASSERT_NE(mkdtemp(tmpl), nullptr);
-        root_ = tmpl;
-        add_device("0000:00:02.0", "0x8086", "0x10d3", "0x020000", "vfio-pci", 5, "0");
-        add_device("0000:00:03.0", "0x8086", "0x10d3", "0x020000", "", 5, "-1");
-        add_device("0000:00:04.0", "0x1af4", "0x1041", "0x020000", "", -1, "1");
-        fs::create_directories(root_ / "bus/pci/devices/0000:00:02.0/vfio-dev/vfio3");
+        tree_.add_device("0000:00:02.0", "0x8086", "0x10d3", "vfio-pci", 5, "0");
+        tree_.add_device("0000:00:03.0", "0x8086", "0x10d3", "", 5, "-1");
+        tree_.add_device("0000:00:04.0", "0x1af4", "0x1041", "", -1, "1");
+        tree_.add_vfio_cdev("0000:00:02.0", "vfio3");
+        root_ = tree_.root();
     }
-    void TearDown() override { fs::remove_all(root_); }
-
-    void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text << "\n"; }
-
-    void add_device(const std::string& bdf, const char* vendor, const char* device, const char* cls,
-                    const std::string& driver, int group, const char* node) {
-        fs::path dir = root_ / "devices/pci0000:00" / bdf;
-        fs::create_directories(dir);
-        fs::create_directories(root_ / "bus/pci/devices");
-        fs::create_directory_symlink(dir, root_ / "bus/pci/devices" / bdf);
-        write(dir / "vendor", vendor);
-        write(dir / "device", device);
-        write(dir / "subsystem_vendor", "0x8086");
-        write(dir / "subsystem_device", "0x0000");
-        write(dir / "class", cls);
-        write(dir / "numa_node", node);
-        if (!driver.empty()) {
-            fs::create_directories(root_ / "bus/pci/drivers" / driver);
-            fs::create_directory_symlink(root_ / "bus/pci/drivers" / driver, dir / "driver");
-        }
-        if (group >= 0) {
-            fs::path g = root_ / "kernel/iommu_groups" / std::to_string(group);
-            fs::create_directories(g / "devices");
-            fs::create_directory_symlink(g, dir / "iommu_group");
-            fs::create_directory_symlink(dir, g / "devices" / bdf);
-        }
-    }
-
     PciAddress addr(const char* s) { return *PciAddress::parse(s); }
+    vfab::testing::FakeSysfsTree tree_;
     fs::path root_;
 };
 
