@@ -16,8 +16,12 @@ Result<IrqInfo> Device::irq_info(IrqIndex index) const {
     ii.index = static_cast<uint32_t>(index);
     if (ii.index >= num_irqs_)
         return Error{EINVAL, str_cat(addr_.to_string(), " has no ", to_string(index), " interrupt index")};
-    if (sys_->ioctl(fd(), VFIO_DEVICE_GET_IRQ_INFO, &ii) < 0)
+    if (sys_->ioctl(fd(), VFIO_DEVICE_GET_IRQ_INFO, &ii) < 0) {
+        // vfio-pci answers EINVAL for an index the device cannot have (the error index of a
+        // conventional PCI device): report it as present with no vectors.
+        if (errno == EINVAL) return IrqInfo{ii.index, 0, false, false, false, false};
         return Error::from_errno(errno, str_cat(addr_.to_string(), ": VFIO_DEVICE_GET_IRQ_INFO(", to_string(index), ")"));
+    }
     IrqInfo out;
     out.index = ii.index;
     out.count = ii.count;
@@ -72,7 +76,7 @@ Result<Interrupts*> Device::enable_interrupts(IrqIndex index, std::span<const ui
             if (auto r = disable_interrupts(other); !r) return r.take_error();
         }
     }
-    std::unique_ptr<Interrupts> irq(new Interrupts(*this, index));
+    std::unique_ptr<Interrupts> irq(new Interrupts(*this, index, *info));
     // One SET_IRQS for the span first..last; vectors not asked for get -1 (no eventfd).
     uint32_t first = sorted.front(), span = sorted.back() - first + 1;
     std::vector<int32_t> fds(span, -1);
@@ -104,11 +108,23 @@ int Interrupts::eventfd(uint32_t vector) const {
     return -1;
 }
 
+Result<void> Interrupts::check_maskable(uint32_t vector) const {
+    if (!info_.maskable)
+        return Error{ENOTSUP, str_cat(dev_->address().to_string(), ": VFIO cannot mask ", to_string(index_),
+                                      " vectors — disable the cause in the device instead")};
+    if (eventfd(vector) < 0)
+        return Error{EINVAL, str_cat(dev_->address().to_string(), ": ", to_string(index_), " vector ", vector,
+                                     " is not enabled")};
+    return {};
+}
+
 Result<void> Interrupts::mask(uint32_t vector) {
+    if (auto r = check_maskable(vector); !r) return r;
     return dev_->set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_MASK, index_, vector, 1, nullptr);
 }
 
 Result<void> Interrupts::unmask(uint32_t vector) {
+    if (auto r = check_maskable(vector); !r) return r;
     return dev_->set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_UNMASK, index_, vector, 1, nullptr);
 }
 

@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "lab_env.hpp"
 #include "vfab/vfio/device.hpp"
 #include "vfab/vfio/event_wait.hpp"
+#include "vfab/vfio/pci_sysfs.hpp"
 
 namespace vfab::lab {
 namespace {
@@ -172,6 +174,64 @@ TEST_P(Edu, MsiInterruptsAsEventfd) {
     ASSERT_TRUE(irq.ok()) << irq.error().message;
     expect_interrupts(bar, *irq, false, 100);
     EXPECT_TRUE(dev->disable_interrupts(IrqIndex::msi).ok());
+}
+
+TEST_P(Edu, MaskedIntxIsHeldBackUntilUnmasked) {
+    auto irq = dev->enable_interrupts(IrqIndex::intx, 1);
+    ASSERT_TRUE(irq.ok()) << irq.error().message;
+    int fds[] = {(*irq)->eventfd(0)};
+    ASSERT_TRUE((*irq)->mask().ok());
+    bar->write32(kIrqRaise, 1);
+    auto quiet = wait_any(fds, 300);
+    ASSERT_TRUE(quiet.ok());
+    EXPECT_EQ(*quiet, -1) << "a masked INTx was delivered";
+    ASSERT_TRUE((*irq)->unmask().ok());   // the line is still asserted: it fires now
+    auto got = wait_any(fds, 2000);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 0) << "the pending INTx did not arrive after unmask";
+    bar->write32(kIrqAck, bar->read32(kIrqStatus));
+}
+
+TEST_P(Edu, MsiCannotBeMaskedThroughVfio) {
+    auto irq = dev->enable_interrupts(IrqIndex::msi, 1);
+    ASSERT_TRUE(irq.ok());
+    auto m = (*irq)->mask();
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.error().message.find("VFIO cannot mask MSI"), std::string::npos) << m.error().message;
+}
+
+TEST_P(Edu, ErrorAndRequestIndicesAreEventfds) {
+    for (IrqIndex i : {IrqIndex::err, IrqIndex::req}) {
+        auto info = dev->irq_info(i);
+        ASSERT_TRUE(info.ok()) << to_string(i) << ": " << info.error().message;
+        if (i == IrqIndex::err) {   // edu is conventional PCI: no error (AER) interrupt
+            EXPECT_EQ(info->count, 0u);
+            EXPECT_FALSE(dev->enable_interrupts(i, 1).ok());
+            continue;
+        }
+        auto irq = dev->enable_interrupts(i, 1);
+        ASSERT_TRUE(irq.ok()) << to_string(i) << ": " << irq.error().message;
+        EXPECT_GE((*irq)->eventfd(0), 0);
+    }
+}
+
+// Unbinding vfio-pci while the device is open makes the kernel signal the request (REQ)
+// eventfd and wait until the application lets go: how hot-unplug reaches a driver.
+TEST_P(Edu, RequestInterruptAsksForTheDeviceBack) {
+    auto irq = dev->enable_interrupts(IrqIndex::req, 1);
+    ASSERT_TRUE(irq.ok()) << irq.error().message;
+    int fds[] = {(*irq)->eventfd(0)};
+    const std::string bdf = dev->address().to_string();
+    std::thread unbind([&] { std::ofstream("/sys/bus/pci/drivers/vfio-pci/unbind") << bdf; });
+    auto got = wait_any(fds, 10000);
+    dev.reset();   // let go: the unbind completes
+    unbind.join();
+    { std::ofstream("/sys/bus/pci/drivers_probe") << bdf; }   // driver_override: back to vfio-pci
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(*got, 0) << "no request interrupt within 10 s";
+    auto drv = PciSysfs().driver(address_of("edu"));
+    ASSERT_TRUE(drv.ok());
+    EXPECT_EQ(drv->value_or("(none)"), "vfio-pci");
 }
 
 TEST_P(Edu, BadInterruptRequestsAreRefused) {

@@ -102,6 +102,19 @@ TEST_P(E1000e, MsixVectorsFireAsEventfds) {
     EXPECT_TRUE(dev->disable_interrupts(IrqIndex::msix).ok());
 }
 
+TEST_P(E1000e, ErrorAndRequestIndicesAreEventfds) {
+    auto dev = open_nic("e1000e-0", GetParam());
+    ASSERT_TRUE(dev);
+    for (IrqIndex i : {IrqIndex::err, IrqIndex::req}) {
+        auto info = dev->irq_info(i);
+        ASSERT_TRUE(info.ok()) << info.error().message;
+        EXPECT_EQ(info->count, 1u) << to_string(i) << ": a PCI Express function has both";
+        auto irq = dev->enable_interrupts(i, 1);
+        ASSERT_TRUE(irq.ok()) << to_string(i) << ": " << irq.error().message;
+        EXPECT_GE((*irq)->eventfd(0), 0);
+    }
+}
+
 TEST_P(E1000e, ResetLeavesTheDeviceUsable) {
     auto dev = open_nic("e1000e-1", GetParam());
     ASSERT_TRUE(dev);

@@ -101,6 +101,7 @@ public:
         case VFIO_DEVICE_GET_IRQ_INFO: {
             auto* info = static_cast<vfio_irq_info*>(arg);
             info->flags = VFIO_IRQ_INFO_EVENTFD;
+            if (info->index == VFIO_PCI_INTX_IRQ_INDEX) info->flags |= VFIO_IRQ_INFO_MASKABLE | VFIO_IRQ_INFO_AUTOMASKED;
             info->count = info->index == VFIO_PCI_MSIX_IRQ_INDEX ? msix_count : 1;
             return 0;
         }

@@ -184,6 +184,23 @@ TEST_F(FakeVfio, InterruptSubsetsAndTeardownOrder) {
     EXPECT_EQ(kernel_.eventfds(), 0u);
 }
 
+TEST_F(FakeVfio, MaskingNeedsAMaskableIndexAndAnEnabledVector) {
+    open_ok("0000:00:04.0");
+    auto msix = dev_->enable_interrupts(IrqIndex::msix, 2);
+    ASSERT_TRUE(msix.ok());
+    auto m = (*msix)->mask(0);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.error().code, ENOTSUP);
+    expect_mentions(m.error(), "VFIO cannot mask MSI-X vectors");
+    auto intx = dev_->enable_interrupts(IrqIndex::intx, 1);   // replaces MSI-X
+    ASSERT_TRUE(intx.ok());
+    EXPECT_TRUE((*intx)->mask().ok());
+    EXPECT_TRUE((*intx)->unmask().ok());
+    auto absent = (*intx)->unmask(3);
+    ASSERT_FALSE(absent.ok());
+    expect_mentions(absent.error(), "INTx vector 3 is not enabled");
+}
+
 TEST_F(FakeVfio, SparseBarIsMappedAreaByArea) {
     // BAR0 with a sparse-mmap capability (two areas around a hole), delivered only when the
     // caller retries with the larger argsz the kernel asked for.

@@ -50,15 +50,18 @@ public:
     // The eventfd of `vector`, or -1 when that vector is not enabled.
     int eventfd(uint32_t vector) const;
     std::span<const uint32_t> vectors() const { return vectors_; }
-    // Mask/unmask one vector (INTx: the line; MSI/MSI-X when the index is maskable).
+    // Mask/unmask one vector: the INTx line (after each INTx the kernel masks it until
+    // unmask()); MSI/MSI-X only where VFIO reports the index maskable (vfio-pci does not).
     Result<void> mask(uint32_t vector = 0);
     Result<void> unmask(uint32_t vector = 0);
 
 private:
     friend class Device;
-    Interrupts(Device& dev, IrqIndex index) : dev_(&dev), index_(index) {}
+    Interrupts(Device& dev, IrqIndex index, IrqInfo info) : dev_(&dev), index_(index), info_(info) {}
+    Result<void> check_maskable(uint32_t vector) const;
     Device* dev_;
     IrqIndex index_;
+    IrqInfo info_;
     std::vector<uint32_t> vectors_;
     std::vector<UniqueFd> fds_;   // parallel to vectors_
 };
