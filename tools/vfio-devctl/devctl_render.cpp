@@ -89,32 +89,38 @@ namespace {
 
 json vfio_json(const VfioInfo& v) {
     json regions = json::array(), irqs = json::array();
-    for (const VfioRegion& r : v.regions) {
+    for (const VfioRegion& reg : v.regions) {
+        const vfio::RegionInfo& r = reg.info;
         json areas = json::array();
-        for (const VfioArea& a : r.mmap_areas) areas.push_back({{"offset", a.offset}, {"size", a.size}});
-        regions.push_back({{"index", r.index}, {"name", r.name}, {"size", r.size}, {"offset", r.offset},
-                           {"read", r.read}, {"write", r.write}, {"mmap", r.mmap}, {"mmap_areas", areas}});
+        for (const vfio::SparseArea& a : r.mmap_areas) areas.push_back({{"offset", a.offset}, {"size", a.size}});
+        regions.push_back({{"index", r.index}, {"name", reg.name}, {"size", r.size}, {"offset", r.offset},
+                           {"read", r.readable}, {"write", r.writable}, {"mmap", r.mmappable}, {"mmap_areas", areas}});
     }
-    for (const VfioIrq& i : v.irqs)
-        irqs.push_back({{"index", i.index}, {"name", i.name}, {"count", i.count}, {"eventfd", i.eventfd},
+    for (const VfioIrq& irq : v.irqs) {
+        const vfio::IrqInfo& i = irq.info;
+        irqs.push_back({{"index", i.index}, {"name", irq.name}, {"count", i.count}, {"eventfd", i.eventfd},
                         {"maskable", i.maskable}, {"automasked", i.automasked}, {"noresize", i.noresize}});
+    }
     return {{"iommu", v.iommu}, {"reset", v.reset}, {"regions", regions}, {"irqs", irqs}};
 }
 
 void print_vfio(std::ostream& out, const VfioInfo& v) {
     out << "  VFIO (" << v.iommu << " backend" << (v.reset ? ", reset supported" : ", no reset") << "):\n";
     char line[256];
-    for (const VfioRegion& r : v.regions) {
-        std::string flags = str_cat(r.read ? "r" : "-", r.write ? "w" : "-", r.mmap ? "m" : "-");
+    for (const VfioRegion& reg : v.regions) {
+        const vfio::RegionInfo& r = reg.info;
+        std::string flags = str_cat(r.readable ? "r" : "-", r.writable ? "w" : "-", r.mmappable ? "m" : "-");
         std::string areas;
-        for (const VfioArea& a : r.mmap_areas) areas += str_cat(areas.empty() ? "" : " ", "[", hex(a.offset), "+", hex(a.size), "]");
-        std::snprintf(line, sizeof line, "    %-8s %10s  %s", r.name.c_str(), human_bytes(r.size).c_str(), flags.c_str());
+        for (const vfio::SparseArea& a : r.mmap_areas)
+            areas += str_cat(areas.empty() ? "" : " ", "[", hex(a.offset), "+", hex(a.size), "]");
+        std::snprintf(line, sizeof line, "    %-8s %10s  %s", reg.name.c_str(), human_bytes(r.size).c_str(), flags.c_str());
         out << line << (areas.empty() ? "" : "  mmap " + areas) << "\n";
     }
-    for (const VfioIrq& i : v.irqs) {
+    for (const VfioIrq& irq : v.irqs) {
+        const vfio::IrqInfo& i = irq.info;
         std::string flags = str_cat(i.eventfd ? " eventfd" : "", i.maskable ? " maskable" : "",
                                     i.automasked ? " automasked" : "", i.noresize ? " noresize" : "");
-        std::snprintf(line, sizeof line, "    IRQ %-4s %3u vector%s%s\n", i.name.c_str(), i.count,
+        std::snprintf(line, sizeof line, "    IRQ %-4s %3u vector%s%s\n", irq.name.c_str(), i.count,
                       i.count == 1 ? " " : "s", flags.c_str());
         out << line;
     }

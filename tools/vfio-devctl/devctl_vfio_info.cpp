@@ -35,30 +35,13 @@ Result<VfioInfo> query_vfio(const Paths& paths, const PciAddress& addr, unsigned
         if (!ri && ri.error().code == EINVAL) continue;   // an index the device lacks (VGA on a NIC)
         if (!ri) return ri.take_error();
         if (ri->size == 0) continue;                        // absent BARs have size 0
-        VfioRegion r;
-        r.index = i;
         const char* name = region_name(i);
-        r.name = name ? name : str_cat("region ", i);
-        r.size = ri->size;
-        r.offset = ri->offset;
-        r.read = ri->readable;
-        r.write = ri->writable;
-        r.mmap = ri->mmappable;
-        for (const vfio::SparseArea& a : ri->mmap_areas) r.mmap_areas.push_back({a.offset, a.size});
-        out.regions.push_back(std::move(r));
+        out.regions.push_back({name ? name : str_cat("region ", i), std::move(*ri)});
     }
     for (unsigned i = 0; i < (*dev)->num_irqs(); ++i) {
         auto ii = (*dev)->irq_info(static_cast<vfio::IrqIndex>(i));
         if (!ii) return ii.take_error();
-        VfioIrq irq;
-        irq.index = i;
-        irq.name = irq_name(i);
-        irq.count = ii->count;
-        irq.eventfd = ii->eventfd;
-        irq.maskable = ii->maskable;
-        irq.automasked = ii->automasked;
-        irq.noresize = ii->noresize;
-        out.irqs.push_back(std::move(irq));
+        out.irqs.push_back({irq_name(i), *ii});
     }
     return out;
 }

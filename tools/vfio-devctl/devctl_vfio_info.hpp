@@ -8,28 +8,19 @@
 
 #include "devctl_context.hpp"
 #include "vfab/pci_address.hpp"
+#include "vfab/vfio/info.hpp"
 
 namespace vfab::devctl {
 
-struct VfioArea {
-    uint64_t offset = 0;   // within the region
-    uint64_t size = 0;
-};
-
+// VFIO's own descriptions (vfab/vfio/info.hpp), with the names `show` prints.
 struct VfioRegion {
-    unsigned index = 0;
     std::string name;      // BAR0..BAR5, ROM, CONFIG, VGA, or "region N"
-    uint64_t size = 0;
-    uint64_t offset = 0;   // in the device fd
-    bool read = false, write = false, mmap = false;
-    std::vector<VfioArea> mmap_areas;   // the parts mmap may map; the whole region when not sparse
+    vfio::RegionInfo info;
 };
 
 struct VfioIrq {
-    unsigned index = 0;
     std::string name;      // INTX, MSI, MSIX, ERR, REQ
-    uint32_t count = 0;
-    bool eventfd = false, maskable = false, automasked = false, noresize = false;
+    vfio::IrqInfo info;
 };
 
 struct VfioInfo {
