@@ -66,7 +66,10 @@ Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const Devic
         if (!c) return Error{c.error().code, str_cat(addr.to_string(), ": ", c.error().message)};
         ctx = std::move(*c);
     }
-    auto a = ctx->attach(addr, sysfs);
+    auto a = [&] {
+        std::lock_guard lock(ctx->mutex_);
+        return ctx->attach(addr, sysfs);
+    }();
     if (!a) return a.take_error();
     std::unique_ptr<Device> dev(new Device(addr, sys, std::move(ctx), std::move(*a)));
 
@@ -96,6 +99,7 @@ Device::~Device() {
         if (irqs_[i]) (void)disable_interrupts(static_cast<IrqIndex>(i));
     regions_.clear();
     attachment_.device_fd.reset();
+    std::lock_guard lock(ctx_->mutex_);
     attachment_.membership.reset();
 }
 

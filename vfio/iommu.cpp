@@ -48,6 +48,7 @@ Result<std::shared_ptr<IommuContext>> IommuContext::create(IommuBackend backend,
 }
 
 Result<Iova> IommuContext::map_dma(void* va, size_t len, Iova iova, unsigned access) {
+    std::lock_guard lock(mutex_);
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const auto addr = reinterpret_cast<uintptr_t>(va);
     if (len == 0 || (addr | len | (translates() ? iova.value : 0)) & (page - 1))
@@ -84,6 +85,7 @@ Result<Iova> IommuContext::map_dma(void* va, size_t len, Iova iova, unsigned acc
 }
 
 Result<void> IommuContext::unmap_dma(Iova iova, size_t len) {
+    std::lock_guard lock(mutex_);
     auto it = mappings_.find(iova.value);
     if (it == mappings_.end() || it->second != len)
         return Error{ENOENT, str_cat("no DMA mapping of ", len, " bytes at IOVA 0x", std::hex, iova.value,
@@ -95,6 +97,7 @@ Result<void> IommuContext::unmap_dma(Iova iova, size_t len) {
 }
 
 void IommuContext::unmap_all() {
+    std::lock_guard lock(mutex_);
     for (auto& [iova, len] : mappings_) {
         auto r = do_unmap(Iova(iova), len);
         if (!r) std::fprintf(stderr, "vfab: unmapping IOVA 0x%llx failed: %s\n",

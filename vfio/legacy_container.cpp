@@ -156,10 +156,15 @@ Result<DeviceAttachment> LegacyContainer::attach(const PciAddress& addr, const P
     if (!group) return group.take_error();
     std::string bdf = addr.to_string();
     int fd = sys_.ioctl((*group)->fd.get(), VFIO_GROUP_GET_DEVICE_FD, bdf.data());
-    if (fd < 0)
+    if (fd < 0) {
+        int err = errno;
+        // The group closes with `group`; if it was the only one, so goes the IOMMU.
+        if (devices_ == 0) iommu_set_ = false;
+        errno = err;
         return Error::from_errno(errno, str_cat("VFIO_GROUP_GET_DEVICE_FD(", bdf, ")"),
                                  errno == EBUSY ? "the device is already open (in this or another process)"
                                                 : "is it bound to vfio-pci? `vfio-devctl show " + bdf + "`");
+    }
     DeviceAttachment a;
     a.device_fd = UniqueFd(fd, sys_);
     a.membership = std::make_shared<Membership>(*group, *this);

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string_view>
 
 #include "vfab/iova.hpp"
@@ -39,6 +40,7 @@ struct DeviceAttachment {
     std::shared_ptr<void> membership;
 };
 
+// Thread-safe: devices may join and leave, and memory be mapped and unmapped, from any thread.
 class IommuContext {
 public:
     virtual ~IommuContext() = default;
@@ -61,7 +63,8 @@ public:
     Result<Iova> map_dma(void* va, size_t len, Iova iova, unsigned access = kDmaReadWrite);
     Result<void> unmap_dma(Iova iova, size_t len);
 
-    // Live mappings made through this context (iova -> length).
+    // Live mappings made through this context (iova -> length). Not to be read while another
+    // thread maps or unmaps.
     const std::map<uint64_t, size_t>& mappings() const { return mappings_; }
 
 protected:
@@ -74,6 +77,8 @@ protected:
     Error explain_map_failure(int err, size_t len, Iova iova) const;
     void unmap_all();   // for destructors of the backends
 
+    // map_dma, unmap_dma and devices joining or leaving may come from several threads.
+    std::recursive_mutex mutex_;
     IommuBackend backend_;
     Sys& sys_;
     IommuInfo info_;

@@ -1,0 +1,185 @@
+// MrTable: a protection domain's memory-registration table — keys, access rights, bounds, and
+// the translation of (key, address, length) into an IOVA the device can use.
+//
+// Keys are `index << 8 | consumer_key`: the index picks a slot, the 8-bit consumer key tells
+// one registration of that slot from the next, so a key kept after deregistration fails with
+// stale_key once the slot is reused (until the 8-bit key wraps, as with verbs). Slots are
+// reused oldest-freed first, which makes such wrapping take as long as possible.
+//
+// A slot holds one of three kinds of object, sharing one key space as verbs devices do:
+//   - a memory region from add() (ibv_reg_mr): valid until remove();
+//   - a fast-register MR from alloc_unbound() (ibv_alloc_mr): invalid until bind(), which sets
+//     its range and a new consumer key chosen by the application (IBV_WR_REG_MR); invalid
+//     again after local_invalidate();
+//   - a type-2B memory window from alloc_window() (ibv_alloc_mw): invalid until bind_window()
+//     narrows an MR with MW_BIND to a sub-range with fewer rights; invalidate_window() revokes.
+// lkey and rkey are the same number for now (one slot per registration); callers keep both so
+// that this can change.
+//
+// Capacity is fixed at construction: add/remove/translate/bind never allocate. translate() is
+// the fast path (O(1), inline, noexcept). Not thread-safe: control-path callers serialise.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "vfab/iova.hpp"
+#include "vfab/result.hpp"
+
+namespace vfab::dma {
+
+// Access rights, with the values of enum ibv_access_flags so a verbs-compatible layer can
+// pass them through. Local read is always allowed.
+enum class Access : uint32_t {
+    none = 0,
+    local_write = 1u << 0,
+    remote_write = 1u << 1,
+    remote_read = 1u << 2,
+    remote_atomic = 1u << 3,
+    mw_bind = 1u << 4,
+    zero_based = 1u << 5,
+    all = (1u << 6) - 1,
+};
+
+constexpr Access operator|(Access a, Access b) noexcept { return Access(uint32_t(a) | uint32_t(b)); }
+constexpr Access operator&(Access a, Access b) noexcept { return Access(uint32_t(a) & uint32_t(b)); }
+constexpr Access operator~(Access a) noexcept { return Access(~uint32_t(a) & uint32_t(Access::all)); }
+constexpr Access& operator|=(Access& a, Access b) noexcept { return a = a | b; }
+// True when `set` holds every bit of `bits`.
+constexpr bool has(Access set, Access bits) noexcept { return (set & bits) == bits; }
+
+enum class MrStatus : uint8_t {
+    ok,
+    bad_key,         // index out of range, or the slot is free
+    stale_key,       // the slot is in use under another consumer key
+    out_of_bounds,   // [addr, addr + len) not inside the registration (or wraps past 2^64)
+    access_denied,   // the registration lacks a required right
+    invalid_state,   // allocated but not bound, invalidated, of the wrong kind, or a window
+                     // whose MR has gone
+};
+const char* to_string(MrStatus s) noexcept;
+
+enum class MrState : uint8_t { free, valid, invalid };
+
+struct MrEntry {
+    uint64_t addr = 0;       // virtual start as registered
+    uint64_t length = 0;
+    Iova iova;               // IOVA of the first byte
+    Access access = Access::none;
+    // Zero-based: translate() takes addresses as offsets from 0, not virtual addresses.
+    constexpr bool zero_based() const noexcept { return has(access, Access::zero_based); }
+};
+
+struct MrKeys {
+    uint32_t lkey = 0;
+    uint32_t rkey = 0;
+};
+
+struct Translation {
+    MrStatus status = MrStatus::bad_key;
+    Iova iova;   // meaningful only when status == ok
+};
+
+constexpr uint32_t make_key(uint32_t index, uint8_t consumer_key) noexcept { return index << 8 | consumer_key; }
+constexpr uint32_t key_index(uint32_t key) noexcept { return key >> 8; }
+constexpr uint8_t key_consumer(uint32_t key) noexcept { return uint8_t(key & 0xff); }
+
+class MrTable {
+public:
+    static constexpr uint32_t kMaxCapacity = 1u << 24;   // what a 24-bit index can address
+
+    static Result<MrTable> create(uint32_t capacity);
+
+    // Registers `e` (ibv_reg_mr). Errors: zero length, a range that wraps, REMOTE_WRITE or
+    // REMOTE_ATOMIC without LOCAL_WRITE (as verbs requires), unknown bits, a full table.
+    Result<MrKeys> add(const MrEntry& e);
+    // Deregisters an MR or deallocates a fast-register MR or window; its keys fail from now
+    // on. Windows bound to a removed MR fail with invalid_state.
+    MrStatus remove(uint32_t key) noexcept;
+
+    // The IOVA of `addr` when [addr, addr + len) lies inside the registration behind `key` and
+    // it grants `required`. Through a window: the window's bounds and rights, then its MR's
+    // liveness.
+    Translation translate(uint32_t key, uint64_t addr, uint64_t len, Access required) const noexcept;
+
+    // Fast registration: a slot of at most `max_len` bytes, invalid until bound.
+    Result<uint32_t> alloc_unbound(uint64_t max_len);
+    // Binds the unbound MR `key` to `e` under the new consumer key `new_key` (the application
+    // picks it, usually key + 1); the MR's key is then make_key(key_index(key), new_key).
+    MrStatus bind(uint32_t key, uint8_t new_key, const MrEntry& e) noexcept;
+    // Valid -> invalid for fast-register MRs and windows (idempotent); invalid_state for
+    // MRs from add(), which only remove() ends.
+    MrStatus local_invalidate(uint32_t key) noexcept;
+
+    // Type-2B memory windows.
+    Result<uint32_t> alloc_window();
+    // Binds window `window_key` (unbound) to [addr, addr + len) of MR `mr_key`, which must be
+    // valid, have MW_BIND, contain the range and hold every right in `access` (remote rights
+    // and ZERO_BASED only). `addr` is in the MR's address space (an offset when it is
+    // zero-based). The window's key becomes make_key(key_index(window_key), new_key).
+    MrStatus bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_key, uint64_t addr, uint64_t len,
+                         Access access) noexcept;
+    MrStatus invalidate_window(uint32_t key) noexcept;
+
+    // Inspection (diagnostics, tests, the control path).
+    MrState state(uint32_t key) const noexcept;   // of the key's slot, whatever its consumer key
+    const MrEntry* find(uint32_t key) const noexcept;   // the entry when `key` is current, else null
+    uint32_t capacity() const noexcept { return static_cast<uint32_t>(slots_.size()); }
+    uint32_t size() const noexcept { return capacity() - free_count_; }
+
+private:
+    enum class Kind : uint8_t { region, fast_reg, window };
+    struct Slot {
+        MrEntry entry;
+        uint64_t max_len = 0;     // fast-register MRs: the most bind() may cover
+        uint32_t parent_key = 0;  // windows: the MR they are bound to
+        uint8_t key = 0;          // the current consumer key
+        MrState state = MrState::free;
+        Kind kind = Kind::region;
+    };
+
+    explicit MrTable(uint32_t capacity);
+    MrStatus lookup(uint32_t key, uint32_t& index) const noexcept;
+    uint32_t take_slot(Kind kind, MrState state) noexcept;
+    Error full() const;
+    bool window_parent_alive(const Slot& window) const noexcept;
+    static Translation resolve(const MrEntry& e, uint64_t addr, uint64_t len, Access required) noexcept;
+
+    std::vector<Slot> slots_;
+    // Free slot indices as a FIFO ring: reusing the oldest-freed slot keeps stale keys
+    // detectable for as long as possible.
+    std::vector<uint32_t> free_ring_;
+    uint32_t free_head_ = 0;
+    uint32_t free_count_ = 0;
+};
+
+// ---- fast path ---------------------------------------------------------------------------
+
+inline Translation MrTable::resolve(const MrEntry& e, uint64_t addr, uint64_t len, Access required) noexcept {
+    if (!e.zero_based() && addr < e.addr) return {MrStatus::out_of_bounds, {}};
+    const uint64_t off = e.zero_based() ? addr : addr - e.addr;
+    // Written so that no sum can wrap: off <= length, then len <= what is left.
+    if (off > e.length || len > e.length - off) return {MrStatus::out_of_bounds, {}};
+    if (!has(e.access, required)) return {MrStatus::access_denied, {}};
+    return {MrStatus::ok, e.iova + off};
+}
+
+inline bool MrTable::window_parent_alive(const Slot& window) const noexcept {
+    const Slot& mr = slots_[key_index(window.parent_key)];
+    return mr.state == MrState::valid && mr.key == key_consumer(window.parent_key);
+}
+
+inline Translation MrTable::translate(uint32_t key, uint64_t addr, uint64_t len, Access required) const noexcept {
+    const uint32_t index = key_index(key);
+    if (index >= slots_.size()) return {MrStatus::bad_key, {}};
+    const Slot& s = slots_[index];
+    if (s.state == MrState::free) return {MrStatus::bad_key, {}};
+    if (s.key != key_consumer(key)) return {MrStatus::stale_key, {}};
+    if (s.state != MrState::valid) return {MrStatus::invalid_state, {}};
+    const Translation t = resolve(s.entry, addr, len, required);
+    if (t.status == MrStatus::ok && s.kind == Kind::window && !window_parent_alive(s))
+        return {MrStatus::invalid_state, {}};
+    return t;
+}
+
+}  // namespace vfab::dma
