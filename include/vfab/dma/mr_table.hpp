@@ -142,6 +142,8 @@ private:
     MrStatus lookup(uint32_t key, uint32_t& index) const noexcept;
     uint32_t take_slot(Kind kind, MrState state) noexcept;
     Error full() const;
+    MrStatus set_invalid(uint32_t key, bool windows_only) noexcept;
+    static void make_valid(Slot& s, const MrEntry& e, uint8_t new_key) noexcept;
     bool window_parent_alive(const Slot& window) const noexcept;
     static Translation resolve(const MrEntry& e, uint64_t addr, uint64_t len, Access required) noexcept;
 

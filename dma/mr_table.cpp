@@ -1,0 +1,172 @@
+// MrTable: slot management and the control-path operations (see the header).
+#include "vfab/dma/mr_table.hpp"
+
+#include <cerrno>
+
+namespace vfab::dma {
+
+namespace {
+
+constexpr Access kRemote = Access::remote_write | Access::remote_read | Access::remote_atomic;
+
+// The verbs rule: a region others may write to must be writable locally too.
+bool remote_write_needs_local(Access a) {
+    return (a & (Access::remote_write | Access::remote_atomic)) == Access::none || has(a, Access::local_write);
+}
+
+// Whether [addr, addr + length) and [iova, iova + length) stay below 2^64.
+bool fits(const MrEntry& e) {
+    const uint64_t last = e.length - 1;
+    return (e.zero_based() || e.addr <= UINT64_MAX - last) && e.iova.value <= UINT64_MAX - last;
+}
+
+}  // namespace
+
+const char* to_string(MrStatus s) noexcept {
+    switch (s) {
+    case MrStatus::ok: return "ok";
+    case MrStatus::bad_key: return "bad key";
+    case MrStatus::stale_key: return "stale key";
+    case MrStatus::out_of_bounds: return "out of bounds";
+    case MrStatus::access_denied: return "access denied";
+    case MrStatus::invalid_state: return "invalid state";
+    }
+    return "?";
+}
+
+Result<MrTable> MrTable::create(uint32_t capacity) {
+    if (capacity == 0 || capacity > kMaxCapacity)
+        return Error{EINVAL, str_cat("memory-registration table: capacity ", capacity, " must be 1 to ",
+                                     kMaxCapacity, " (keys hold a 24-bit index)")};
+    return MrTable(capacity);
+}
+
+MrTable::MrTable(uint32_t capacity) : slots_(capacity), free_ring_(capacity), free_count_(capacity) {
+    for (uint32_t i = 0; i < capacity; ++i) free_ring_[i] = i;
+}
+
+Error MrTable::full() const {
+    return Error{ENOSPC, str_cat("memory-registration table is full (", capacity(),
+                                 " entries) — deregister regions or windows no longer used, or create the "
+                                 "protection domain with a larger table")};
+}
+
+// Pops the oldest free slot and starts a new registration in it under a new consumer key.
+uint32_t MrTable::take_slot(Kind kind, MrState state) noexcept {
+    const uint32_t index = free_ring_[free_head_];
+    free_head_ = free_head_ + 1 == capacity() ? 0 : free_head_ + 1;
+    --free_count_;
+    Slot& s = slots_[index];
+    s.key = static_cast<uint8_t>(s.key + 1);   // so keys of the slot's previous life fail
+    s.kind = kind;
+    s.state = state;
+    return make_key(index, s.key);
+}
+
+MrStatus MrTable::lookup(uint32_t key, uint32_t& index) const noexcept {
+    index = key_index(key);
+    if (index >= slots_.size() || slots_[index].state == MrState::free) return MrStatus::bad_key;
+    return slots_[index].key == key_consumer(key) ? MrStatus::ok : MrStatus::stale_key;
+}
+
+Result<MrKeys> MrTable::add(const MrEntry& e) {
+    if (e.length == 0) return Error{EINVAL, "memory registration: zero length — register at least one byte"};
+    if (!has(Access::all, e.access))
+        return Error{EINVAL, str_cat("memory registration: unknown access bits 0x", std::hex, uint32_t(e.access))};
+    if (!remote_write_needs_local(e.access))
+        return Error{EINVAL, "memory registration: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE as well"};
+    if (!fits(e))
+        return Error{EINVAL, str_cat("memory registration of ", e.length, " bytes at 0x", std::hex, e.addr,
+                                     " (IOVA 0x", e.iova.value, ") wraps past the end of the address space")};
+    if (free_count_ == 0) return full();
+    const uint32_t key = take_slot(Kind::region, MrState::valid);
+    slots_[key_index(key)].entry = e;
+    return MrKeys{key, key};
+}
+
+MrStatus MrTable::remove(uint32_t key) noexcept {
+    uint32_t index = 0;
+    if (MrStatus st = lookup(key, index); st != MrStatus::ok) return st;
+    const uint8_t consumer = slots_[index].key;
+    slots_[index] = Slot{};
+    slots_[index].key = consumer;   // the next take_slot() bumps it
+    free_ring_[(free_head_ + free_count_) % capacity()] = index;
+    ++free_count_;
+    return MrStatus::ok;
+}
+
+Result<uint32_t> MrTable::alloc_unbound(uint64_t max_len) {
+    if (max_len == 0) return Error{EINVAL, "fast-register MR: zero maximum length"};
+    if (free_count_ == 0) return full();
+    const uint32_t key = take_slot(Kind::fast_reg, MrState::invalid);
+    slots_[key_index(key)].max_len = max_len;
+    return key;
+}
+
+MrStatus MrTable::bind(uint32_t key, uint8_t new_key, const MrEntry& e) noexcept {
+    uint32_t index = 0;
+    if (MrStatus st = lookup(key, index); st != MrStatus::ok) return st;
+    Slot& s = slots_[index];
+    if (s.kind != Kind::fast_reg || s.state != MrState::invalid) return MrStatus::invalid_state;
+    if (e.length == 0 || e.length > s.max_len || !fits(e)) return MrStatus::out_of_bounds;
+    if (!has(Access::all, e.access) || !remote_write_needs_local(e.access)) return MrStatus::access_denied;
+    make_valid(s, e, new_key);
+    return MrStatus::ok;
+}
+
+MrStatus MrTable::local_invalidate(uint32_t key) noexcept { return set_invalid(key, false); }
+
+Result<uint32_t> MrTable::alloc_window() {
+    if (free_count_ == 0) return full();
+    return take_slot(Kind::window, MrState::invalid);
+}
+
+MrStatus MrTable::bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_key, uint64_t addr, uint64_t len,
+                              Access access) noexcept {
+    uint32_t w = 0, m = 0;
+    if (MrStatus st = lookup(window_key, w); st != MrStatus::ok) return st;
+    if (slots_[w].kind != Kind::window || slots_[w].state != MrState::invalid) return MrStatus::invalid_state;
+    if (MrStatus st = lookup(mr_key, m); st != MrStatus::ok) return st;
+    if (slots_[m].kind == Kind::window) return MrStatus::invalid_state;
+    if (len == 0) return MrStatus::out_of_bounds;
+    // Checks the MR's state, bounds and MW_BIND at once, and gives the window's IOVA.
+    const Translation t = translate(mr_key, addr, len, Access::mw_bind);
+    if (t.status != MrStatus::ok) return t.status;
+    if (!has(kRemote | Access::zero_based, access)) return MrStatus::access_denied;
+    if (!has(slots_[m].entry.access, access & kRemote)) return MrStatus::access_denied;
+    slots_[w].parent_key = mr_key;
+    make_valid(slots_[w], MrEntry{addr, len, t.iova, access}, new_key);
+    return MrStatus::ok;
+}
+
+MrStatus MrTable::invalidate_window(uint32_t key) noexcept { return set_invalid(key, true); }
+
+// Valid -> invalid for what may be invalidated: fast-register MRs (unless `windows_only`) and
+// windows; MRs from add() end only with remove().
+MrStatus MrTable::set_invalid(uint32_t key, bool windows_only) noexcept {
+    uint32_t index = 0;
+    if (MrStatus st = lookup(key, index); st != MrStatus::ok) return st;
+    const Kind kind = slots_[index].kind;
+    if (kind == Kind::region || (windows_only && kind != Kind::window)) return MrStatus::invalid_state;
+    slots_[index].state = MrState::invalid;
+    return MrStatus::ok;
+}
+
+// Binding sets the range and the consumer key the application chose.
+void MrTable::make_valid(Slot& s, const MrEntry& e, uint8_t new_key) noexcept {
+    s.entry = e;
+    s.key = new_key;
+    s.state = MrState::valid;
+}
+
+MrState MrTable::state(uint32_t key) const noexcept {
+    const uint32_t index = key_index(key);
+    return index < slots_.size() ? slots_[index].state : MrState::free;
+}
+
+const MrEntry* MrTable::find(uint32_t key) const noexcept {
+    uint32_t index = 0;
+    return lookup(key, index) == MrStatus::ok ? &slots_[index].entry : nullptr;
+}
+
+}  // namespace vfab::dma

@@ -1,0 +1,56 @@
+// A DMA arena: DMA memory mapped whole into an IOMMU context with one mapping, so that any
+// buffer inside it has an IOVA by arithmetic — no system call per buffer, and the IOMMU's
+// mapping limit (65535 on type1) is never what runs out. Memory registration inside an arena
+// costs nothing but a table entry.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "vfab/dma/dma_memory.hpp"
+#include "vfab/iova.hpp"
+#include "vfab/vfio/iommu.hpp"
+
+namespace vfab::dma {
+
+class DmaArena {
+public:
+    // Allocates `len` bytes (rounded up to pages) and maps them for device reads and writes.
+    // The IOVA is `iova` when given, else the memory's own virtual address (IOVA = VA) when
+    // the IOMMU allows that range; no-IOMMU contexts use the physical address (the arena must
+    // then fit in one hugepage).
+    static Result<DmaArena> create(std::shared_ptr<vfio::IommuContext> ctx, size_t len,
+                                   const DmaMemoryOptions& opts = {}, std::optional<Iova> iova = {});
+
+    DmaArena(DmaArena&& o) noexcept = default;
+    DmaArena& operator=(DmaArena&& o) noexcept;
+    DmaArena(const DmaArena&) = delete;
+    DmaArena& operator=(const DmaArena&) = delete;
+    ~DmaArena();
+
+    uint8_t* data() const { return mem_.data(); }
+    size_t size() const { return mem_.size(); }
+    Iova iova() const { return iova_; }
+    const DmaMemory& memory() const { return mem_; }
+    vfio::IommuContext& iommu() const { return *ctx_; }
+
+    bool contains(const void* p, size_t len) const noexcept {
+        auto off = static_cast<size_t>(static_cast<const uint8_t*>(p) - mem_.data());
+        return static_cast<const uint8_t*>(p) >= mem_.data() && off <= mem_.size() && len <= mem_.size() - off;
+    }
+    // The IOVA of an address inside the arena (unchecked: use contains()).
+    Iova iova_of(const void* p) const noexcept {
+        return iova_ + static_cast<uint64_t>(static_cast<const uint8_t*>(p) - mem_.data());
+    }
+
+private:
+    DmaArena(std::shared_ptr<vfio::IommuContext> ctx, DmaMemory mem, Iova iova)
+        : ctx_(std::move(ctx)), mem_(std::move(mem)), iova_(iova) {}
+    void unmap();
+
+    std::shared_ptr<vfio::IommuContext> ctx_;
+    DmaMemory mem_;
+    Iova iova_;
+};
+
+}  // namespace vfab::dma

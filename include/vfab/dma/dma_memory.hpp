@@ -1,0 +1,52 @@
+// Memory a device DMAs into: hugepage-backed when it can be (a memfd with MFD_HUGETLB, so no
+// hugetlbfs mount is needed; 2 MiB pages, or 1 GiB when asked), else 4 KiB pages with a single
+// warning; placed on the device's NUMA node; zeroed and locked. The memfd stays open so the
+// memory can be shared (vhost-user hands it to the backend).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "vfab/result.hpp"
+
+namespace vfab::dma {
+
+enum class PageSize : uint64_t { automatic = 0, k4 = 4096, m2 = 2u << 20, g1 = 1u << 30 };
+
+struct DmaMemoryOptions {
+    // automatic: 2 MiB hugepages, else 4 KiB pages (warning once per process).
+    // m2 / g1: those hugepages or an error saying how to reserve them. k4: plain pages.
+    PageSize page_size = PageSize::automatic;
+    int numa_node = -1;   // -1: wherever the kernel puts it (use the device's node: PciSysfs)
+};
+
+class DmaMemory {
+public:
+    // `len` is rounded up to a whole number of pages.
+    static Result<DmaMemory> allocate(size_t len, const DmaMemoryOptions& opts = {});
+
+    DmaMemory(DmaMemory&& o) noexcept;
+    DmaMemory& operator=(DmaMemory&& o) noexcept;
+    DmaMemory(const DmaMemory&) = delete;
+    DmaMemory& operator=(const DmaMemory&) = delete;
+    ~DmaMemory();
+
+    uint8_t* data() const { return base_; }
+    size_t size() const { return len_; }
+    size_t page_size() const { return page_; }
+    bool huge() const { return page_ > 4096; }
+    int fd() const { return fd_; }
+    int numa_node() const { return node_; }
+
+private:
+    DmaMemory() = default;
+    void release();
+
+    uint8_t* base_ = nullptr;
+    size_t len_ = 0;
+    size_t page_ = 0;
+    int fd_ = -1;
+    int node_ = -1;
+};
+
+}  // namespace vfab::dma

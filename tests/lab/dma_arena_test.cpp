@@ -1,0 +1,117 @@
+// DMA memory and arenas through real VFIO: hugepage memory on demand, clear errors when
+// hugepages run out, and QEMU's edu device DMAing in and out of an arena by IOVA arithmetic.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "lab_env.hpp"
+#include "vfab/dma/dma_arena.hpp"
+#include "vfab/vfio/device.hpp"
+
+namespace vfab::lab {
+namespace {
+using namespace vfab::dma;
+using vfio::IommuBackend;
+
+TEST(DmaMemory, HugepagesZeroedLockedAndShareable) {
+    auto m = DmaMemory::allocate(3 << 20);   // rounds up to two 2 MiB pages
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_TRUE(m->huge());
+    EXPECT_EQ(m->page_size(), 2u << 20);
+    EXPECT_EQ(m->size(), 4u << 20);
+    EXPECT_GE(m->fd(), 0);
+    for (size_t i = 0; i < m->size(); i += 4096) ASSERT_EQ(m->data()[i], 0) << i;
+    std::memset(m->data(), 0xab, m->size());
+}
+
+TEST(DmaMemory, RunningOutOfHugepagesSaysHowToReserveThem) {
+    // The lab reserves 64 x 2 MiB; 1 GiB of them is not there.
+    DmaMemoryOptions opts;
+    opts.page_size = PageSize::m2;
+    auto m = DmaMemory::allocate(1u << 30, opts);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.error().message.find("not enough free 2 MiB hugepages"), std::string::npos) << m.error().message;
+    EXPECT_NE(m.error().message.find("vfio-devctl hugepages --reserve 512 --size 2M"), std::string::npos)
+        << m.error().message;
+    opts.page_size = PageSize::g1;
+    auto g = DmaMemory::allocate(1u << 30, opts);
+    ASSERT_FALSE(g.ok());
+    EXPECT_NE(g.error().message.find("1 GiB hugepages"), std::string::npos) << g.error().message;
+}
+
+TEST(DmaMemory, FallsBackTo4KiBWhenHugepagesRunOut) {
+    auto m = DmaMemory::allocate(256u << 20);   // more than the 128 MiB of hugepages
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_FALSE(m->huge());
+    EXPECT_EQ(m->page_size(), 4096u);
+}
+
+TEST(DmaMemory, OnTheDevicesNumaNode) {
+    DmaMemoryOptions opts;
+    opts.numa_node = 0;
+    auto m = DmaMemory::allocate(2 << 20, opts);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(m->numa_node(), 0);
+}
+
+// edu registers (QEMU docs/specs/edu.rst).
+constexpr uint64_t kDmaSrc = 0x80, kDmaDst = 0x88, kDmaCount = 0x90, kDmaCmd = 0x98, kEduBuffer = 0x40000;
+
+void edu_dma(vfio::Region* bar, uint64_t src, uint64_t dst, uint64_t len, bool to_ram) {
+    bar->write64(kDmaSrc, src);
+    bar->write64(kDmaDst, dst);
+    bar->write64(kDmaCount, len);
+    bar->write64(kDmaCmd, 1 | (to_ram ? 2 : 0));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (bar->read64(kDmaCmd) & 1) {
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "edu DMA never completed";
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+}
+
+class Arena : public ::testing::TestWithParam<IommuBackend> {};
+
+TEST_P(Arena, EduDmasThroughArenaIovas) {
+    vfio::DeviceOptions o;
+    o.backend = GetParam();
+    auto dev = vfio::Device::open(address_of("edu"), o);
+    ASSERT_TRUE(dev.ok()) << dev.error().message;
+    ASSERT_TRUE((*dev)->enable_bus_master().ok());
+    vfio::Region* bar = *(*dev)->region(0);
+
+    auto arena = DmaArena::create((*dev)->iommu_shared(), 2 << 20);
+    ASSERT_TRUE(arena.ok()) << arena.error().message;
+    EXPECT_EQ((*dev)->iommu().mappings().size(), 1u) << "one IOMMU mapping for the whole arena";
+    uint8_t* src = arena->data() + 8192;
+    uint8_t* dst = arena->data() + (1 << 20) + 64;
+    for (int i = 0; i < 1024; ++i) src[i] = static_cast<uint8_t>(i ^ 0x5a);
+    ASSERT_TRUE(arena->contains(src, 1024));
+    EXPECT_FALSE(arena->contains(arena->data() + arena->size() - 10, 11));
+    edu_dma(bar, arena->iova_of(src).value, kEduBuffer, 1024, false);
+    edu_dma(bar, kEduBuffer, arena->iova_of(dst).value, 1024, true);
+    EXPECT_EQ(std::memcmp(src, dst, 1024), 0);
+
+    // Once the arena is gone, so is its mapping: the device's DMA to it faults.
+    Iova gone = arena->iova_of(dst);
+    arena = Error{ENOENT, "destroyed"};
+    EXPECT_TRUE((*dev)->iommu().mappings().empty());
+    if (GetParam() == IommuBackend::noiommu) return;   // nothing to fault without an IOMMU
+    std::system("dmesg -c >/dev/null");
+    edu_dma(bar, kEduBuffer, gone.value, 64, true);
+    FILE* p = popen("dmesg", "r");
+    ASSERT_TRUE(p);
+    char line[512];
+    bool fault = false;
+    while (fgets(line, sizeof line, p)) fault |= std::strstr(line, "DMAR") && std::strstr(line, "PTE Write access is not set");
+    pclose(p);
+    EXPECT_TRUE(fault) << "DMA to a destroyed arena's IOVA was not blocked";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Arena, ::testing::ValuesIn(backends()), BackendName());
+
+}  // namespace
+}  // namespace vfab::lab

@@ -1,0 +1,395 @@
+// MrTable: keys, bounds, access, fast registration and memory windows; then random
+// add/remove/bind/invalidate/translate sequences checked against a std::map model.
+#include "vfab/dma/mr_table.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <random>
+
+namespace vfab::dma {
+namespace {
+
+constexpr Access kLW = Access::local_write, kRR = Access::remote_read, kRW = Access::remote_write,
+                 kRA = Access::remote_atomic, kBind = Access::mw_bind, kZero = Access::zero_based;
+
+MrTable make(uint32_t capacity) {
+    auto t = MrTable::create(capacity);
+    EXPECT_TRUE(t.ok()) << t.error().message;
+    return std::move(t).value();
+}
+
+uint32_t must_add(MrTable& t, MrEntry e) {
+    auto k = t.add(e);
+    EXPECT_TRUE(k.ok()) << k.error().message;
+    return k.ok() ? k->lkey : ~0u;
+}
+
+MrStatus status(const MrTable& t, uint32_t key, uint64_t addr, uint64_t len, Access req = Access::none) {
+    return t.translate(key, addr, len, req).status;
+}
+
+TEST(MrTable, CreateChecksTheCapacity) {
+    EXPECT_EQ(MrTable::create(0).error().code, EINVAL);
+    EXPECT_EQ(MrTable::create(MrTable::kMaxCapacity + 1).error().code, EINVAL);
+    EXPECT_EQ(make(8).capacity(), 8u);
+}
+
+TEST(MrTable, KeysAreIndexAndConsumerKeyAndLkeyEqualsRkey) {
+    MrTable t = make(4);
+    auto k = t.add({0x1000, 0x1000, Iova(0x5000), kLW});
+    ASSERT_TRUE(k.ok());
+    EXPECT_EQ(k->lkey, k->rkey);
+    EXPECT_EQ(key_index(k->lkey), 0u);
+    EXPECT_EQ(k->lkey, make_key(0, key_consumer(k->lkey)));
+    EXPECT_EQ(key_index(must_add(t, {0x1000, 1, Iova(0), kLW})), 1u);
+    EXPECT_EQ(t.size(), 2u);
+    EXPECT_EQ(t.state(k->lkey), MrState::valid);
+    ASSERT_NE(t.find(k->lkey), nullptr);
+    EXPECT_EQ(t.find(k->lkey)->iova, Iova(0x5000));
+}
+
+TEST(MrTable, TranslatesInsideTheRegionAndNowhereElse) {
+    MrTable t = make(4);
+    const uint32_t k = must_add(t, {0x10000, 0x2000, Iova(0x800000), kLW});
+    Translation tr = t.translate(k, 0x10010, 0x100, kLW);
+    EXPECT_EQ(tr.status, MrStatus::ok);
+    EXPECT_EQ(tr.iova, Iova(0x800010));
+    EXPECT_EQ(status(t, k, 0x10000, 0x2000), MrStatus::ok);     // exactly the region
+    EXPECT_EQ(status(t, k, 0x12000, 0), MrStatus::ok);          // empty, at the end
+    EXPECT_EQ(status(t, k, 0x10001, 0x2000), MrStatus::out_of_bounds);
+    EXPECT_EQ(status(t, k, 0xffff, 2), MrStatus::out_of_bounds);
+    EXPECT_EQ(status(t, k, 0x12000, 1), MrStatus::out_of_bounds);
+    EXPECT_EQ(status(t, k, 0x10001, UINT64_MAX), MrStatus::out_of_bounds);   // addr + len wraps
+    EXPECT_EQ(status(t, k, UINT64_MAX, 2), MrStatus::out_of_bounds);
+}
+
+TEST(MrTable, ZeroBasedRegionsTakeOffsets) {
+    MrTable t = make(4);
+    const uint32_t k = must_add(t, {0x7f0000001000, 0x3000, Iova(0x100000), kLW | kZero});
+    Translation tr = t.translate(k, 0x2ff0, 0x10, kLW);
+    EXPECT_EQ(tr.status, MrStatus::ok);
+    EXPECT_EQ(tr.iova, Iova(0x102ff0));
+    EXPECT_EQ(status(t, k, 0x7f0000001000, 1), MrStatus::out_of_bounds);   // a virtual address
+    EXPECT_EQ(status(t, k, 0x2ff0, 0x11), MrStatus::out_of_bounds);
+    // A zero-based region's virtual start does not limit it, even at the top of the space.
+    EXPECT_TRUE(t.add({UINT64_MAX, 0x1000, Iova(0), kZero}).ok());
+}
+
+TEST(MrTable, AccessRightsAreChecked) {
+    MrTable t = make(4);
+    const uint32_t ro = must_add(t, {0x1000, 0x1000, Iova(0), Access::none});
+    const uint32_t rr = must_add(t, {0x1000, 0x1000, Iova(0), kLW | kRR});
+    EXPECT_EQ(status(t, ro, 0x1000, 8), MrStatus::ok);   // local read needs nothing
+    EXPECT_EQ(status(t, ro, 0x1000, 8, kLW), MrStatus::access_denied);
+    EXPECT_EQ(status(t, rr, 0x1000, 8, kLW | kRR), MrStatus::ok);
+    EXPECT_EQ(status(t, rr, 0x1000, 8, kRW), MrStatus::access_denied);
+    EXPECT_EQ(status(t, rr, 0x1000, 8, kRR | kRA), MrStatus::access_denied);
+    EXPECT_EQ(status(t, rr, 0x3000, 8, kRW), MrStatus::out_of_bounds);   // bounds before rights
+}
+
+TEST(MrTable, AddRejectsWhatVerbsRejects) {
+    MrTable t = make(4);
+    EXPECT_EQ(t.add({0x1000, 0, Iova(0), kLW}).error().code, EINVAL);
+    EXPECT_EQ(t.add({UINT64_MAX - 10, 12, Iova(0), kLW}).error().code, EINVAL);
+    EXPECT_EQ(t.add({0, 0x1000, Iova(UINT64_MAX - 0xffe), kLW}).error().code, EINVAL);
+    EXPECT_EQ(t.add({0, 0x1000, Iova(UINT64_MAX - 0xfff), kLW}).ok(), true);   // ends at the top
+    auto rw = t.add({0x1000, 0x1000, Iova(0), kRW});
+    ASSERT_FALSE(rw.ok());
+    EXPECT_NE(rw.error().message.find("need LOCAL_WRITE"), std::string::npos);
+    EXPECT_FALSE(t.add({0x1000, 0x1000, Iova(0), kRA | kRR}).ok());
+    EXPECT_FALSE(t.add({0x1000, 0x1000, Iova(0), Access(1u << 7)}).ok());
+    EXPECT_EQ(t.size(), 1u);
+}
+
+TEST(MrTable, AFullTableIsAClearError) {
+    MrTable t = make(2);
+    const uint32_t a = must_add(t, {0x1000, 1, Iova(0), kLW});
+    must_add(t, {0x1000, 1, Iova(0), kLW});
+    auto full = t.add({0x1000, 1, Iova(0), kLW});
+    ASSERT_FALSE(full.ok());
+    EXPECT_EQ(full.error().code, ENOSPC);
+    EXPECT_NE(full.error().message.find("full (2 entries)"), std::string::npos);
+    EXPECT_EQ(t.alloc_unbound(4096).error().code, ENOSPC);
+    EXPECT_EQ(t.alloc_window().error().code, ENOSPC);
+    EXPECT_EQ(t.remove(a), MrStatus::ok);
+    EXPECT_TRUE(t.add({0x1000, 1, Iova(0), kLW}).ok());
+}
+
+TEST(MrTable, RemovedAndReusedKeysFail) {
+    MrTable t = make(1);
+    const uint32_t old = must_add(t, {0x1000, 0x1000, Iova(0), kLW});
+    EXPECT_EQ(t.remove(old), MrStatus::ok);
+    EXPECT_EQ(status(t, old, 0x1000, 1), MrStatus::bad_key);   // the slot is free
+    EXPECT_EQ(t.remove(old), MrStatus::bad_key);
+    EXPECT_EQ(t.find(old), nullptr);
+    const uint32_t now = must_add(t, {0x1000, 0x1000, Iova(0), kLW});
+    EXPECT_EQ(key_index(now), key_index(old));
+    EXPECT_NE(now, old);
+    EXPECT_EQ(status(t, old, 0x1000, 1), MrStatus::stale_key);
+    EXPECT_EQ(t.remove(old), MrStatus::stale_key);
+    EXPECT_EQ(status(t, now, 0x1000, 1), MrStatus::ok);
+    EXPECT_EQ(status(t, make_key(1, key_consumer(now)), 0x1000, 1), MrStatus::bad_key);   // past the end
+    EXPECT_EQ(status(t, UINT32_MAX, 0, 0), MrStatus::bad_key);
+}
+
+TEST(MrTable, ConsumerKeysWrapAfter256Registrations) {
+    MrTable t = make(1);
+    const uint32_t first = must_add(t, {0x1000, 1, Iova(0), kLW});
+    uint32_t key = first;
+    for (int i = 0; i < 255; ++i) {
+        ASSERT_EQ(t.remove(key), MrStatus::ok);
+        key = must_add(t, {0x1000, 1, Iova(0), kLW});
+        EXPECT_NE(key, first);
+    }
+    ASSERT_EQ(t.remove(key), MrStatus::ok);
+    EXPECT_EQ(must_add(t, {0x1000, 1, Iova(0), kLW}), first);   // the limit of an 8-bit key
+}
+
+TEST(MrTable, FreedSlotsAreReusedOldestFirst) {
+    MrTable t = make(3);
+    const uint32_t a = must_add(t, {0x1000, 1, Iova(0), kLW}), b = must_add(t, {0x1000, 1, Iova(0), kLW});
+    must_add(t, {0x1000, 1, Iova(0), kLW});
+    ASSERT_EQ(t.remove(b), MrStatus::ok);
+    ASSERT_EQ(t.remove(a), MrStatus::ok);
+    EXPECT_EQ(key_index(must_add(t, {0x1000, 1, Iova(0), kLW})), key_index(b));
+    EXPECT_EQ(key_index(must_add(t, {0x1000, 1, Iova(0), kLW})), key_index(a));
+}
+
+TEST(MrTable, FastRegisterBindsInvalidatesAndRebinds) {
+    MrTable t = make(4);
+    auto alloc = t.alloc_unbound(0x10000);
+    ASSERT_TRUE(alloc.ok());
+    const uint32_t k0 = *alloc;
+    EXPECT_EQ(t.state(k0), MrState::invalid);
+    EXPECT_EQ(status(t, k0, 0, 1), MrStatus::invalid_state);
+    const uint8_t ck = static_cast<uint8_t>(key_consumer(k0) + 1);
+    const MrEntry e{0x40000, 0x8000, Iova(0x900000), kLW | kRR};
+    EXPECT_EQ(t.bind(k0 ^ 1, ck, e), MrStatus::stale_key);
+    EXPECT_EQ(t.bind(k0, ck, {0x40000, 0x10001, Iova(0), kLW}), MrStatus::out_of_bounds);   // > max_len
+    EXPECT_EQ(t.bind(k0, ck, {0x40000, 0, Iova(0), kLW}), MrStatus::out_of_bounds);
+    EXPECT_EQ(t.bind(k0, ck, {0x40000, 0x1000, Iova(0), kRW}), MrStatus::access_denied);
+    ASSERT_EQ(t.bind(k0, ck, e), MrStatus::ok);
+    const uint32_t k1 = make_key(key_index(k0), ck);
+    EXPECT_EQ(status(t, k0, 0x40000, 1), MrStatus::stale_key);
+    Translation tr = t.translate(k1, 0x47fff, 1, kRR);
+    EXPECT_EQ(tr.status, MrStatus::ok);
+    EXPECT_EQ(tr.iova, Iova(0x907fff));
+    EXPECT_EQ(t.bind(k1, ck, e), MrStatus::invalid_state);   // bound already: invalidate first
+    EXPECT_EQ(t.local_invalidate(k1), MrStatus::ok);
+    EXPECT_EQ(t.local_invalidate(k1), MrStatus::ok);          // idempotent
+    EXPECT_EQ(status(t, k1, 0x40000, 1), MrStatus::invalid_state);
+    ASSERT_EQ(t.bind(k1, 7, {0, 0x10000, Iova(0x100000), kLW | kZero}), MrStatus::ok);
+    EXPECT_EQ(t.translate(make_key(key_index(k0), 7), 0xffff, 1, kLW).iova, Iova(0x10ffff));
+    EXPECT_EQ(t.remove(make_key(key_index(k0), 7)), MrStatus::ok);
+}
+
+TEST(MrTable, OrdinaryRegionsAreNotFastRegistered) {
+    MrTable t = make(4);
+    const uint32_t k = must_add(t, {0x1000, 0x1000, Iova(0), kLW});
+    EXPECT_EQ(t.bind(k, 9, {0x1000, 0x1000, Iova(0), kLW}), MrStatus::invalid_state);
+    EXPECT_EQ(t.local_invalidate(k), MrStatus::invalid_state);
+    EXPECT_EQ(t.invalidate_window(k), MrStatus::invalid_state);
+    EXPECT_EQ(t.alloc_unbound(0).error().code, EINVAL);
+}
+
+class MrWindows : public ::testing::Test {
+protected:
+    MrTable t_ = make(8);
+    uint32_t mr_ = must_add(t_, {0x100000, 0x10000, Iova(0xa00000), kLW | kRR | kRW | kBind});
+    uint32_t win_ = *t_.alloc_window();
+    uint32_t bound_ = make_key(key_index(win_), 0x42);
+
+    MrStatus bind(uint64_t addr, uint64_t len, Access a) { return t_.bind_window(mr_, win_, 0x42, addr, len, a); }
+};
+
+TEST_F(MrWindows, NarrowBoundsAndRights) {
+    EXPECT_EQ(status(t_, win_, 0x100000, 1), MrStatus::invalid_state);   // not bound yet
+    ASSERT_EQ(bind(0x104000, 0x1000, kRR), MrStatus::ok);
+    Translation tr = t_.translate(bound_, 0x104800, 0x800, kRR);
+    EXPECT_EQ(tr.status, MrStatus::ok);
+    EXPECT_EQ(tr.iova, Iova(0xa04800));
+    EXPECT_EQ(status(t_, bound_, 0x103fff, 1, kRR), MrStatus::out_of_bounds);   // in the MR, not the window
+    EXPECT_EQ(status(t_, bound_, 0x104000, 8, kRW), MrStatus::access_denied);    // the MR has it, the window not
+    EXPECT_EQ(status(t_, win_, 0x104000, 8, kRR), MrStatus::stale_key);
+    EXPECT_EQ(status(t_, mr_, 0x100000, 0x10000, kRW), MrStatus::ok);             // the MR is unchanged
+}
+
+TEST_F(MrWindows, BindChecksTheRegion) {
+    EXPECT_EQ(bind(0x10f000, 0x2000, kRR), MrStatus::out_of_bounds);
+    EXPECT_EQ(bind(0x104000, 0, kRR), MrStatus::out_of_bounds);
+    EXPECT_EQ(bind(0x104000, 0x1000, kRA), MrStatus::access_denied);          // more than the MR has
+    EXPECT_EQ(bind(0x104000, 0x1000, kLW | kRR), MrStatus::access_denied);    // not a window right
+    EXPECT_EQ(t_.bind_window(mr_ ^ 1, win_, 1, 0x104000, 1, kRR), MrStatus::stale_key);
+    EXPECT_EQ(t_.bind_window(win_, win_, 1, 0x104000, 1, kRR), MrStatus::invalid_state);
+    EXPECT_EQ(t_.bind_window(mr_, mr_, 1, 0x104000, 1, kRR), MrStatus::invalid_state);
+    const uint32_t plain = must_add(t_, {0x100000, 0x10000, Iova(0), kLW | kRR});
+    EXPECT_EQ(t_.bind_window(plain, win_, 1, 0x104000, 1, kRR), MrStatus::access_denied);   // no MW_BIND
+    ASSERT_EQ(bind(0x104000, 0x1000, kRR), MrStatus::ok);
+    EXPECT_EQ(t_.bind_window(mr_, bound_, 1, 0x104000, 1, kRR), MrStatus::invalid_state);   // bound already
+}
+
+TEST_F(MrWindows, InvalidationAndTheRegionGoingAwayRevoke) {
+    ASSERT_EQ(bind(0x100000, 0x1000, kRW), MrStatus::ok);
+    EXPECT_EQ(t_.invalidate_window(bound_), MrStatus::ok);
+    EXPECT_EQ(status(t_, bound_, 0x100000, 1, kRW), MrStatus::invalid_state);
+    ASSERT_EQ(t_.bind_window(mr_, bound_, 0x43, 0x100000, 0x1000, kRW), MrStatus::ok);   // rebind, new key
+    const uint32_t again = make_key(key_index(win_), 0x43);
+    EXPECT_EQ(status(t_, again, 0x100000, 1, kRW), MrStatus::ok);
+    EXPECT_EQ(t_.local_invalidate(again), MrStatus::ok);   // also works on windows
+    ASSERT_EQ(t_.bind_window(mr_, again, 0x44, 0x100000, 0x1000, kRW), MrStatus::ok);
+    const uint32_t third = make_key(key_index(win_), 0x44);
+    ASSERT_EQ(t_.remove(mr_), MrStatus::ok);
+    EXPECT_EQ(status(t_, third, 0x100000, 1, kRW), MrStatus::invalid_state);
+    must_add(t_, {0x100000, 0x10000, Iova(0), kLW | kRW | kBind});   // another MR, maybe the same slot
+    EXPECT_EQ(status(t_, third, 0x100000, 1, kRW), MrStatus::invalid_state);
+    EXPECT_EQ(t_.remove(third), MrStatus::ok);
+}
+
+TEST_F(MrWindows, ZeroBasedWindowsAndWindowsOnZeroBasedRegions) {
+    ASSERT_EQ(bind(0x108000, 0x2000, kRR | kZero), MrStatus::ok);
+    Translation tr = t_.translate(bound_, 0x10, 0x10, kRR);
+    EXPECT_EQ(tr.status, MrStatus::ok);
+    EXPECT_EQ(tr.iova, Iova(0xa08010));
+    EXPECT_EQ(status(t_, bound_, 0x1fff, 2, kRR), MrStatus::out_of_bounds);
+    const uint32_t zmr = must_add(t_, {0x7f0000000000, 0x4000, Iova(0xb00000), kLW | kRW | kBind | kZero});
+    const uint32_t w2 = *t_.alloc_window();
+    ASSERT_EQ(t_.bind_window(zmr, w2, 5, 0x1000, 0x1000, kRW), MrStatus::ok);   // addr is an offset
+    tr = t_.translate(make_key(key_index(w2), 5), 0x1004, 4, kRW);
+    EXPECT_EQ(tr.status, MrStatus::ok);
+    EXPECT_EQ(tr.iova, Iova(0xb01004));
+}
+
+TEST(MrTable, StatusesHaveNames) {
+    EXPECT_STREQ(to_string(MrStatus::ok), "ok");
+    EXPECT_STREQ(to_string(MrStatus::stale_key), "stale key");
+    EXPECT_STREQ(to_string(MrStatus::invalid_state), "invalid state");
+}
+
+// ---- Random sequences against a model ------------------------------------------------------
+
+struct ModelEntry {
+    MrEntry e;
+    bool valid = true;   // fast-register MRs may be invalid
+    bool fast = false;
+};
+
+class MrTableRandom : public ::testing::Test {
+protected:
+    static constexpr uint32_t kCap = 48;
+    MrTable t_ = make(kCap);
+    std::map<uint32_t, ModelEntry> model_;   // the current key of every slot in use
+    std::vector<uint32_t> seen_;             // every key ever handed out
+    std::set<uint32_t> issued_;              // the same, to find repeats
+    std::mt19937_64 rng_{77};
+    int outcomes_[6] = {};                   // translations by MrStatus
+
+    uint64_t pick(uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng_); }
+
+    Access random_access() {
+        Access a = Access(pick(0, 15)) & (kLW | kRR | kRW | kRA);
+        if ((a & (kRW | kRA)) != Access::none) a |= kLW;
+        return pick(0, 3) == 0 ? a | kZero : a;
+    }
+    MrEntry random_entry() {
+        const uint64_t len = pick(1, 1 << 20);
+        const uint64_t addr = pick(0, 1) ? pick(0, 1ull << 47) : UINT64_MAX - len + 1 - pick(0, 4096);
+        return {addr, len, Iova(pick(0, 1ull << 40) & ~0xfffull), random_access()};
+    }
+    bool index_in_use(uint32_t index) const {
+        for (auto& [k, m] : model_) if (key_index(k) == index) return true;
+        return false;
+    }
+    uint32_t random_key() {
+        const uint64_t dice = pick(0, 9);
+        if (dice < 6 && !model_.empty()) return std::next(model_.begin(), pick(0, model_.size() - 1))->first;
+        if (dice < 9 && !seen_.empty()) return seen_[pick(0, seen_.size() - 1)];
+        return static_cast<uint32_t>(pick(0, UINT32_MAX));
+    }
+
+    // What translate() must say, computed independently (128-bit sums, no early outs shared).
+    Translation expected(uint32_t key, uint64_t addr, uint64_t len, Access req) const {
+        auto it = model_.find(key);
+        if (it == model_.end())
+            return {index_in_use(key_index(key)) ? MrStatus::stale_key : MrStatus::bad_key, {}};
+        const ModelEntry& m = it->second;
+        if (!m.valid) return {MrStatus::invalid_state, {}};
+        const unsigned __int128 base = m.e.zero_based() ? 0 : m.e.addr;
+        if (addr < base || (unsigned __int128)addr + len > base + m.e.length) return {MrStatus::out_of_bounds, {}};
+        if ((uint32_t(req) & ~uint32_t(m.e.access)) != 0) return {MrStatus::access_denied, {}};
+        return {MrStatus::ok, Iova(m.e.iova.value + uint64_t(addr - base))};
+    }
+
+    void add_one() {
+        const MrEntry e = random_entry();
+        const bool fast = pick(0, 3) == 0;
+        if (model_.size() == kCap) {
+            EXPECT_EQ(fast ? t_.alloc_unbound(e.length).error().code : t_.add(e).error().code, ENOSPC);
+            return;
+        }
+        const uint32_t key = fast ? *t_.alloc_unbound(e.length) : t_.add(e)->lkey;
+        // Each slot is reused far fewer than 256 times here, so no key may come back.
+        ASSERT_TRUE(issued_.insert(key).second) << "key reissued: " << std::hex << key;
+        model_[key] = {e, !fast, fast};
+        seen_.push_back(key);
+    }
+    void remove_one() {
+        const uint32_t key = random_key();
+        const MrStatus want = model_.count(key) ? MrStatus::ok : expected(key, 0, 0, Access::none).status;
+        ASSERT_EQ(t_.remove(key), want) << std::hex << key;
+        model_.erase(key);
+    }
+    // Fast-register MRs: invalidate a valid one, or bind an invalid one under the next key.
+    void flip_one() {
+        const uint32_t key = random_key();
+        auto it = model_.find(key);
+        if (it == model_.end() || !it->second.fast) return;
+        ModelEntry m = it->second;
+        if (m.valid) {
+            ASSERT_EQ(t_.local_invalidate(key), MrStatus::ok);
+            model_[key].valid = false;
+            return;
+        }
+        const uint8_t ck = static_cast<uint8_t>(key_consumer(key) + 1);
+        ASSERT_EQ(t_.bind(key, ck, m.e), MrStatus::ok);
+        model_.erase(it);
+        const uint32_t now = make_key(key_index(key), ck);
+        ASSERT_TRUE(issued_.insert(now).second);
+        model_[now] = {m.e, true, true};
+        seen_.push_back(now);
+    }
+    void translate_one() {
+        const uint32_t key = random_key();
+        auto it = model_.find(key);
+        const MrEntry e = it != model_.end() ? it->second.e : random_entry();
+        const uint64_t base = e.zero_based() ? 0 : e.addr;
+        const uint64_t addr = base + e.length / 2 - pick(0, e.length / 2 + 64) + pick(0, e.length / 2 + 64);
+        const uint64_t len = pick(0, 7) == 0 ? UINT64_MAX - pick(0, 8) : pick(0, e.length / 2 + 64);
+        const Access req = Access(pick(0, 15)) & (kLW | kRR | kRW | kRA);
+        const Translation got = t_.translate(key, addr, len, req), want = expected(key, addr, len, req);
+        ASSERT_EQ(got.status, want.status) << std::hex << "key " << key << " addr " << addr << " len " << len;
+        ++outcomes_[int(got.status)];
+        if (want.status == MrStatus::ok) {
+            ASSERT_EQ(got.iova, want.iova);
+        }
+    }
+};
+
+TEST_F(MrTableRandom, TenThousandOpsMatchAMapModel) {
+    for (int op = 0; op < 10000; ++op) {
+        const uint64_t dice = pick(0, 99);
+        if (dice < 20) add_one();
+        else if (dice < 35) remove_one();
+        else if (dice < 45) flip_one();
+        else translate_one();
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(t_.size(), model_.size());
+    }
+    // The sequence reached every outcome, not only failures.
+    for (int st = 0; st < 6; ++st) EXPECT_GT(outcomes_[st], 20) << to_string(MrStatus(st));
+    EXPECT_GT(seen_.size(), 1000u);
+}
+
+}  // namespace
+}  // namespace vfab::dma
