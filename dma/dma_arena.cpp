@@ -9,18 +9,23 @@ Result<DmaArena> DmaArena::create(std::shared_ptr<vfio::IommuContext> ctx, size_
     if (!ctx) return Error{EINVAL, "DmaArena::create: no IOMMU context (open a device first: its iommu_shared())"};
     auto mem = DmaMemory::allocate(len, opts);
     if (!mem) return mem.take_error();
-    Iova want = iova.value_or(Iova(reinterpret_cast<uintptr_t>(mem->data())));
+    return adopt(std::move(ctx), std::move(*mem), iova);
+}
+
+Result<DmaArena> DmaArena::adopt(std::shared_ptr<vfio::IommuContext> ctx, DmaMemory mem, std::optional<Iova> iova) {
+    if (!ctx) return Error{EINVAL, "DmaArena::adopt: no IOMMU context (open a device first: its iommu_shared())"};
+    Iova want = iova.value_or(Iova(reinterpret_cast<uintptr_t>(mem.data())));
     if (!iova && ctx->backend() != vfio::IommuBackend::noiommu) {
         bool fits = false;
-        for (const vfio::IovaRange& r : ctx->info().iova_ranges) fits |= r.contains(want.value, mem->size());
+        for (const vfio::IovaRange& r : ctx->info().iova_ranges) fits |= r.contains(want.value, mem.size());
         if (!fits)
-            return Error{ERANGE, str_cat("DMA arena at ", static_cast<void*>(mem->data()), " (", mem->size(),
+            return Error{ERANGE, str_cat("DMA arena at ", static_cast<void*>(mem.data()), " (", mem.size(),
                                          " bytes): IOVA = VA is outside the IOMMU's usable ranges — pass an "
                                          "IOVA from an IovaAllocator")};
     }
-    auto mapped = ctx->map_dma(mem->data(), mem->size(), want, vfio::kDmaReadWrite);
+    auto mapped = ctx->map_dma(mem.data(), mem.size(), want, vfio::kDmaReadWrite);
     if (!mapped) return mapped.take_error();   // the memory is freed with `mem`
-    return DmaArena(std::move(ctx), std::move(*mem), *mapped);
+    return DmaArena(std::move(ctx), std::move(mem), *mapped);
 }
 
 DmaArena& DmaArena::operator=(DmaArena&& o) noexcept {

@@ -21,6 +21,8 @@ public:
     // then fit in one hugepage).
     static Result<DmaArena> create(std::shared_ptr<vfio::IommuContext> ctx, size_t len,
                                    const DmaMemoryOptions& opts = {}, std::optional<Iova> iova = {});
+    // The same for memory already allocated.
+    static Result<DmaArena> adopt(std::shared_ptr<vfio::IommuContext> ctx, DmaMemory mem, std::optional<Iova> iova = {});
 
     DmaArena(DmaArena&& o) noexcept = default;
     DmaArena& operator=(DmaArena&& o) noexcept;

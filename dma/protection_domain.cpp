@@ -1,0 +1,144 @@
+#include "vfab/dma/protection_domain.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace vfab::dma {
+
+Result<std::unique_ptr<ProtectionDomain>> ProtectionDomain::create(std::shared_ptr<vfio::IommuContext> ctx,
+                                                                   const PdOptions& opts) {
+    if (!ctx) return Error{EINVAL, "ProtectionDomain::create: no IOMMU context (use a device's iommu_shared())"};
+    auto table = MrTable::create(opts.max_mrs);
+    if (!table) return table.take_error();
+    std::optional<IovaAllocator> iovas;
+    if (ctx->backend() != vfio::IommuBackend::noiommu) {
+        uint64_t page = std::max<uint64_t>(static_cast<uint64_t>(sysconf(_SC_PAGESIZE)),
+                                           ctx->info().page_sizes & -ctx->info().page_sizes);
+        auto a = IovaAllocator::create(ctx->info().iova_ranges, page);
+        if (!a) return a.take_error();
+        // What the context has mapped already is not ours to hand out.
+        for (const auto& [iova, len] : ctx->mappings())
+            if (auto r = a->reserve(Iova(iova), len); !r) return r.take_error();
+        iovas.emplace(std::move(*a));
+    }
+    return std::unique_ptr<ProtectionDomain>(new ProtectionDomain(std::move(ctx), std::move(iovas), std::move(*table)));
+}
+
+ProtectionDomain::ProtectionDomain(std::shared_ptr<vfio::IommuContext> ctx, std::optional<IovaAllocator> iovas,
+                                   MrTable table)
+    : ctx_(std::move(ctx)), iovas_(std::move(iovas)), mr_pages_(table.capacity()), table_(std::move(table)) {}
+
+ProtectionDomain::~ProtectionDomain() {
+    // Devices must be quiesced before their domain goes: from here on their DMA faults.
+    for (const auto& [pages, m] : user_) {
+        auto r = ctx_->unmap_dma(m.iova, pages.len);
+        if (!r && r.error().code != ENOENT) std::fprintf(stderr, "vfab: %s\n", r.error().message.c_str());
+    }
+    arenas_.clear();
+}
+
+Result<DmaArena*> ProtectionDomain::create_arena(size_t len, const DmaMemoryOptions& opts) {
+    std::lock_guard lock(mu_);
+    auto mem = DmaMemory::allocate(len, opts);
+    if (!mem) return mem.take_error();
+    const size_t size = mem->size();
+    std::optional<Iova> iova;
+    if (iovas_) {   // IOVA = VA when that range is free, else wherever it fits
+        auto i = iovas_->allocate(size, 0, Iova(reinterpret_cast<uintptr_t>(mem->data())));
+        if (!i) return i.take_error();
+        iova = *i;
+    }
+    auto arena = DmaArena::adopt(ctx_, std::move(*mem), iova);
+    if (!arena) {
+        if (iova) (void)iovas_->free(*iova, size);
+        return arena.take_error();
+    }
+    arenas_.push_back(std::make_unique<DmaArena>(std::move(*arena)));
+    return arenas_.back().get();
+}
+
+const DmaArena* ProtectionDomain::arena_holding(const void* addr, uint64_t len) const {
+    for (const auto& a : arenas_)
+        if (a->contains(addr, len)) return a.get();
+    return nullptr;
+}
+
+Result<Iova> ProtectionDomain::map_user(const PageRange& pages) {
+    if (auto it = user_.find(pages); it != user_.end()) {
+        ++it->second.refs;
+        return it->second.iova;
+    }
+    std::optional<Iova> iova;
+    if (iovas_) {
+        auto i = iovas_->allocate(pages.len, 0, Iova(pages.start));
+        if (!i) return i.take_error();
+        iova = *i;
+    }
+    auto mapped = ctx_->map_dma(reinterpret_cast<void*>(pages.start), pages.len, iova.value_or(Iova()), vfio::kDmaReadWrite);
+    if (!mapped) {
+        if (iova) (void)iovas_->free(*iova, pages.len);
+        return mapped.take_error();
+    }
+    user_.emplace(pages, UserMapping{*mapped, 1});
+    return *mapped;
+}
+
+void ProtectionDomain::unmap_user(const PageRange& pages) {
+    auto it = user_.find(pages);
+    if (it == user_.end() || --it->second.refs > 0) return;
+    auto r = ctx_->unmap_dma(it->second.iova, pages.len);
+    if (!r && r.error().code != ENOENT) std::fprintf(stderr, "vfab: %s\n", r.error().message.c_str());
+    if (iovas_) (void)iovas_->free(it->second.iova, pages.len);
+    user_.erase(it);
+}
+
+Result<MemoryRegion> ProtectionDomain::register_memory(void* addr, uint64_t len, Access access) {
+    const auto start = reinterpret_cast<uint64_t>(addr);
+    if (len == 0) return Error{EINVAL, "memory registration: the length must not be 0"};
+    if (start + len < start)
+        return Error{EINVAL, str_cat("memory registration of ", len, " bytes at ", addr, " wraps around the address space")};
+    std::lock_guard lock(mu_);
+    MemoryRegion mr{addr, len, 0, 0, Iova(), access, false};
+    std::optional<PageRange> pages;
+    if (const DmaArena* arena = arena_holding(addr, len)) {
+        mr.iova = arena->iova_of(addr);   // inside an arena: a table entry, no system call
+    } else {
+        const uint64_t page = iovas_ ? iovas_->page_size() : static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+        uint64_t first = start & ~(page - 1), end = (start + len + page - 1) & ~(page - 1);
+        pages = PageRange{first, end - first};
+        auto iova = map_user(*pages);
+        if (!iova) return iova.take_error();
+        mr.iova = *iova + (start - first);
+        mr.pinned = true;
+    }
+    uint64_t base = has(access, Access::zero_based) ? 0 : start;
+    auto keys = table_.add(MrEntry{base, len, mr.iova, access});
+    if (!keys) {
+        if (pages) unmap_user(*pages);
+        return keys.take_error();
+    }
+    mr.lkey = keys->lkey;
+    mr.rkey = keys->rkey;
+    mr_pages_[key_index(mr.lkey)] = pages;
+    return mr;
+}
+
+Result<void> ProtectionDomain::deregister(const MemoryRegion& mr) {
+    std::lock_guard lock(mu_);
+    MrStatus s = table_.remove(mr.lkey);
+    if (s != MrStatus::ok)
+        return Error{EINVAL, str_cat("deregistering key 0x", std::hex, mr.lkey, ": ", to_string(s),
+                                     " (already deregistered, or not from this protection domain)")};
+    auto& pages = mr_pages_[key_index(mr.lkey)];
+    if (pages) unmap_user(*pages);
+    pages.reset();
+    return {};
+}
+
+size_t ProtectionDomain::user_mappings() const {
+    std::lock_guard lock(mu_);
+    return user_.size();
+}
+
+}  // namespace vfab::dma

@@ -1,0 +1,93 @@
+// A protection domain: the memory a device may touch, and the keys that name it.
+//
+//   auto pd = ProtectionDomain::create(device->iommu_shared());
+//   DmaArena* arena = *(*pd)->create_arena(64 << 20);            // one IOMMU mapping
+//   auto mr = (*pd)->register_memory(arena->data(), 4096, Access::local_write);   // no syscall
+//   auto big = (*pd)->register_memory(malloced, 1 << 30, Access::local_write);    // pinned + mapped
+//   Translation t = (*pd)->translate(mr->lkey, addr, len, Access::local_write);  // O(1)
+//
+// Memory inside one of the domain's arenas registers with a table entry only. Any other user
+// memory (malloc'ed, anywhere) is pinned and mapped through the IOMMU, page-aligned, at
+// IOVA = VA when the IOMMU allows it; registrations of the same pages share one mapping
+// (reference-counted). Keys are index << 8 | an 8-bit consumer key (MrTable).
+//
+// Control calls (create_arena, register_memory, deregister) are thread-safe. translate() is
+// the fast path: lock-free, and must not race the deregistration of the same key.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "vfab/dma/dma_arena.hpp"
+#include "vfab/dma/iova_allocator.hpp"
+#include "vfab/dma/mr_table.hpp"
+
+namespace vfab::dma {
+
+struct MemoryRegion {
+    void* addr = nullptr;
+    uint64_t length = 0;
+    uint32_t lkey = 0;
+    uint32_t rkey = 0;
+    Iova iova;                 // of addr
+    Access access = Access::none;
+    bool pinned = false;       // user memory mapped for this registration (not in an arena)
+};
+
+struct PdOptions {
+    uint32_t max_mrs = 1u << 16;   // size of the key table (memory windows included)
+};
+
+class ProtectionDomain {
+public:
+    static Result<std::unique_ptr<ProtectionDomain>> create(std::shared_ptr<vfio::IommuContext> ctx,
+                                                            const PdOptions& opts = {});
+    ~ProtectionDomain();
+    ProtectionDomain(const ProtectionDomain&) = delete;
+    ProtectionDomain& operator=(const ProtectionDomain&) = delete;
+
+    // DMA memory mapped into the domain's IOMMU context with one mapping; it lives as long as
+    // the domain.
+    Result<DmaArena*> create_arena(size_t len, const DmaMemoryOptions& opts = {});
+
+    Result<MemoryRegion> register_memory(void* addr, uint64_t len, Access access);
+    // Invalidates the keys (a later use reads stale_key or bad_key) and, for user memory,
+    // unmaps it once no other registration shares the mapping: the device's DMA to it faults.
+    Result<void> deregister(const MemoryRegion& mr);
+
+    Translation translate(uint32_t key, uint64_t addr, uint64_t len, Access required) const noexcept {
+        return table_.translate(key, addr, len, required);
+    }
+
+    MrTable& table() { return table_; }
+    vfio::IommuContext& iommu() const { return *ctx_; }
+    // IOMMU mappings made for user memory (not arenas), shared ones counted once.
+    size_t user_mappings() const;
+
+private:
+    struct PageRange {
+        uint64_t start;
+        uint64_t len;
+        auto operator<=>(const PageRange&) const = default;
+    };
+    struct UserMapping {
+        Iova iova;
+        uint32_t refs = 0;
+    };
+    ProtectionDomain(std::shared_ptr<vfio::IommuContext> ctx, std::optional<IovaAllocator> iovas, MrTable table);
+    Result<Iova> map_user(const PageRange& pages);
+    void unmap_user(const PageRange& pages);
+    const DmaArena* arena_holding(const void* addr, uint64_t len) const;
+
+    mutable std::mutex mu_;
+    std::shared_ptr<vfio::IommuContext> ctx_;
+    std::optional<IovaAllocator> iovas_;          // none in no-IOMMU mode: IOVA = physical
+    std::vector<std::unique_ptr<DmaArena>> arenas_;
+    std::map<PageRange, UserMapping> user_;
+    std::vector<std::optional<PageRange>> mr_pages_;   // by key index: the user mapping it uses
+    MrTable table_;
+};
+
+}  // namespace vfab::dma
