@@ -51,6 +51,7 @@ public:
     const T* operator->() const { return &value(); }
     T& operator*() & { return value(); }
     const T& operator*() const& { return value(); }
+    T&& operator*() && { return std::move(*this).value(); }
 
     const Error& error() const { return std::get<1>(v_); }
     Error take_error() { return std::get<1>(std::move(v_)); }

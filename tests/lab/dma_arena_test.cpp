@@ -2,8 +2,13 @@
 // hugepages run out, and QEMU's edu device DMAing in and out of an arena by IOVA arithmetic.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstring>
 
+#include "caps.hpp"
 #include "edu.hpp"
 #include "lab_env.hpp"
 #include "vfab/dma/dma_arena.hpp"
@@ -45,6 +50,28 @@ TEST(DmaMemory, FallsBackTo4KiBWhenHugepagesRunOut) {
     ASSERT_TRUE(m.ok()) << m.error().message;
     EXPECT_FALSE(m->huge());
     EXPECT_EQ(m->page_size(), 4096u);
+}
+
+TEST(DmaMemory, MemlockLimitTooLowNamesTheLimitAndTheSize) {
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {   // dropping CAP_IPC_LOCK cannot be undone
+        rlimit rl{1 << 20, 1 << 20};
+        if (!drop_ipc_lock() || setrlimit(RLIMIT_MEMLOCK, &rl) != 0) _exit(2);
+        DmaMemoryOptions opts;
+        opts.page_size = PageSize::k4;
+        auto m = DmaMemory::allocate(4 << 20, opts);
+        if (m) _exit(3);
+        std::fprintf(stderr, "child: got: %s\n", m.error().message.c_str());
+        const std::string& msg = m.error().message;
+        bool ok = msg.find("cannot lock 4194304 bytes") != std::string::npos &&
+                  msg.find("RLIMIT_MEMLOCK is 1048576 bytes") != std::string::npos &&
+                  msg.find("ulimit -l") != std::string::npos;
+        _exit(ok ? 0 : 4);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child exit " << WEXITSTATUS(status);
 }
 
 TEST(DmaMemory, OnTheDevicesNumaNode) {

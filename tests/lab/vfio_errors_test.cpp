@@ -3,7 +3,6 @@
 // closing a device 1000 times leaves the process as it was.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -14,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "caps.hpp"
 #include "lab_env.hpp"
 #include "vfab/vfio/device.hpp"
 
@@ -113,16 +113,6 @@ TEST_P(VfioErrors, DeviceAlreadyOpenInAnotherProcess) {
     expect_mentions(d.error(), "0000:00:01.0");
     EXPECT_TRUE(d.error().message.find("busy") != std::string::npos ||
                 d.error().message.find("already open") != std::string::npos) << d.error().message;
-}
-
-// Drops CAP_IPC_LOCK so that RLIMIT_MEMLOCK applies to this (root) process.
-bool drop_ipc_lock() {
-    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-    __user_cap_data_struct data[2]{};
-    if (syscall(SYS_capget, &hdr, data) != 0) return false;
-    data[0].effective &= ~(1u << CAP_IPC_LOCK);
-    data[0].permitted &= ~(1u << CAP_IPC_LOCK);
-    return syscall(SYS_capset, &hdr, data) == 0;
 }
 
 TEST_P(VfioErrors, MemlockLimitTooLowForAMapping) {
