@@ -104,14 +104,9 @@ TEST_P(Arena, EduDmasThroughArenaIovas) {
     edu::dma(bar, edu::kBuffer, arena->iova_of(dst).value, 1024, true);
     EXPECT_EQ(std::memcmp(src, dst, 1024), 0);
 
-    // Once the arena is gone, so is its mapping: the device's DMA to it faults.
-    Iova gone = arena->iova_of(dst);
+    // Once the arena is gone, so is its mapping (dma_mr_test shows the device's DMA then faults).
     arena = Error{ENOENT, "destroyed"};
     EXPECT_TRUE((*dev)->iommu().mappings().empty());
-    if (GetParam() == IommuBackend::noiommu) return;   // nothing to fault without an IOMMU
-    edu::clear_kernel_log();
-    edu::dma(bar, edu::kBuffer, gone.value, 64, true);
-    EXPECT_TRUE(edu::dmar_write_fault_logged()) << "DMA to a destroyed arena's IOVA was not blocked";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Arena, ::testing::ValuesIn(backends()), BackendName());

@@ -34,15 +34,24 @@ inline void dma(vfio::Region* bar, uint64_t src, uint64_t dst, uint64_t len, boo
 
 inline void clear_kernel_log() { (void)!std::system("dmesg -c >/dev/null"); }
 
-// True when the kernel logged an IOMMU write fault since clear_kernel_log().
+// True when the kernel logged an IOMMU (DMAR) fault since clear_kernel_log(). The fault
+// interrupt is handled asynchronously, so this waits up to 2 s for it. When a fault is still
+// pending, QEMU's VT-d model does not record the next one ("compression of faults"), and the
+// kernel then logs only "handling fault status": that counts too.
 inline bool dmar_write_fault_logged() {
-    FILE* p = popen("dmesg", "r");
-    if (!p) return false;
-    char line[512];
-    bool fault = false;
-    while (fgets(line, sizeof line, p)) fault |= std::strstr(line, "DMAR") && std::strstr(line, "PTE Write access is not set");
-    pclose(p);
-    return fault;
+    for (int attempt = 0; attempt < 40; ++attempt) {
+        FILE* p = popen("dmesg", "r");
+        if (!p) return false;
+        char line[512];
+        bool fault = false;
+        while (fgets(line, sizeof line, p))
+            fault |= std::strstr(line, "DMAR") &&
+                     (std::strstr(line, "PTE Write access is not set") || std::strstr(line, "handling fault status"));
+        pclose(p);
+        if (fault) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
 }
 
 }  // namespace vfab::lab::edu

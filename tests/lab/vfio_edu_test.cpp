@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "edu.hpp"
 #include "lab_env.hpp"
 #include "vfab/vfio/device.hpp"
 #include "vfab/vfio/event_wait.hpp"
@@ -19,11 +20,7 @@ namespace vfab::lab {
 namespace {
 using namespace vfio;
 
-// QEMU edu registers (docs/specs/edu.rst in QEMU).
-constexpr uint64_t kId = 0x00, kLiveness = 0x04, kIrqStatus = 0x24, kIrqRaise = 0x60, kIrqAck = 0x64;
-constexpr uint64_t kDmaSrc = 0x80, kDmaDst = 0x88, kDmaCount = 0x90, kDmaCmd = 0x98;
-constexpr uint64_t kDmaStart = 1, kDmaToRam = 2;
-constexpr uint64_t kEduBuffer = 0x40000;   // the device's 4 KiB DMA buffer
+using namespace edu;
 
 // Anonymous page-aligned memory that unmaps itself.
 struct Pages {
@@ -50,17 +47,7 @@ protected:
     }
 
     // Runs one edu DMA and waits for it (QEMU's edu takes ~100 ms per transfer).
-    void dma(uint64_t src, uint64_t dst, uint64_t len, uint64_t cmd) {
-        bar->write64(kDmaSrc, src);
-        bar->write64(kDmaDst, dst);
-        bar->write64(kDmaCount, len);
-        bar->write64(kDmaCmd, cmd | kDmaStart);
-        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (bar->read64(kDmaCmd) & kDmaStart) {
-            ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "edu DMA never completed";
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-    }
+    void dma(uint64_t src, uint64_t dst, uint64_t len, uint64_t cmd) { edu::dma(bar, src, dst, len, cmd & kDmaToRam); }
 
     Iova iova_for(void* va) { return Iova(reinterpret_cast<uintptr_t>(va)); }   // IOVA = VA
 
@@ -104,8 +91,8 @@ TEST_P(Edu, DmaIntoTheDeviceAndBack) {
     ASSERT_TRUE(d.ok()) << d.error().message;
 
     const uint64_t len = 2048;   // inside edu's 4 KiB buffer, clear of its last byte
-    dma(s->value, kEduBuffer, len, 0);
-    dma(kEduBuffer, d->value, len, kDmaToRam);
+    dma(s->value, kBuffer, len, 0);
+    dma(kBuffer, d->value, len, kDmaToRam);
     EXPECT_EQ(std::memcmp(src.ptr, dst.ptr, len), 0) << "DMA'd data differs";
     EXPECT_EQ(dst.ptr[len], 0) << "the device wrote past the transfer";
     EXPECT_TRUE(dev->iommu().unmap_dma(*s, 4096).ok());
@@ -119,21 +106,15 @@ TEST_P(Edu, DmaToAnUnmappedIovaIsBlocked) {
     std::memset(buf.ptr, 0x11, 4096);
     auto m = dev->iommu().map_dma(buf.ptr, 4096, iova_for(buf.ptr), kDmaReadWrite);
     ASSERT_TRUE(m.ok()) << m.error().message;
-    dma(kEduBuffer, m->value, 64, kDmaToRam);   // allowed: proves the path works
+    dma(kBuffer, m->value, 64, kDmaToRam);   // allowed: proves the path works
     EXPECT_NE(buf.ptr[0], 0x11);
     std::memset(buf.ptr, 0x11, 4096);
     ASSERT_TRUE(dev->iommu().unmap_dma(*m, 4096).ok());
 
-    std::system("dmesg -c >/dev/null");
-    dma(kEduBuffer, m->value, 64, kDmaToRam);   // no longer mapped: the IOMMU must stop it
+    clear_kernel_log();
+    dma(kBuffer, m->value, 64, kDmaToRam);   // no longer mapped: the IOMMU must stop it
     for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(buf.ptr[i], 0x11) << "byte " << i << " was written";
-    FILE* p = popen("dmesg", "r");
-    ASSERT_TRUE(p);
-    char line[512];
-    bool fault = false;
-    while (fgets(line, sizeof line, p)) fault |= std::strstr(line, "DMAR") && std::strstr(line, "PTE Write access is not set");
-    pclose(p);
-    EXPECT_TRUE(fault) << "expected a DMAR write fault in the kernel log";
+    EXPECT_TRUE(dmar_write_fault_logged()) << "expected a DMAR write fault in the kernel log";
     // The process and the device carry on.
     EXPECT_EQ(bar->read32(kId), 0x010000edu);
 }
