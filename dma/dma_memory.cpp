@@ -1,5 +1,7 @@
 #include "vfab/dma/dma_memory.hpp"
 
+#include "vfab/vfio/pci_sysfs.hpp"
+
 #include <linux/memfd.h>
 #include <numa.h>
 #include <sys/mman.h>
@@ -78,6 +80,11 @@ Result<void> try_allocate(size_t len, size_t page, int node, uint8_t*& base, int
 std::atomic<bool> warned_4k{false};
 
 }  // namespace
+
+DmaMemoryOptions near_device(const PciAddress& addr, PageSize page_size) {
+    auto node = vfio::PciSysfs().numa_node(addr);
+    return DmaMemoryOptions{page_size, node ? *node : -1};
+}
 
 Result<DmaMemory> DmaMemory::allocate(size_t len, const DmaMemoryOptions& opts) {
     if (len == 0) return Error{EINVAL, "DMA memory: the length must not be 0"};

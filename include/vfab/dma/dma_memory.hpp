@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "vfab/pci_address.hpp"
 #include "vfab/result.hpp"
 
 namespace vfab::dma {
@@ -19,6 +20,10 @@ struct DmaMemoryOptions {
     PageSize page_size = PageSize::automatic;
     int numa_node = -1;   // -1: wherever the kernel puts it (use the device's node: PciSysfs)
 };
+
+// Options that put memory on the NUMA node of the device at `addr` (sysfs numa_node; -1 when
+// the platform does not say).
+DmaMemoryOptions near_device(const PciAddress& addr, PageSize page_size = PageSize::automatic);
 
 class DmaMemory {
 public:
