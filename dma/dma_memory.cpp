@@ -1,11 +1,11 @@
 #include "vfab/dma/dma_memory.hpp"
 
+#include "vfab/vfio/iommu.hpp"
 #include "vfab/vfio/pci_sysfs.hpp"
 
 #include <linux/memfd.h>
 #include <numa.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,12 +22,8 @@ std::string size_name(size_t page) {
 }
 
 Error memlock_error(size_t len) {
-    rlimit rl{};
-    getrlimit(RLIMIT_MEMLOCK, &rl);
-    std::string limit = rl.rlim_cur == RLIM_INFINITY ? "unlimited" : str_cat(rl.rlim_cur, " bytes");
-    return Error{ENOMEM, str_cat("cannot lock ", len, " bytes of DMA memory: RLIMIT_MEMLOCK is ", limit,
-                                 " — raise it (`ulimit -l unlimited`, LimitMEMLOCK=infinity in a systemd unit, "
-                                 "or memlock in /etc/security/limits.conf) or grant CAP_IPC_LOCK")};
+    return Error{ENOMEM, str_cat("cannot lock ", len, " bytes of DMA memory: RLIMIT_MEMLOCK is ",
+                                 vfio::memlock_limit_text(), " — ", vfio::kRaiseMemlock)};
 }
 
 Error no_hugepages(size_t page, size_t len, int node) {

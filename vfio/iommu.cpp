@@ -28,6 +28,12 @@ Result<IommuBackend> parse_iommu_backend(std::string_view text) {
     return Error{EINVAL, str_cat("unknown IOMMU backend '", text, "': use auto, legacy, iommufd or noiommu")};
 }
 
+std::string memlock_limit_text() {
+    rlimit rl{};
+    getrlimit(RLIMIT_MEMLOCK, &rl);
+    return rl.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : str_cat(rl.rlim_cur, " bytes");
+}
+
 Result<IommuBackend> iommu_backend_from_env() {
     const char* env = std::getenv("VFAB_IOMMU_BACKEND");
     if (!env || !*env) return IommuBackend::automatic;
@@ -110,13 +116,8 @@ Error IommuContext::explain_map_failure(int err, size_t len, Iova iova) const {
     std::string what = str_cat("mapping ", len, " bytes for DMA at IOVA 0x", std::hex, iova.value, std::dec,
                                " (", to_string(backend_), " backend)");
     if (err == ENOMEM) {
-        rlimit rl{};
-        getrlimit(RLIMIT_MEMLOCK, &rl);
-        std::string limit = rl.rlim_cur == RLIM_INFINITY ? "unlimited" : str_cat(rl.rlim_cur, " bytes");
-        return Error{ENOMEM, str_cat(what, " failed: out of lockable memory. RLIMIT_MEMLOCK is ", limit,
-                                     " and this mapping needs ", len, " more bytes pinned — raise it "
-                                     "(`ulimit -l unlimited`, LimitMEMLOCK=infinity in a systemd unit, "
-                                     "or memlock in /etc/security/limits.conf) or grant CAP_IPC_LOCK")};
+        return Error{ENOMEM, str_cat(what, " failed: out of lockable memory. RLIMIT_MEMLOCK is ", memlock_limit_text(),
+                                     " and this mapping needs ", len, " more bytes pinned — ", kRaiseMemlock)};
     }
     if (err == ENOSPC) {
         std::string left = info_.dma_mappings_available

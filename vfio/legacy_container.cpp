@@ -171,40 +171,40 @@ Result<DeviceAttachment> LegacyContainer::attach(const PciAddress& addr, const P
     return a;
 }
 
-// /proc/self/pagemap: one u64 per page, PFN in bits 0-54, bit 63 = present
-// (Documentation/admin-guide/mm/pagemap.rst). PFNs read as 0 without CAP_SYS_ADMIN.
-Result<uint64_t> physical_address(const void* va) {
+// The physical address of `va`, for no-IOMMU DMA: [va, va + len) must be physically
+// contiguous. /proc/self/pagemap has one u64 per page, PFN in bits 0-54, bit 63 = present
+// (Documentation/admin-guide/mm/pagemap.rst); PFNs read as 0 without CAP_SYS_ADMIN. All the
+// range's entries come in one read.
+Result<uint64_t> contiguous_physical_address(const void* va, size_t len) {
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const auto addr = reinterpret_cast<uintptr_t>(va);
+    std::vector<uint64_t> entries((addr % page + len + page - 1) / page);
     int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Error::from_errno(errno, "open /proc/self/pagemap");
-    uint64_t entry = 0;
-    ssize_t n = ::pread(fd, &entry, sizeof entry, reinterpret_cast<uintptr_t>(va) / page * sizeof entry);
+    const size_t bytes = entries.size() * sizeof(uint64_t);
+    ssize_t n = ::pread(fd, entries.data(), bytes, static_cast<off_t>(addr / page * sizeof(uint64_t)));
     ::close(fd);
-    if (n != sizeof entry) return Error{EIO, "reading /proc/self/pagemap failed"};
-    uint64_t pfn = entry & ((uint64_t{1} << 55) - 1);
-    if (!(entry >> 63) || pfn == 0)
-        return Error{EPERM, "no physical address for DMA in no-IOMMU mode: the page is not present or "
-                            "the process lacks CAP_SYS_ADMIN to read /proc/self/pagemap"};
-    return pfn * page + reinterpret_cast<uintptr_t>(va) % page;
+    if (n != static_cast<ssize_t>(bytes)) return Error{EIO, "reading /proc/self/pagemap failed"};
+    auto pfn = [](uint64_t e) { return e & ((uint64_t{1} << 55) - 1); };
+    for (size_t i = 0; i < entries.size(); ++i) {
+        if (!(entries[i] >> 63) || pfn(entries[i]) == 0)
+            return Error{EPERM, "no physical address for DMA in no-IOMMU mode: the page is not present or "
+                                "the process lacks CAP_SYS_ADMIN to read /proc/self/pagemap"};
+        if (pfn(entries[i]) != pfn(entries[0]) + i)
+            return Error{EINVAL, "no-IOMMU mode needs physically contiguous DMA memory: map within one hugepage"};
+    }
+    return pfn(entries[0]) * page + addr % page;
 }
 
 Result<Iova> LegacyContainer::do_map(void* va, size_t len, Iova iova, unsigned access) {
     if (noiommu_) {
         // No translation: lock the pages in place and hand out their physical address.
         if (::mlock(va, len) < 0) return explain_map_failure(errno == EAGAIN ? ENOMEM : errno, len, iova);
-        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-        auto base = physical_address(va);
-        for (size_t off = page; base && off < len; off += page) {
-            auto pa = physical_address(static_cast<uint8_t*>(va) + off);
-            if (!pa || *pa != *base + off) {
-                ::munlock(va, len);
-                return pa ? Error{EINVAL, "no-IOMMU mode needs physically contiguous DMA memory: map "
-                                          "within one hugepage"}
-                          : pa.take_error();
-            }
+        auto base = contiguous_physical_address(va, len);
+        if (!base) {
+            ::munlock(va, len);
+            return base.take_error();
         }
-        if (!base) ::munlock(va, len);
-        if (!base) return base.take_error();
         noiommu_va_[*base] = va;
         return Iova(*base);
     }

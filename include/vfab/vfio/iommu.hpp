@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 
 #include "vfab/iova.hpp"
@@ -30,6 +31,13 @@ const char* to_string(IommuBackend b);
 Result<IommuBackend> parse_iommu_backend(std::string_view text);
 // VFAB_IOMMU_BACKEND from the environment; automatic when unset.
 Result<IommuBackend> iommu_backend_from_env();
+
+// The RLIMIT_MEMLOCK soft limit as an error message states it: "N bytes" or "unlimited".
+std::string memlock_limit_text();
+// How to give a process more lockable memory; ends every "out of lockable memory" error.
+inline constexpr const char* kRaiseMemlock =
+    "raise it (`ulimit -l unlimited`, LimitMEMLOCK=infinity in a systemd unit, or memlock in "
+    "/etc/security/limits.conf) or grant CAP_IPC_LOCK";
 
 enum DmaAccess : unsigned { kDmaRead = 1, kDmaWrite = 2, kDmaReadWrite = 3 };
 
