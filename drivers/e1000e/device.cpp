@@ -1,0 +1,279 @@
+// 82574L bring-up, reset, link, statistics and asynchronous events.
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include <unistd.h>
+
+#include "vfab/drivers/e1000e.hpp"
+#include "vfab/vfio/event_wait.hpp"
+
+namespace vfab::e1000e {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Device IDs of the 82574 family this driver follows (datasheet §5.6: 82574L, 82574LA).
+constexpr uint16_t kIntel = 0x8086;
+constexpr uint16_t kDeviceIds[] = {0x10d3, 0x10f6};
+
+// Event tags in the device's epoll set.
+enum : uint64_t { kTagOther = 1, kTagReq = 2, kTagErr = 3 };
+
+bool wait_until(auto&& done, std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > end) return false;
+        std::this_thread::sleep_for(1ms);
+    }
+    return true;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+    auto vdev = vfio::Device::open(addr, opts.vfio);
+    if (!vdev) return vdev.take_error();
+    auto vendor = (*vdev)->config_read(0x00, 2);
+    auto device = (*vdev)->config_read(0x02, 2);
+    if (!vendor || !device) return Error{EIO, str_cat(addr.to_string(), ": cannot read the PCI IDs from config space")};
+    bool known = *vendor == kIntel;
+    if (known) {
+        known = false;
+        for (uint16_t id : kDeviceIds) known |= *device == id;
+    }
+    if (!known)
+        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, *vendor, ":", *device,
+                                     ", not an Intel 82574L (8086:10d3): open it with vfab::Device::open(), "
+                                     "which picks the driver for its IDs")};
+    auto bar = (*vdev)->region(0);
+    if (!bar) return bar.take_error();
+    if (!(*bar)->base() || (*bar)->mapped_length() < 0x10000)
+        return Error{EIO, str_cat(addr.to_string(), ": BAR 0 cannot be mmapped; the driver needs direct register access")};
+    auto events = vfio::EventWaiter::create();
+    if (!events) return events.take_error();
+    std::unique_ptr<Device> dev(new Device(std::move(*vdev), *bar, std::move(*events)));
+    if (auto r = dev->init(opts); !r) return r.take_error();
+    return dev;
+}
+
+Result<void> Device::init(const DeviceOptions& opts) {
+    opts_ = opts;
+    if (auto r = vfio_->enable_bus_master(); !r) return r;
+    if (auto r = hw_reset(); !r) return r;
+
+    auto msix = vfio_->enable_interrupts(vfio::IrqIndex::msix, reg::kMsixVectors);
+    if (!msix)
+        return Error{msix.error().code, str_cat(msix.error().message, " — the driver needs the 82574L's 5 MSI-X vectors")};
+    msix_ = *msix;
+    if (auto r = events_.add(msix_->eventfd(kOtherVector), kTagOther); !r) return r;
+    // The kernel's request to give the device back (unbind, hot unplug) and AER errors; a
+    // device without them (conventional PCI) simply never reports those events.
+    for (auto [index, tag, slot] : {std::tuple{vfio::IrqIndex::req, kTagReq, &req_}, std::tuple{vfio::IrqIndex::err, kTagErr, &err_}}) {
+        auto info = vfio_->irq_info(index);
+        if (!info || info->count == 0) continue;
+        auto irq = vfio_->enable_interrupts(index, 1);
+        if (!irq) continue;
+        *slot = *irq;
+        if (auto r = events_.add((*irq)->eventfd(0), tag); !r) return r;
+    }
+    if (auto r = hw_setup(); !r) return r;
+
+    auto pd = dma::ProtectionDomain::create(vfio_->iommu_shared(), opts.pd);
+    if (!pd) return pd.take_error();
+    pd_ = std::move(*pd);
+
+    attr_.provider = "e1000e";
+    attr_.name = "Intel 82574L";
+    attr_.address = vfio_->address();
+    attr_.vendor_id = kIntel;
+    attr_.device_id = uint16_t(*vfio_->config_read(0x02, 2));
+    const uint32_t ral = bar_->read32(reg::RAL0), rah = bar_->read32(reg::RAH0);
+    for (int i = 0; i < 4; ++i) attr_.mac[i] = uint8_t(ral >> (8 * i));
+    for (int i = 0; i < 2; ++i) attr_.mac[4 + i] = uint8_t(rah >> (8 * i));
+    attr_.mtu = 1500;
+    attr_.max_qp = 1;
+    attr_.max_cq = kMaxCq;
+    attr_.max_qp_wr = kMaxQueueDepth;
+    attr_.max_send_sge = kMaxSendSge;
+    attr_.max_recv_sge = 1;
+    attr_.recv_buffer_size = reg::kRxBufferSize;
+    attr_.offloads = offload_tx_ip_csum | (opts.rx_checksum ? uint32_t(offload_rx_ip_csum) : 0u);
+    attr_.interrupt_vectors = reg::kMsixVectors;
+
+    if (opts.link_timeout_ms > 0)
+        wait_until([&] { return link().up; }, std::chrono::milliseconds(opts.link_timeout_ms));
+    link_up_ = link().up;
+    return {};
+}
+
+// Software reset, §4.6.3 and the sequence of §14.5 (initialization): mask interrupts, stop
+// receive and transmit, disable bus mastering requests and let them drain, then CTRL.RST.
+Result<void> Device::hw_reset() {
+    bar_->write32(reg::IMC, ~0u);
+    bar_->write32(reg::RCTL, 0);
+    bar_->write32(reg::TCTL, reg::TCTL_PSP);
+    (void)bar_->read32(reg::STATUS);   // flush the posted writes
+    std::this_thread::sleep_for(10ms);
+    bar_->write32(reg::CTRL, bar_->read32(reg::CTRL) | reg::CTRL_GIO_MASTER_DISABLE);
+    wait_until([&] { return !(bar_->read32(reg::STATUS) & reg::STATUS_GIO_MASTER_ENABLE); }, 10ms);
+    bar_->write32(reg::CTRL, bar_->read32(reg::CTRL) | reg::CTRL_RST);
+    std::this_thread::sleep_for(1ms);
+    if (!wait_until([&] { return !(bar_->read32(reg::CTRL) & reg::CTRL_RST); }, 100ms))
+        return Error{EIO, str_cat(vfio_->address().to_string(), ": the 82574L did not come out of software reset "
+                                                                "(CTRL.RST still set after 100 ms)")};
+    if (bar_->read32(reg::STATUS) == 0xffffffffu)
+        return Error{ENODEV, str_cat(vfio_->address().to_string(), ": registers read all-ones: the device is gone")};
+    bar_->write32(reg::IMC, ~0u);
+    bar_->write32(reg::ICR, ~0u);   // write 1 to clear: reads do not clear it under MSI-X
+    return {};
+}
+
+// Everything the driver relies on is programmed here, whatever the reset left behind.
+Result<void> Device::hw_setup() {
+    bar_->write32(reg::CTRL_EXT, bar_->read32(reg::CTRL_EXT) | reg::CTRL_EXT_DRV_LOAD);
+    uint32_t ctrl = bar_->read32(reg::CTRL);
+    ctrl &= ~(reg::CTRL_FRCSPD | reg::CTRL_FRCDPX | reg::CTRL_PHY_RST | reg::CTRL_RST | reg::CTRL_GIO_MASTER_DISABLE |
+              reg::CTRL_VME);
+    bar_->write32(reg::CTRL, ctrl | reg::CTRL_SLU | reg::CTRL_ASDE);
+    if (opts_.mac) {
+        const auto& m = *opts_.mac;
+        bar_->write32(reg::RAL0, uint32_t(m[0]) | uint32_t(m[1]) << 8 | uint32_t(m[2]) << 16 | uint32_t(m[3]) << 24);
+        bar_->write32(reg::RAH0, uint32_t(m[4]) | uint32_t(m[5]) << 8 | reg::RAH_AV);
+    }
+    for (uint32_t i = 0; i < 128; ++i) bar_->write32(reg::MTA + 4 * i, 0);
+    // No interrupt moderation: completions are written back and signalled at once.
+    bar_->write32(reg::ITR, 0);
+    for (uint32_t v = 0; v < reg::kMsixVectors; ++v) bar_->write32(reg::EITR0 + 4 * v, 0);
+    for (uint32_t r : {reg::RDTR, reg::RADV, reg::TIDV, reg::TADV}) bar_->write32(r, 0);
+    bar_->write32(reg::RXCSUM, opts_.rx_checksum ? reg::RXCSUM_IPOFLD | reg::RXCSUM_TUOFLD : 0);
+    bar_->write32(reg::RFCTL, reg::RFCTL_EXSTEN);
+    // Queue causes go to their CQ's vector (set when a QP starts), link changes to "other".
+    // EIAC: a cause is cleared from ICR and IMS when its vector fires, which makes each arm()
+    // good for one notification.
+    program_ivar();
+    bar_->write32(reg::EIAC, reg::ICR_RXQ0 | reg::ICR_TXQ0 | reg::ICR_OTHER);
+    bar_->write32(reg::ICR, ~0u);
+    bar_->write32(reg::IMS, reg::ICR_LSC | reg::ICR_OTHER);
+    for (uint32_t v = 0; v < reg::kMsixVectors; ++v) vfio::drain_eventfd(msix_->eventfd(v));
+    return {};
+}
+
+void Device::program_ivar() {
+    uint32_t ivar = (reg::IVAR_VALID | kOtherVector) << reg::IVAR_OTHER_SHIFT;
+    if (qp_) {
+        ivar |= (reg::IVAR_VALID | qp_->recv_cq_->vector_) << reg::IVAR_RXQ0_SHIFT;
+        ivar |= (reg::IVAR_VALID | qp_->send_cq_->vector_) << reg::IVAR_TXQ0_SHIFT;
+    }
+    bar_->write32(reg::IVAR, ivar);
+}
+
+LinkState Device::link() const {
+    const uint32_t status = bar_->read32(reg::STATUS);
+    LinkState l;
+    if (status == 0xffffffffu) return l;
+    l.up = status & reg::STATUS_LU;
+    const uint32_t speed = (status & reg::STATUS_SPEED_MASK) >> reg::STATUS_SPEED_SHIFT;
+    l.speed_mbps = l.up ? (speed == 0 ? 10 : speed == 1 ? 100 : 1000) : 0;
+    l.full_duplex = status & reg::STATUS_FD;
+    return l;
+}
+
+void Device::accumulate_stats() {
+    if (removed_) return;
+    auto rd = [&](uint32_t r) { return uint64_t(bar_->read32(r)); };
+    stats_.rx_packets += rd(reg::GPRC);
+    stats_.tx_packets += rd(reg::GPTC);
+    stats_.rx_bytes += rd(reg::GORCL) | rd(reg::GORCH) << 32;   // low first: reading high clears
+    stats_.tx_bytes += rd(reg::GOTCL) | rd(reg::GOTCH) << 32;
+    stats_.rx_missed += rd(reg::MPC);
+    stats_.rx_crc_errors += rd(reg::CRCERRS);
+    stats_.rx_errors += rd(reg::RXERRC) + rd(reg::SYMERRS) + rd(reg::ALGNERRC) + rd(reg::SEC) + rd(reg::RLEC);
+    stats_.rx_broadcast += rd(reg::BPRC);
+    stats_.rx_multicast += rd(reg::MPRC);
+}
+
+DeviceStats Device::stats() {
+    std::lock_guard lock(mu_);
+    accumulate_stats();
+    return stats_;
+}
+
+Event Device::next_event() {
+    std::lock_guard lock(mu_);
+    if (removed_) return {};
+    if (req_ && vfio::drain_eventfd(req_->eventfd(0))) {
+        enter_error_state();
+        removed_ = true;   // from now on the registers are not touched
+        return {EventType::device_removal};
+    }
+    if (err_ && vfio::drain_eventfd(err_->eventfd(0))) {
+        enter_error_state();
+        return {EventType::device_fatal};
+    }
+    const bool other = vfio::drain_eventfd(msix_->eventfd(kOtherVector)) != 0;
+    if (bar_->read32(reg::STATUS) == 0xffffffffu) {   // surprise removal
+        removed_ = true;
+        enter_error_state();
+        return {EventType::device_fatal};
+    }
+    if (other) {
+        // Clear the "other" causes, then re-arm: EIAC masked OTHER when it fired.
+        bar_->write32(reg::ICR, reg::ICR_LSC | reg::ICR_OTHER | reg::ICR_RXO | reg::ICR_RXDMT0);
+        bar_->write32(reg::IMS, reg::ICR_LSC | reg::ICR_OTHER);
+    }
+    const bool up = link().up;
+    if (up != link_up_) {
+        link_up_ = up;
+        return {up ? EventType::link_up : EventType::link_down};
+    }
+    return {};
+}
+
+// Stops the device's DMA and puts the queue pair in the error state: its outstanding WRs
+// complete with wr_flush_error (or success, for those the device had finished).
+void Device::enter_error_state() {
+    if (qp_ && qp_->state_ == QpState::ready) qp_->state_ = QpState::error;
+    if (!removed_) stop_queues();
+    disable_bus_master();
+    // Wake anyone sleeping on a completion channel: their queues will only flush now.
+    for (auto& cq : cqs_)
+        if (!cq->destroyed_) {
+            uint64_t one = 1;
+            (void)!::write(cq->efd_, &one, sizeof one);
+        }
+}
+
+void Device::disable_bus_master() {
+    constexpr uint16_t kCommand = 0x04, kBusMaster = 0x4;
+    if (auto cmd = vfio_->config_read(kCommand, 2)) (void)vfio_->config_write(kCommand, 2, *cmd & ~kBusMaster);
+}
+
+Result<void> Device::reset() {
+    std::lock_guard lock(mu_);
+    if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
+    enter_error_state();
+    if (auto r = vfio_->enable_bus_master(); !r) return r;
+    if (auto r = hw_reset(); !r) return r;
+    return hw_setup();
+}
+
+Device::~Device() {
+    std::lock_guard lock(mu_);
+    // Quiesce before anything is freed: the rings and registered memory must not be DMA
+    // targets any more when their IOMMU mappings go.
+    if (!removed_) {
+        stop_queues();
+        bar_->write32(reg::IMC, ~0u);
+        (void)hw_reset();
+        bar_->write32(reg::CTRL_EXT, bar_->read32(reg::CTRL_EXT) & ~reg::CTRL_EXT_DRV_LOAD);
+    }
+    disable_bus_master();
+    (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
+    qp_.reset();
+    dead_qps_.clear();
+    cqs_.clear();
+    pd_.reset();
+}
+
+}  // namespace vfab::e1000e

@@ -1,0 +1,173 @@
+// The provider API's vocabulary, shared by every driver's direct API, the multiplexed API
+// (vfab.hpp) and the C API (vfab.h): scatter/gather entries, work requests, completions,
+// device attributes, statistics and asynchronous events.
+//
+// The layouts of Sge, SendWr, RecvWr and Completion are those of the C API's structs, so a C
+// caller's arrays are passed through without copying (static_asserts in api/c_api.cpp).
+// Status and flag values follow libibverbs (enum ibv_wc_status, ibv_send_flags) where verbs has
+// the same idea.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "vfab/pci_address.hpp"
+
+namespace vfab {
+
+// One piece of a buffer: `length` bytes at virtual address `addr`, inside the memory region
+// whose local key is `lkey` (the driver translates it through the MR table; it never lets the
+// device touch memory outside the registration).
+struct Sge {
+    uint64_t addr = 0;
+    uint32_t length = 0;
+    uint32_t lkey = 0;
+};
+
+enum SendFlags : uint32_t {
+    send_signaled = 1u << 1,   // IBV_SEND_SIGNALED: report a completion for this WR
+    send_ip_csum = 1u << 4,    // IBV_SEND_IP_CSUM: the device fills the IPv4 header checksum
+                               // and the TCP/UDP checksum (the driver seeds the pseudo-header)
+};
+
+// A frame to transmit: the concatenation of its SGEs (Ethernet header first, no FCS).
+struct SendWr {
+    uint64_t wr_id = 0;
+    const Sge* sg_list = nullptr;
+    uint32_t num_sge = 0;
+    uint32_t flags = 0;   // SendFlags
+};
+
+// A buffer to receive one frame into.
+struct RecvWr {
+    uint64_t wr_id = 0;
+    const Sge* sg_list = nullptr;
+    uint32_t num_sge = 0;
+    uint32_t reserved = 0;
+};
+
+// Values of enum ibv_wc_status.
+enum class WcStatus : uint8_t {
+    success = 0,
+    local_length_error = 1,     // the frame did not fit (receive) or was too long (send)
+    local_qp_op_error = 2,
+    local_protection_error = 4, // bad lkey, stale key, SGE outside its MR, missing access right
+    wr_flush_error = 5,         // the queue went to the error state before this WR completed
+    general_error = 21,         // the device reported an error for this frame
+};
+constexpr const char* to_string(WcStatus s) noexcept {
+    switch (s) {
+    case WcStatus::success: return "success";
+    case WcStatus::local_length_error: return "local length error";
+    case WcStatus::local_qp_op_error: return "local QP operation error";
+    case WcStatus::local_protection_error: return "local protection error";
+    case WcStatus::wr_flush_error: return "work request flushed";
+    case WcStatus::general_error: return "general error";
+    }
+    return "unknown status";
+}
+
+enum class WcOpcode : uint8_t { send = 0, recv = 128 };   // IBV_WC_SEND, IBV_WC_RECV
+
+enum CompletionFlags : uint16_t {
+    wc_ip_csum_ok = 1u << 2,   // IBV_WC_IP_CSUM_OK: IPv4 header and TCP/UDP checksums verified
+};
+
+struct Completion {
+    uint64_t wr_id = 0;
+    WcStatus status = WcStatus::success;
+    WcOpcode opcode = WcOpcode::send;
+    uint16_t flags = 0;       // CompletionFlags
+    uint32_t byte_len = 0;    // receive: bytes written into the buffer (the frame, no FCS)
+    uint32_t qp_num = 0;
+    uint32_t reserved = 0;
+};
+
+// What post_send/post_recv did: `posted` WRs from the front of the batch were queued; when
+// `error` is not 0 (an errno value) the WR at index `posted` was refused and none after it was
+// looked at. EINVAL: malformed WR (SGE count, length); ENOMEM: the queue is full; EIO: the
+// queue pair is in the error state; ENODEV: it was destroyed.
+struct [[nodiscard]] PostResult {
+    int error = 0;
+    uint32_t posted = 0;
+    explicit operator bool() const { return error == 0; }
+};
+
+enum class QpState : uint8_t { ready, error, destroyed };
+
+struct QpCaps {
+    uint32_t max_send_wr = 256;   // ring sizes: rounded up to what the device supports
+    uint32_t max_recv_wr = 256;
+    uint32_t max_send_sge = 1;
+    uint32_t max_recv_sge = 1;
+};
+
+struct LinkState {
+    bool up = false;
+    uint32_t speed_mbps = 0;
+    bool full_duplex = false;
+};
+
+enum Offloads : uint32_t {
+    offload_tx_ip_csum = 1u << 0,   // send_ip_csum works
+    offload_rx_ip_csum = 1u << 1,   // receive completions carry wc_ip_csum_ok
+};
+
+struct DeviceAttr {
+    std::string provider;          // "e1000e"
+    std::string name;              // "Intel 82574L"
+    PciAddress address;
+    uint16_t vendor_id = 0;
+    uint16_t device_id = 0;
+    uint8_t mac[6] = {};
+    uint32_t mtu = 1500;           // largest frame is mtu + 14 (no VLAN tag, no FCS)
+    uint32_t max_qp = 1;
+    uint32_t max_cq = 1;
+    uint32_t max_qp_wr = 0;
+    uint32_t max_send_sge = 1;
+    uint32_t max_recv_sge = 1;
+    uint32_t recv_buffer_size = 0; // every receive buffer must hold this many bytes
+    uint32_t offloads = 0;         // Offloads
+    uint32_t interrupt_vectors = 0;
+};
+
+// Counters since the device was opened (hardware counters are read-to-clear: the driver
+// accumulates them).
+struct DeviceStats {
+    uint64_t rx_packets = 0;
+    uint64_t rx_bytes = 0;
+    uint64_t tx_packets = 0;
+    uint64_t tx_bytes = 0;
+    uint64_t rx_missed = 0;       // dropped: no receive buffer posted
+    uint64_t rx_crc_errors = 0;
+    uint64_t rx_errors = 0;       // other receive errors (length, symbol, sequence)
+    uint64_t rx_broadcast = 0;
+    uint64_t rx_multicast = 0;
+};
+
+// Asynchronous events, read from Device::event_fd() with next_event() (like ibv_get_async_event).
+enum class EventType : uint8_t {
+    none,
+    link_up,
+    link_down,
+    device_fatal,      // the device stopped working (it was reset behind the driver's back):
+                       // every queue pair is in the error state; close the device
+    device_removal,    // the kernel asks for the device back (unbind, hot unplug): queues are
+                       // in the error state; close the device to let the removal finish
+};
+constexpr const char* to_string(EventType e) noexcept {
+    switch (e) {
+    case EventType::none: return "none";
+    case EventType::link_up: return "link up";
+    case EventType::link_down: return "link down";
+    case EventType::device_fatal: return "device fatal error";
+    case EventType::device_removal: return "device removal requested";
+    }
+    return "unknown event";
+}
+
+struct Event {
+    EventType type = EventType::none;
+};
+
+}  // namespace vfab
