@@ -14,10 +14,12 @@
 namespace vfab::lab {
 
 struct E1000eNic {
+    // Declared first so it is freed last: the device is closed (quiesced) before the memory
+    // it may DMA into goes back to the allocator.
+    std::unique_ptr<UserBuffer> mem;
     std::unique_ptr<e1000e::Device> dev;
     e1000e::CompletionQueue* cq = nullptr;
     e1000e::QueuePair* qp = nullptr;
-    std::unique_ptr<UserBuffer> mem;
     dma::MemoryRegion mr;
 
     static constexpr uint32_t kSendSlots = 256, kRecvSlots = 511, kBuf = 2048;
