@@ -42,7 +42,7 @@ protected:
         EXPECT_EQ(nic.cq->poll({&wc, 1}), 1);
         return wc;
     }
-    uint64_t buf(size_t off = 0) const { return nic.mem->addr(off); }
+    uint64_t buf(size_t off = 0) const { return nic.addr(off); }
 
     E1000eNic nic;
 };
@@ -55,7 +55,7 @@ TEST_P(E1000eErrors, BadOrStaleKeyCompletesWithProtectionError) {
     EXPECT_EQ(wc.opcode, WcOpcode::send);
 
     // A key that was valid: deregistered, then used.
-    auto other = nic.dev->pd().register_memory(nic.mem->data, 4096, dma::Access::local_write);
+    auto other = nic.dev->pd().register_memory(nic.data, 4096, dma::Access::local_write);
     ASSERT_TRUE(other.ok()) << other.error().message;
     ASSERT_TRUE(nic.dev->pd().deregister(*other).ok());
     Sge stale{buf(), 100, other->lkey};
@@ -76,7 +76,7 @@ TEST_P(E1000eErrors, BadOrStaleKeyCompletesWithProtectionError) {
 }
 
 TEST_P(E1000eErrors, SgeOutsideItsRegionCompletesWithProtectionError) {
-    const uint64_t end = buf(nic.mem->size);
+    const uint64_t end = buf(nic.size);
     Sge past{end - 50, 100, nic.mr.lkey};   // straddles the end
     EXPECT_EQ(send_expecting_error({&past, 1}, 1).status, WcStatus::local_protection_error);
     Sge before{buf() - 64, 100, nic.mr.lkey};
@@ -86,7 +86,7 @@ TEST_P(E1000eErrors, SgeOutsideItsRegionCompletesWithProtectionError) {
     EXPECT_EQ(send_expecting_error(two, 3).status, WcStatus::local_protection_error);
 
     // A receive buffer must lie wholly (2048 bytes) inside memory registered for local write.
-    auto ro = nic.dev->pd().register_memory(nic.mem->data, 8192, dma::Access::none);
+    auto ro = nic.dev->pd().register_memory(nic.data, 8192, dma::Access::none);
     ASSERT_TRUE(ro.ok()) << ro.error().message;
     for (Sge rsge : {Sge{buf(), 2048, ro->lkey}, Sge{end - 1024, 2048, nic.mr.lkey}}) {
         RecvWr rwr{5, &rsge, 1, 0};
@@ -213,7 +213,7 @@ TEST_P(E1000eErrors, ControlPathLimitsAreExplained) {
 TEST_P(E1000eErrors, ResetWhileBusyFlushesAndRecovers) {
     const uint32_t depth = nic.qp->caps().max_recv_wr;
     for (uint32_t i = 0; i < depth; ++i) {
-        Sge sge{nic.mem->addr(size_t(i % 8) * 2048), 2048, nic.mr.lkey};
+        Sge sge{nic.addr(size_t(i % 8) * 2048), 2048, nic.mr.lkey};
         RecvWr wr{i, &sge, 1, 0};
         ASSERT_TRUE(nic.qp->post_recv({&wr, 1}));
     }

@@ -21,6 +21,8 @@ struct E1000eNic {
     e1000e::CompletionQueue* cq = nullptr;
     e1000e::QueuePair* qp = nullptr;
     dma::MemoryRegion mr;
+    uint8_t* data = nullptr;   // the registered buffers (user memory, or an arena)
+    size_t size = 0;
 
     static constexpr uint32_t kSendSlots = 256, kRecvSlots = 511, kBuf = 2048;
 
@@ -41,13 +43,27 @@ struct E1000eNic {
         auto q = dev->create_qp(extra);
         ASSERT_TRUE(q.ok()) << q.error().message;
         qp = *q;
-        mem = std::make_unique<UserBuffer>(size_t(kSendSlots + kRecvSlots) * kBuf);
-        auto m = dev->pd().register_memory(mem->data, mem->size, dma::Access::local_write);
+        const size_t len = size_t(kSendSlots + kRecvSlots) * kBuf;
+        uint8_t* base;
+        if (backend == vfio::IommuBackend::noiommu) {
+            // Without an IOMMU the device sees physical addresses: only memory inside one
+            // hugepage of an arena is contiguous. Elsewhere: plain user memory, pinned.
+            auto arena = dev->pd().create_arena(len);
+            ASSERT_TRUE(arena.ok()) << arena.error().message;
+            base = (*arena)->data();
+        } else {
+            mem = std::make_unique<UserBuffer>(len);
+            base = mem->data;
+        }
+        data = base;
+        size = len;
+        auto m = dev->pd().register_memory(base, len, dma::Access::local_write);
         ASSERT_TRUE(m.ok()) << m.error().message;
         mr = *m;
     }
-    uint8_t* send_buffers() const { return mem->data; }
-    uint8_t* recv_buffers() const { return mem->data + size_t(kSendSlots) * kBuf; }
+    uint8_t* send_buffers() const { return data; }
+    uint8_t* recv_buffers() const { return data + size_t(kSendSlots) * kBuf; }
+    uint64_t addr(size_t off = 0) const { return reinterpret_cast<uint64_t>(data + off); }
     TrafficSide sender() const { return {dev->attr().mac, send_buffers(), mr.lkey, kSendSlots}; }
     TrafficSide receiver() const { return {dev->attr().mac, recv_buffers(), mr.lkey, qp->caps().max_recv_wr}; }
 };

@@ -42,7 +42,7 @@ TEST(E1000eRemoval, RequestInterruptPutsQueuesInErrorAndCloseLetsRemovalFinish) 
     ASSERT_NO_FATAL_FAILURE(nic.open("e1000e-1", backends().front()));
     const uint32_t depth = nic.qp->caps().max_recv_wr;
     for (uint32_t i = 0; i < depth; ++i) {
-        Sge sge{nic.mem->addr(size_t(i % 8) * 2048), 2048, nic.mr.lkey};
+        Sge sge{nic.addr(size_t(i % 8) * 2048), 2048, nic.mr.lkey};
         RecvWr wr{i, &sge, 1, 0};
         ASSERT_TRUE(nic.qp->post_recv({&wr, 1}));
     }
@@ -69,7 +69,7 @@ TEST(E1000eRemoval, RequestInterruptPutsQueuesInErrorAndCloseLetsRemovalFinish) 
     int n = nic.cq->poll(wc);
     EXPECT_EQ(n, int(depth));
     for (int i = 0; i < n; ++i) EXPECT_EQ(wc[i].status, WcStatus::wr_flush_error);
-    Sge sge{nic.mem->addr(), 2048, nic.mr.lkey};
+    Sge sge{nic.addr(), 2048, nic.mr.lkey};
     RecvWr wr{1, &sge, 1, 0};
     EXPECT_EQ(nic.qp->post_recv({&wr, 1}).error, EIO);
     EXPECT_FALSE(nic.dev->reset().ok());

@@ -79,17 +79,19 @@ public:
 private:
     friend class Device;
     friend class QueuePair;
+    friend struct FastPathHarness;   // unit tests and bench/: the fast path over plain memory
+    CompletionQueue() = default;
     CompletionQueue(Device& dev, uint32_t cqe, uint32_t vector, int efd)
         : dev_(&dev), cqe_(cqe), vector_(vector), efd_(efd) {}
     bool has_ready() const noexcept;
     uint32_t causes() const noexcept;
 
-    Device* dev_;
+    Device* dev_ = nullptr;
     QueuePair* send_qp_ = nullptr;
     QueuePair* recv_qp_ = nullptr;
-    uint32_t cqe_;
-    uint32_t vector_;
-    int efd_;
+    uint32_t cqe_ = 0;
+    uint32_t vector_ = 0;
+    int efd_ = -1;
     bool destroyed_ = false;
     bool rx_first_ = false;   // alternates which queue poll() drains first
 };
@@ -118,6 +120,7 @@ public:
 private:
     friend class Device;
     friend class CompletionQueue;
+    friend struct FastPathHarness;
     struct Slot {
         uint64_t wr_id;
         uint32_t byte_len;
@@ -130,6 +133,7 @@ private:
         uint32_t tucmd;
         bool operator==(const TxContext&) const = default;
     };
+    QueuePair() = default;
     QueuePair(Device& dev, const QpInitAttr& attr) : dev_(&dev), send_cq_(attr.send_cq), recv_cq_(attr.recv_cq) {}
     bool send_ready() const noexcept;
     bool recv_ready() const noexcept;
@@ -138,9 +142,9 @@ private:
     int prepare_checksum(const Sge& first, TxContext& ctx) noexcept;
     void write_doorbell(uint32_t reg, uint32_t value) noexcept { mmio::write<uint32_t>(bar_, reg, value); }
 
-    Device* dev_;
-    CompletionQueue* send_cq_;
-    CompletionQueue* recv_cq_;
+    Device* dev_ = nullptr;
+    CompletionQueue* send_cq_ = nullptr;
+    CompletionQueue* recv_cq_ = nullptr;
     volatile uint8_t* bar_ = nullptr;
     const dma::MrTable* mrs_ = nullptr;
     QpState state_ = QpState::ready;
