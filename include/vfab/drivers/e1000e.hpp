@@ -272,39 +272,36 @@ inline PostResult QueuePair::post_send(std::span<const SendWr> wrs) noexcept {
     int err = 0;
     for (; i < wrs.size(); ++i) {
         const SendWr& wr = wrs[i];
-        if (wr.num_sge == 0 || wr.num_sge > caps_.max_send_sge || !wr.sg_list) {
+        if (wr.num_sge == 0 || wr.num_sge > caps_.max_send_sge || !wr.sg_list) [[unlikely]] {
             err = EINVAL;
             break;
         }
-        uint64_t total = 0;
-        bool zero_sge = false;
+        // One pass over the SGEs: lengths for the checks below, keys translated (a bad key
+        // is not refused here: it becomes an error completion, in order).
+        uint64_t total = 0, iova[kMaxSendSge];
+        bool zero_sge = false, bad_key = false;
         for (uint32_t s = 0; s < wr.num_sge; ++s) {
-            total += wr.sg_list[s].length;
-            zero_sge |= wr.sg_list[s].length == 0;
+            const Sge& g = wr.sg_list[s];
+            total += g.length;
+            zero_sge |= g.length == 0;
+            const dma::Translation t = mrs_->translate(g.lkey, g.addr, g.length, dma::Access::none);
+            bad_key |= t.status != dma::MrStatus::ok;
+            iova[s] = t.iova.value;
         }
-        if (zero_sge || total < kEthHeader || total > max_frame_) {
+        if (zero_sge || total < kEthHeader || total > max_frame_) [[unlikely]] {
             err = EINVAL;
             break;
         }
         const bool csum = wr.flags & send_ip_csum;
         const uint32_t need = wr.num_sge + (csum ? 1 : 0);
-        if (sq_tail_ - sq_head_ > sq_mask_ || (tx_tail_ - tx_head_) + need > tx_cap) {
+        if (sq_tail_ - sq_head_ > sq_mask_ || (tx_tail_ - tx_head_) + need > tx_cap) [[unlikely]] {
             err = ENOMEM;
             break;
         }
         Slot& slot = sq_[sq_tail_ & sq_mask_];
         slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled)};
-        Iova iova[kMaxSendSge];
-        for (uint32_t s = 0; s < wr.num_sge; ++s) {
-            const Sge& g = wr.sg_list[s];
-            const dma::Translation t = mrs_->translate(g.lkey, g.addr, g.length, dma::Access::none);
-            if (t.status != dma::MrStatus::ok) {
-                slot.status = WcStatus::local_protection_error;
-                break;
-            }
-            iova[s] = t.iova;
-        }
-        if (slot.status != WcStatus::success) {   // completes in order, touches no descriptor
+        if (bad_key) [[unlikely]] {   // completes in order, touches no descriptor
+            slot.status = WcStatus::local_protection_error;
             ++sq_tail_;
             continue;
         }
@@ -330,7 +327,7 @@ inline PostResult QueuePair::post_send(std::span<const SendWr> wrs) noexcept {
         for (uint32_t s = 0; s < wr.num_sge; ++s) {
             const bool last = s + 1 == wr.num_sge;
             TxDataDesc& d = tx_[tx_tail_ & tx_mask_];
-            d.buffer_addr = iova[s].value;
+            d.buffer_addr = iova[s];
             d.cmd_len = wr.sg_list[s].length | txd::DTYP_DATA | txd::CMD_DEXT | txd::CMD_IFCS |
                         (last ? txd::CMD_EOP | txd::CMD_RS : 0);
             d.status = 0;

@@ -1,0 +1,124 @@
+// Packets per second NIC0 -> NIC1 with vfab's e1000e driver, in the lab: one thread sends
+// 60-byte frames on NIC0 in batches and receives them on NIC1, zero copy, busy polling — the
+// same shape as dpdk-testpmd's txonly on one port and rxonly on the other, so the two can be
+// compared in one boot (bench/e1000e_vs_dpdk.sh). Prints one parsable line:
+//   vfab-e1000e tx_pps=... rx_pps=... seconds=... batch=...
+//
+//   e1000e_pps [SECONDS] [BATCH] [TX_BDF] [RX_BDF]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "vfab/drivers/e1000e.hpp"
+
+using namespace vfab;
+
+namespace {
+
+constexpr uint32_t kBuf = 2048, kFrame = 60, kRing = 512;
+
+struct Port {
+    std::unique_ptr<e1000e::Device> dev;
+    e1000e::CompletionQueue* cq = nullptr;
+    e1000e::QueuePair* qp = nullptr;
+    uint8_t* mem = nullptr;
+    uint32_t lkey = 0;
+};
+
+int fail(const char* what, const std::string& why) {
+    std::fprintf(stderr, "e1000e_pps: %s: %s\n", what, why.c_str());
+    return 1;
+}
+
+Result<Port> open_port(const char* bdf) {
+    auto addr = PciAddress::parse(bdf);
+    if (!addr) return Error{EINVAL, std::string("bad PCI address ") + bdf};
+    auto dev = e1000e::Device::open(*addr);
+    if (!dev) return dev.take_error();
+    Port p;
+    p.dev = std::move(*dev);
+    auto cq = p.dev->create_cq(2 * kRing);
+    if (!cq) return cq.take_error();
+    p.cq = *cq;
+    e1000e::QpInitAttr attr;
+    attr.send_cq = attr.recv_cq = p.cq;
+    attr.caps.max_send_wr = kRing;
+    attr.caps.max_recv_wr = kRing - 1;
+    auto qp = p.dev->create_qp(attr);
+    if (!qp) return qp.take_error();
+    p.qp = *qp;
+    auto arena = p.dev->pd().create_arena(size_t(2 * kRing) * kBuf);
+    if (!arena) return arena.take_error();
+    p.mem = (*arena)->data();
+    auto mr = p.dev->pd().register_memory(p.mem, (*arena)->size(), dma::Access::local_write);
+    if (!mr) return mr.take_error();
+    p.lkey = mr->lkey;
+    return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
+    const uint32_t batch = argc > 2 ? uint32_t(std::atoi(argv[2])) : 32;
+    const char* tx_bdf = argc > 3 ? argv[3] : "0000:00:02.0";
+    const char* rx_bdf = argc > 4 ? argv[4] : "0000:00:03.0";
+    if (batch == 0 || batch > 64) return fail("batch", "must be 1..64");
+    auto tx = open_port(tx_bdf);
+    if (!tx) return fail(tx_bdf, tx.error().message);
+    auto rx = open_port(rx_bdf);
+    if (!rx) return fail(rx_bdf, rx.error().message);
+
+    // Receive buffers: the whole ring, re-posted as frames arrive.
+    const uint32_t rx_depth = rx->qp->caps().max_recv_wr;
+    std::vector<Sge> rsge(rx_depth);
+    std::vector<RecvWr> rwr(rx_depth);
+    for (uint32_t i = 0; i < rx_depth; ++i) {
+        rsge[i] = {reinterpret_cast<uint64_t>(rx->mem + size_t(i) * kBuf), kBuf, rx->lkey};
+        rwr[i] = {i, &rsge[i], 1, 0};
+    }
+    if (PostResult r = rx->qp->post_recv(rwr); !r) return fail("post_recv", std::to_string(r.error));
+    // One frame per send slot, built once.
+    std::vector<Sge> tsge(kRing);
+    std::vector<SendWr> twr(kRing);
+    for (uint32_t i = 0; i < kRing; ++i) {
+        uint8_t* f = tx->mem + size_t(i) * kBuf;
+        std::memcpy(f, rx->dev->attr().mac, 6);
+        std::memcpy(f + 6, tx->dev->attr().mac, 6);
+        f[12] = 0x88, f[13] = 0xb5;
+        tsge[i] = {reinterpret_cast<uint64_t>(f), kFrame, tx->lkey};
+        twr[i] = {i, &tsge[i], 1, send_signaled};
+    }
+
+    Completion wc[64];
+    uint64_t sent = 0, received = 0, tx_next = 0;
+    uint32_t in_flight = 0;
+    const auto start = std::chrono::steady_clock::now();
+    const auto end = start + std::chrono::duration<double>(seconds);
+    uint64_t loops = 0;
+    while ((++loops & 255) != 0 || std::chrono::steady_clock::now() < end) {
+        if (in_flight + batch <= kRing) {
+            const uint32_t first = uint32_t(tx_next % kRing);
+            const uint32_t n = std::min(batch, kRing - first);
+            PostResult r = tx->qp->post_send({twr.data() + first, n});
+            in_flight += r.posted;
+            tx_next += r.posted;
+        }
+        int n = tx->cq->poll(wc);
+        for (int i = 0; i < n; ++i) in_flight -= wc[i].opcode == WcOpcode::send;
+        sent += uint64_t(std::max(n, 0));
+        n = rx->cq->poll(wc);
+        RecvWr again[64];   // re-post the batch with one doorbell
+        uint32_t k = 0;
+        for (int i = 0; i < n; ++i)
+            if (wc[i].opcode == WcOpcode::recv) again[k++] = rwr[wc[i].wr_id];
+        received += k;
+        if (k) (void)rx->qp->post_recv({again, k});
+    }
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("vfab-e1000e tx_pps=%.0f rx_pps=%.0f seconds=%.2f batch=%u\n", double(sent) / t, double(received) / t, t,
+                batch);
+    return 0;
+}
