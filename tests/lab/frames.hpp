@@ -46,7 +46,8 @@ inline std::string check_frame(const uint8_t* f, uint32_t len, uint32_t seq) {
 struct UserBuffer {
     uint8_t* data = nullptr;
     size_t size = 0;
-    explicit UserBuffer(size_t n) : data(static_cast<uint8_t*>(std::aligned_alloc(4096, n))), size(n) {
+    explicit UserBuffer(size_t n)
+        : data(static_cast<uint8_t*>(std::aligned_alloc(4096, (n + 4095) & ~size_t(4095)))), size(n) {
         std::memset(data, 0, n);
     }
     ~UserBuffer() { std::free(data); }

@@ -32,7 +32,8 @@ struct FastPathHarness {
         const uint32_t sq = std::bit_ceil(std::max(send_depth, 8u));
         const uint32_t tx = std::bit_ceil(sq * (max_send_sge + 1) + 1);
         const uint32_t rx = std::bit_ceil(std::max(recv_depth + 1, 8u));
-        ring_mem = static_cast<uint8_t*>(std::aligned_alloc(4096, (tx + rx) * 16));
+        // aligned_alloc wants a size that is a multiple of the alignment
+        ring_mem = static_cast<uint8_t*>(std::aligned_alloc(4096, (size_t(tx + rx) * 16 + 4095) & ~size_t(4095)));
         std::memset(ring_mem, 0, (tx + rx) * 16);
         qp.rx_ = reinterpret_cast<RxDesc*>(ring_mem);
         qp.tx_ = reinterpret_cast<TxDataDesc*>(ring_mem + rx * 16);
