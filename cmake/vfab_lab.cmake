@@ -1,7 +1,8 @@
 # Lab tests: GoogleTest binaries that run inside the QEMU guest (scripts/lab), against real
-# VFIO. vfab_add_lab_test(target [SUITES suite...]) registers one; vfab_lab_finalize() then
-# adds one ctest test per suite that boots the guest once and runs all of that suite's
-# binaries (label "lab"). Suites:
+# VFIO. vfab_add_lab_test(target [SUITES suite...] [EXTRA target...] [DPDK]) registers one;
+# vfab_lab_finalize() then adds one ctest test per suite that boots the guest once and runs
+# all of that suite's binaries (label "lab"). DPDK: the test needs DPDK in the guest, so that
+# suite's boot gets scripts/lab --dpdk (dpdk-testpmd, its PMDs and /vfab/bin/dpdk-pps). Suites:
 #   debian            Debian's kernel, IOMMU on (legacy VFIO container/group)
 #   iommufd           the iommufd lab kernel, IOMMU on (iommufd + VFIO cdev, and legacy)
 #   iommufd-noiommu   the iommufd lab kernel booted without the IOMMU, VFIO no-IOMMU mode
@@ -9,7 +10,7 @@
 set(VFAB_LAB_SUITES "debian;iommufd;iommufd-noiommu" CACHE STRING "Lab suites ctest runs")
 
 function(vfab_add_lab_test target)
-  cmake_parse_arguments(arg "" "" "SUITES;EXTRA" ${ARGN})
+  cmake_parse_arguments(arg "DPDK" "" "SUITES;EXTRA" ${ARGN})
   if(NOT arg_SUITES)
     set(arg_SUITES debian iommufd)
   endif()
@@ -17,6 +18,9 @@ function(vfab_add_lab_test target)
     set_property(GLOBAL APPEND PROPERTY VFAB_LAB_SUITE_${suite} ${target})
     # EXTRA targets (tools a test runs) are copied into the guest, not run.
     set_property(GLOBAL APPEND PROPERTY VFAB_LAB_EXTRA_${suite} ${arg_EXTRA})
+    if(arg_DPDK)
+      set_property(GLOBAL PROPERTY VFAB_LAB_DPDK_${suite} ON)
+    endif()
   endforeach()
 endfunction()
 
@@ -45,6 +49,10 @@ function(vfab_lab_finalize)
     foreach(x IN LISTS extras)
       list(APPEND opts --extra $<TARGET_FILE:${x}>)
     endforeach()
+    get_property(dpdk GLOBAL PROPERTY VFAB_LAB_DPDK_${suite})
+    if(dpdk)
+      list(APPEND opts --dpdk)
+    endif()
     add_test(NAME lab.${suite} COMMAND ${PROJECT_SOURCE_DIR}/scripts/lab ${opts} run ${bins})
     # The first iommufd run may build its kernel (~10 min on 2 cores); boots share the cores.
     set_tests_properties(lab.${suite} PROPERTIES LABELS lab TIMEOUT 2400 RUN_SERIAL TRUE)

@@ -6,6 +6,7 @@
 #   /vfab/bin/*                 the project's binaries, with their shared libraries
 #   /usr/share/misc/pci.ids     libpci's ID database (vfio-devctl names the devices with it)
 #   /lib/modules/<ver>          (debian flavor) VFIO and NIC driver modules + modules.dep
+#   DPDK's dpdk-testpmd, libraries and PMD plugins, /vfab/bin/dpdk-pps   (--dpdk, lab.d/dpdk.sh)
 
 # Kernel modules the guest may load; their dependencies are added from modinfo.
 GUEST_MODULES=(vfio-pci vfio_iommu_type1 e1000e igb igbvf virtio_net
@@ -47,7 +48,11 @@ initramfs_build() {
     local out=$1 conf=$2; shift 2
     local stage ko bin
     stage=$(mktemp -d "${TMPDIR:-/tmp}/vfab-initramfs.XXXXXX")
-    mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,mnt,vfab/bin,etc}
+    mkdir -p "$stage"/{bin,sbin,lib,usr/bin,usr/sbin,usr/lib/x86_64-linux-gnu,proc,sys,dev,tmp,run,mnt,vfab/bin,etc}
+    # One library directory under two names, as on the host (merged /usr): a library reached
+    # by both paths must be one file, or DPDK loads it twice (lab.d/dpdk.sh).
+    ln -s ../usr/lib/x86_64-linux-gnu "$stage/lib/x86_64-linux-gnu"
+    if (( ${INITRAMFS_DPDK:-0} )); then dpdk_stage "$stage"; fi
     install -m 0755 "$(command -v busybox)" "$stage/bin/busybox"
     file -L "$stage/bin/busybox" | grep -q 'statically linked' \
         || die "initramfs: busybox is not static — install busybox-static (scripts/setup)"

@@ -1,0 +1,131 @@
+#!/bin/sh
+# dpdk-pps [SECONDS]: packets per second of DPDK's e1000 PMD from NIC0 to NIC1 in the lab
+# guest (scripts/lab --dpdk copies it to /vfab/bin/dpdk-pps). Prints one line:
+#   dpdk-e1000 tx_pps=N rx_pps=N seconds=S tx_packets=N rx_packets=N rx_missed=N
+# tx_* are NIC0's hardware counters, rx_* NIC1's, over the SECONDS (default 5) measured;
+# rx_pps is what arrived. Under TCG NIC0 sends faster than NIC1 is refilled: QEMU queues what
+# NIC1 has no descriptor for and drops it when its queue is full, uncounted by either NIC
+# (rx_missed stays 0), so tx_pps > rx_pps.
+#
+# testpmd's forwarding mode applies to all of its ports, and each of its modes either
+# transmits on both ports or on none. So two testpmd processes run side by side, each with
+# its own device, hugepage memory (--in-memory: given back at exit) and VFIO container:
+# "txonly" on NIC0 and "rxonly" on NIC1, their busy-polling lcores on different vCPUs. NIC1 is
+# polled from before NIC0 sends until after it stops.
+#
+# Environment: DPDK_PPS_TX, DPDK_PPS_RX (BDFs; 0000:00:02.0, 0000:00:03.0),
+# DPDK_PPS_TXPKTS (frame length without FCS, 64), DPDK_PPS_VERBOSE=1 (print testpmd's output),
+# DPDK_PPS_EAL (more EAL arguments for both processes, e.g. --iova-mode=pa), DPDK_PPS_TESTPMD
+# (more testpmd arguments for both, e.g. --rxd=1024 --txd=1024; default 256 descriptors each).
+# Exit status 0 when both ports counted packets, 1 otherwise (testpmd's output is printed).
+secs=${1:-5}
+tx_bdf=${DPDK_PPS_TX:-0000:00:02.0}
+rx_bdf=${DPDK_PPS_RX:-0000:00:03.0}
+txpkts=${DPDK_PPS_TXPKTS:-64}
+case $secs in ''|*[!0-9]*|0) echo "usage: dpdk-pps [SECONDS>0]" >&2; exit 2 ;; esac
+
+work=$(mktemp -d /tmp/dpdk-pps.XXXXXX)
+mkdir -p /var/run
+rx_pid="" tx_pid=""
+
+fail() {
+    echo "dpdk-pps: $*" >&2
+    for side in rx tx; do
+        echo "----- testpmd $side output -----" >&2
+        cat "$work/$side.log" >&2
+    done
+    [ -n "$tx_pid" ] && kill "$tx_pid" 2>/dev/null
+    [ -n "$rx_pid" ] && kill "$rx_pid" 2>/dev/null
+    sleep 1
+    [ -n "$tx_pid" ] && kill -9 "$tx_pid" 2>/dev/null
+    [ -n "$rx_pid" ] && kill -9 "$rx_pid" 2>/dev/null
+    rm -rf "$work"
+    exit 1
+}
+
+prompts() { grep -o 'testpmd>' "$work/$1.log" 2>/dev/null | wc -l; }
+
+# wait_prompts SIDE N SECONDS: until testpmd SIDE has printed its N-th prompt.
+wait_prompts() {
+    t=0
+    while [ "$(prompts "$1")" -lt "$2" ]; do
+        kill -0 "$(eval echo "\$${1}_pid")" 2>/dev/null || fail "testpmd ($1) exited early"
+        t=$((t + 1))
+        [ "$t" -gt $(($3 * 10)) ] && fail "testpmd ($1): no prompt within $3 s"
+        usleep 100000
+    done
+}
+
+# cmd SIDE COMMAND: runs COMMAND in testpmd SIDE and waits for it to finish.
+cmd() {
+    n=$(prompts "$1")
+    if [ "$1" = rx ]; then echo "$2" >&4; else echo "$2" >&5; fi
+    wait_prompts "$1" $((n + 1)) 30
+}
+
+# testpmd SIDE BDF MAIN_LCORE MODE: starts an interactive testpmd reading SIDE.in.
+# -l 0,1: the main lcore only reads commands; the other one polls. --no-lsc-interrupt: the
+# em PMD on QEMU's e1000e takes a link-status interrupt per received burst (hundreds a
+# second, each a "link state change event" line), which only costs the receiver time.
+testpmd() {
+    mkfifo "$work/$1.in"
+    # shellcheck disable=SC2086
+    dpdk-testpmd -l 0,1 --main-lcore "$3" -n 1 --in-memory --file-prefix "dpdk-pps-$1" \
+        -a "$2" ${DPDK_PPS_EAL:-} -- -i --forward-mode="$4" --total-num-mbufs=4096 \
+        --txpkts="$txpkts" --no-lsc-interrupt ${DPDK_PPS_TESTPMD:-} <"$work/$1.in" >"$work/$1.log" 2>&1 &
+}
+uptime_cs() { awk '{ split($1, a, "."); print a[1] * 100 + a[2] }' /proc/uptime; }
+
+# The receiver first: its forwarding lcore on CPU 0, the sender's on CPU 1.
+testpmd rx "$rx_bdf" 1 rxonly; rx_pid=$!
+exec 4>"$work/rx.in"
+testpmd tx "$tx_bdf" 0 txonly; tx_pid=$!
+exec 5>"$work/tx.in"
+wait_prompts rx 1 120
+wait_prompts tx 1 120
+cmd rx start
+cmd tx start
+sleep 1                                 # past the first bursts
+cmd rx "show port stats all"; cmd tx "show port stats all"
+t0=$(uptime_cs)
+sleep "$secs"
+cmd rx "show port stats all"; cmd tx "show port stats all"
+t1=$(uptime_cs)
+cmd tx stop
+sleep 1                                 # the last frames reach NIC1
+cmd rx stop
+echo quit >&5; echo quit >&4
+exec 4>&- 5>&-
+# reap PID: waits up to 30 s for testpmd to close its port and exit, then kills it.
+reap() {
+    t=0
+    while kill -0 "$1" 2>/dev/null && [ "$t" -lt 300 ]; do usleep 100000; t=$((t + 1)); done
+    kill -9 "$1" 2>/dev/null
+    wait "$1" 2>/dev/null
+}
+reap "$tx_pid"; reap "$rx_pid"
+[ "${DPDK_PPS_VERBOSE:-0}" = 1 ] && { cat "$work/rx.log"; cat "$work/tx.log"; }
+
+# The last two readings of a counter in SIDE's "show port stats" blocks: "first last".
+counter() {
+    awk -v key="$2:" '/NIC statistics for port/ {on = 1} /Throughput/ {on = 0}
+        on { for (i = 1; i < NF; i++) if ($i == key) print $(i + 1) }' "$work/$1.log" \
+        | tail -n 2 | tr '\n' ' '
+}
+# shellcheck disable=SC2046   # two numbers, split on purpose
+{
+set -- $(counter tx TX-packets); tx0=${1:-0} tx1=${2:-0}
+set -- $(counter rx RX-packets); rx0=${1:-0} rx1=${2:-0}
+set -- $(counter rx RX-missed); missed0=${1:-0} missed1=${2:-0}
+}
+line=$(awk -v tx0="$tx0" -v tx1="$tx1" -v rx0="$rx0" -v rx1="$rx1" -v m0="$missed0" \
+           -v m1="$missed1" -v t0="$t0" -v t1="$t1" 'BEGIN {
+    s = (t1 - t0) / 100; if (s <= 0) s = 0.01
+    printf "dpdk-e1000 tx_pps=%d rx_pps=%d seconds=%.2f tx_packets=%d rx_packets=%d rx_missed=%d\n",
+           (tx1 - tx0) / s, (rx1 - rx0) / s, s, tx1 - tx0, rx1 - rx0, m1 - m0 }')
+echo "$line"
+case $line in
+    *" tx_packets=0 "*|*" rx_packets=0 "*) fail "no packets counted" ;;
+esac
+rm -rf "$work"
+exit 0
