@@ -1,14 +1,17 @@
 // Packets per second NIC0 -> NIC1 with vfab's e1000e driver, in the lab: one thread sends
-// 60-byte frames on NIC0 in batches and receives them on NIC1, zero copy, busy polling — the
-// same shape as dpdk-testpmd's txonly on one port and rxonly on the other, so the two can be
-// compared in one boot (bench/e1000e_vs_dpdk.sh). Prints one parsable line:
-//   vfab-e1000e tx_pps=... rx_pps=... seconds=... batch=...
+// 64-byte frames on NIC0 in batches and receives them on NIC1, zero copy, busy polling — the
+// same work as dpdk-testpmd's txonly on one port and rxonly on the other, so the two can be
+// compared in one boot (bench/e1000e_vs_dpdk.sh). THREADS=2 sends and receives on two threads,
+// as the two testpmd processes of scripts/lab.d/dpdk-pps.sh do. Prints one parsable line:
+//   vfab-e1000e tx_pps=... rx_pps=... seconds=... batch=... threads=...
 //
-//   e1000e_pps [SECONDS] [BATCH] [TX_BDF] [RX_BDF]
+//   e1000e_pps [SECONDS] [BATCH] [THREADS] [TX_BDF] [RX_BDF]
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "vfab/drivers/e1000e.hpp"
@@ -17,7 +20,7 @@ using namespace vfab;
 
 namespace {
 
-constexpr uint32_t kBuf = 2048, kFrame = 60, kRing = 512;
+constexpr uint32_t kBuf = 2048, kFrame = 64, kRing = 512;   // 64 bytes: as dpdk-pps
 
 struct Port {
     std::unique_ptr<e1000e::Device> dev;
@@ -63,9 +66,11 @@ Result<Port> open_port(const char* bdf) {
 int main(int argc, char** argv) {
     const double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
     const uint32_t batch = argc > 2 ? uint32_t(std::atoi(argv[2])) : 32;
-    const char* tx_bdf = argc > 3 ? argv[3] : "0000:00:02.0";
-    const char* rx_bdf = argc > 4 ? argv[4] : "0000:00:03.0";
+    const int threads = argc > 3 ? std::atoi(argv[3]) : 1;
+    const char* tx_bdf = argc > 4 ? argv[4] : "0000:00:02.0";
+    const char* rx_bdf = argc > 5 ? argv[5] : "0000:00:03.0";
     if (batch == 0 || batch > 64) return fail("batch", "must be 1..64");
+    if (threads != 1 && threads != 2) return fail("threads", "must be 1 or 2");
     auto tx = open_port(tx_bdf);
     if (!tx) return fail(tx_bdf, tx.error().message);
     auto rx = open_port(rx_bdf);
@@ -92,8 +97,29 @@ int main(int argc, char** argv) {
         twr[i] = {i, &tsge[i], 1, send_signaled};
     }
 
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> received{0};
+    // Receive: reap, count, re-post the batch with one doorbell.
+    auto rx_once = [&] {
+        Completion wc[64];
+        int n = rx->cq->poll(wc);
+        RecvWr again[64];
+        uint32_t k = 0;
+        for (int i = 0; i < n; ++i)
+            if (wc[i].opcode == WcOpcode::recv) again[k++] = rwr[wc[i].wr_id];
+        if (k) {
+            received.store(received.load(std::memory_order_relaxed) + k, std::memory_order_relaxed);
+            (void)rx->qp->post_recv({again, k});
+        }
+    };
+    std::thread rx_thread;
+    if (threads == 2)
+        rx_thread = std::thread([&] {
+            while (!stop.load(std::memory_order_relaxed)) rx_once();
+        });
+
     Completion wc[64];
-    uint64_t sent = 0, received = 0, tx_next = 0;
+    uint64_t sent = 0, tx_next = 0;
     uint32_t in_flight = 0;
     const auto start = std::chrono::steady_clock::now();
     const auto end = start + std::chrono::duration<double>(seconds);
@@ -109,16 +135,12 @@ int main(int argc, char** argv) {
         int n = tx->cq->poll(wc);
         for (int i = 0; i < n; ++i) in_flight -= wc[i].opcode == WcOpcode::send;
         sent += uint64_t(std::max(n, 0));
-        n = rx->cq->poll(wc);
-        RecvWr again[64];   // re-post the batch with one doorbell
-        uint32_t k = 0;
-        for (int i = 0; i < n; ++i)
-            if (wc[i].opcode == WcOpcode::recv) again[k++] = rwr[wc[i].wr_id];
-        received += k;
-        if (k) (void)rx->qp->post_recv({again, k});
+        if (threads == 1) rx_once();
     }
+    stop = true;
+    if (rx_thread.joinable()) rx_thread.join();
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("vfab-e1000e tx_pps=%.0f rx_pps=%.0f seconds=%.2f batch=%u\n", double(sent) / t, double(received) / t, t,
-                batch);
+    std::printf("vfab-e1000e tx_pps=%.0f rx_pps=%.0f seconds=%.2f batch=%u threads=%d\n", double(sent) / t,
+                double(received.load()) / t, t, batch, threads);
     return 0;
 }

@@ -65,7 +65,7 @@ Result<void> CompletionQueue::arm() {
         dev_->bar_->write32(reg::IMS, c);
     }
     // A completion that landed before the unmask raised no interrupt: signal it ourselves.
-    if (has_ready() || (send_qp_ && send_qp_->state_ != QpState::ready) || (recv_qp_ && recv_qp_->state_ != QpState::ready)) {
+    if (has_ready() || (send_qp_ && send_qp_->state() != QpState::ready) || (recv_qp_ && recv_qp_->state() != QpState::ready)) {
         uint64_t one = 1;
         (void)!::write(efd_, &one, sizeof one);
     }

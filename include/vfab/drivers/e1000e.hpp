@@ -20,6 +20,7 @@
 // path); control calls (create, destroy, stats, reset, events) are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cerrno>
 #include <memory>
 #include <mutex>
@@ -108,7 +109,7 @@ public:
     PostResult post_send(std::span<const SendWr> wrs) noexcept;
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept;
 
-    QpState state() const noexcept { return state_; }
+    QpState state() const noexcept { return state_.load(std::memory_order_relaxed); }
     uint32_t qp_num() const noexcept { return qp_num_; }
     const QpCaps& caps() const noexcept { return caps_; }
     // Outstanding work requests, for tests and diagnostics.
@@ -147,7 +148,9 @@ private:
     CompletionQueue* recv_cq_ = nullptr;
     volatile uint8_t* bar_ = nullptr;
     const dma::MrTable* mrs_ = nullptr;
-    QpState state_ = QpState::ready;
+    // Written by the control path (reset, removal, destroy) while the owning thread posts and
+    // polls: atomic, read relaxed (a plain load on x86).
+    std::atomic<QpState> state_{QpState::ready};
     uint32_t qp_num_ = 1;
     QpCaps caps_;
     bool sq_sig_all_ = false;
@@ -265,7 +268,8 @@ inline int QueuePair::prepare_checksum(const Sge& first, TxContext& ctx) noexcep
 }
 
 inline PostResult QueuePair::post_send(std::span<const SendWr> wrs) noexcept {
-    if (state_ != QpState::ready) return {state_ == QpState::destroyed ? ENODEV : EIO, 0};
+    if (const QpState st = state(); st != QpState::ready) [[unlikely]]
+        return {st == QpState::destroyed ? ENODEV : EIO, 0};
     const uint32_t tx_cap = tx_mask_;   // one descriptor stays empty: head == tail means idle
     const uint32_t old_tail = tx_tail_;
     uint32_t i = 0;
@@ -346,7 +350,8 @@ inline PostResult QueuePair::post_send(std::span<const SendWr> wrs) noexcept {
 }
 
 inline PostResult QueuePair::post_recv(std::span<const RecvWr> wrs) noexcept {
-    if (state_ != QpState::ready) return {state_ == QpState::destroyed ? ENODEV : EIO, 0};
+    if (const QpState st = state(); st != QpState::ready) [[unlikely]]
+        return {st == QpState::destroyed ? ENODEV : EIO, 0};
     const uint32_t old_tail = rx_tail_;
     uint32_t i = 0;
     int err = 0;
@@ -385,7 +390,7 @@ inline PostResult QueuePair::post_recv(std::span<const RecvWr> wrs) noexcept {
 
 inline uint32_t QueuePair::poll_send(Completion* out, uint32_t max) noexcept {
     uint32_t n = 0;
-    const bool flushing = state_ == QpState::error;
+    const bool flushing = state() == QpState::error;
     while (n < max && sq_head_ != sq_tail_) {
         const Slot& s = sq_[sq_head_ & sq_mask_];
         WcStatus status = s.status;
@@ -407,7 +412,7 @@ inline uint32_t QueuePair::poll_send(Completion* out, uint32_t max) noexcept {
 
 inline uint32_t QueuePair::poll_recv(Completion* out, uint32_t max) noexcept {
     uint32_t n = 0;
-    const bool flushing = state_ == QpState::error;
+    const bool flushing = state() == QpState::error;
     while (n < max && rq_head_ != rq_tail_) {
         const Slot& s = rq_[rq_head_ & rq_mask_];
         Completion& c = out[n];
@@ -440,7 +445,7 @@ inline uint32_t QueuePair::poll_recv(Completion* out, uint32_t max) noexcept {
 inline bool QueuePair::send_ready() const noexcept {
     if (sq_head_ == sq_tail_) return false;
     const Slot& s = sq_[sq_head_ & sq_mask_];
-    if (!s.ndesc || state_ == QpState::error) return true;
+    if (!s.ndesc || state() == QpState::error) return true;
     const auto* last = reinterpret_cast<const volatile TxDataDesc*>(&tx_[(tx_head_ + s.ndesc - 1) & tx_mask_]);
     return last->status & txd::STA_DD;
 }
@@ -448,7 +453,7 @@ inline bool QueuePair::send_ready() const noexcept {
 inline bool QueuePair::recv_ready() const noexcept {
     if (rq_head_ == rq_tail_) return false;
     const Slot& s = rq_[rq_head_ & rq_mask_];
-    if (!s.ndesc || state_ == QpState::error) return true;
+    if (!s.ndesc || state() == QpState::error) return true;
     const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
     return d->wb.status_error & rxd::DD;
 }
