@@ -1,0 +1,16 @@
+// The providers built into libvfab: one line each.
+#include "api/providers/e1000e.hpp"
+#include "vfab/provider.hpp"
+
+namespace vfab::provider {
+namespace {
+
+constexpr Record kBuiltin[] = {
+    providers::kE1000eRecord,
+};
+
+}  // namespace
+
+std::span<const Record> builtin_providers() { return kBuiltin; }
+
+}  // namespace vfab::provider

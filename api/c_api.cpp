@@ -1,0 +1,265 @@
+// The C API (vfab.h), devices, memory and errors: thin wrappers over the multiplexed C++ API.
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "api/c_api_internal.hpp"
+
+namespace vfab::capi {
+namespace {
+
+thread_local std::string t_last_error;
+
+// The C structs the fast path passes through must be the C++ ones, byte for byte.
+template <class C, class Cpp>
+constexpr bool same_shape = sizeof(C) == sizeof(Cpp) && alignof(C) == alignof(Cpp) &&
+                            std::is_standard_layout_v<C> && std::is_standard_layout_v<Cpp>;
+
+static_assert(same_shape<vfab_sge, Sge>);
+static_assert(offsetof(vfab_sge, addr) == offsetof(Sge, addr));
+static_assert(offsetof(vfab_sge, length) == offsetof(Sge, length));
+static_assert(offsetof(vfab_sge, lkey) == offsetof(Sge, lkey));
+
+static_assert(same_shape<vfab_send_wr, SendWr>);
+static_assert(offsetof(vfab_send_wr, wr_id) == offsetof(SendWr, wr_id));
+static_assert(offsetof(vfab_send_wr, sg_list) == offsetof(SendWr, sg_list));
+static_assert(offsetof(vfab_send_wr, num_sge) == offsetof(SendWr, num_sge));
+static_assert(offsetof(vfab_send_wr, flags) == offsetof(SendWr, flags));
+
+static_assert(same_shape<vfab_recv_wr, RecvWr>);
+static_assert(offsetof(vfab_recv_wr, wr_id) == offsetof(RecvWr, wr_id));
+static_assert(offsetof(vfab_recv_wr, sg_list) == offsetof(RecvWr, sg_list));
+static_assert(offsetof(vfab_recv_wr, num_sge) == offsetof(RecvWr, num_sge));
+
+static_assert(same_shape<vfab_completion, Completion>);
+static_assert(offsetof(vfab_completion, wr_id) == offsetof(Completion, wr_id));
+static_assert(offsetof(vfab_completion, status) == offsetof(Completion, status));
+static_assert(offsetof(vfab_completion, opcode) == offsetof(Completion, opcode));
+static_assert(offsetof(vfab_completion, flags) == offsetof(Completion, flags));
+static_assert(offsetof(vfab_completion, byte_len) == offsetof(Completion, byte_len));
+static_assert(offsetof(vfab_completion, qp_num) == offsetof(Completion, qp_num));
+static_assert(sizeof(Completion::status) == 1 && sizeof(Completion::opcode) == 1);
+
+static_assert(same_shape<vfab_device_stats, DeviceStats> && sizeof(DeviceStats) == 9 * sizeof(uint64_t));
+static_assert(same_shape<vfab_qp_caps, QpCaps> && offsetof(vfab_qp_caps, max_recv_sge) == offsetof(QpCaps, max_recv_sge));
+
+// The constants are the C++ ones.
+static_assert(int(VFAB_SEND_SIGNALED) == int(send_signaled) && int(VFAB_SEND_IP_CSUM) == int(send_ip_csum));
+static_assert(VFAB_WC_SUCCESS == int(WcStatus::success) && VFAB_WC_LOC_LEN_ERR == int(WcStatus::local_length_error) &&
+              VFAB_WC_LOC_QP_OP_ERR == int(WcStatus::local_qp_op_error) &&
+              VFAB_WC_LOC_PROT_ERR == int(WcStatus::local_protection_error) &&
+              VFAB_WC_WR_FLUSH_ERR == int(WcStatus::wr_flush_error) && VFAB_WC_GENERAL_ERR == int(WcStatus::general_error));
+static_assert(VFAB_WC_SEND == int(WcOpcode::send) && VFAB_WC_RECV == int(WcOpcode::recv));
+static_assert(int(VFAB_WC_IP_CSUM_OK) == int(wc_ip_csum_ok));
+static_assert(int(VFAB_OFFLOAD_TX_IP_CSUM) == int(offload_tx_ip_csum) &&
+              int(VFAB_OFFLOAD_RX_IP_CSUM) == int(offload_rx_ip_csum));
+static_assert(VFAB_ACCESS_LOCAL_WRITE == uint32_t(dma::Access::local_write) &&
+              VFAB_ACCESS_REMOTE_WRITE == uint32_t(dma::Access::remote_write) &&
+              VFAB_ACCESS_REMOTE_READ == uint32_t(dma::Access::remote_read) &&
+              VFAB_ACCESS_REMOTE_ATOMIC == uint32_t(dma::Access::remote_atomic) &&
+              VFAB_ACCESS_MW_BIND == uint32_t(dma::Access::mw_bind) &&
+              VFAB_ACCESS_ZERO_BASED == uint32_t(dma::Access::zero_based));
+static_assert(VFAB_QPS_READY == int(QpState::ready) && VFAB_QPS_ERROR == int(QpState::error) &&
+              VFAB_QPS_DESTROYED == int(QpState::destroyed));
+static_assert(VFAB_EVENT_NONE == int(EventType::none) && VFAB_EVENT_LINK_UP == int(EventType::link_up) &&
+              VFAB_EVENT_LINK_DOWN == int(EventType::link_down) &&
+              VFAB_EVENT_DEVICE_FATAL == int(EventType::device_fatal) &&
+              VFAB_EVENT_DEVICE_REMOVAL == int(EventType::device_removal));
+
+template <size_t N>
+void copy_string(char (&out)[N], const std::string& s) {
+    std::snprintf(out, N, "%s", s.c_str());
+}
+
+Result<vfio::IommuBackend> backend_of(int b) {
+    switch (b) {
+    case VFAB_IOMMU_AUTO: return vfio::IommuBackend::automatic;
+    case VFAB_IOMMU_LEGACY: return vfio::IommuBackend::legacy;
+    case VFAB_IOMMU_IOMMUFD: return vfio::IommuBackend::iommufd;
+    case VFAB_IOMMU_NOIOMMU: return vfio::IommuBackend::noiommu;
+    }
+    return Error{EINVAL, str_cat("vfab_open: iommu_backend ", b, " is not one of VFAB_IOMMU_AUTO, VFAB_IOMMU_LEGACY, "
+                                 "VFAB_IOMMU_IOMMUFD, VFAB_IOMMU_NOIOMMU")};
+}
+
+// Registers [addr, addr + len) and keeps the handle with the device.
+vfab_mr* register_mr(vfab_device* dev, void* addr, size_t len, uint32_t access, const char* function) {
+    std::lock_guard lock(dev->mu);
+    auto mr = dev->dev->pd().register_memory(addr, len, dma::Access(access));
+    if (!mr) {
+        errno = fail(mr.error().code, str_cat(function, ": ", mr.error().message));
+        return nullptr;
+    }
+    dev->mrs.push_back(std::make_unique<vfab_mr>(vfab_mr{dev, *mr, true}));
+    return dev->mrs.back().get();
+}
+
+}  // namespace
+
+int fail(int code, std::string message) {
+    t_last_error = std::move(message);
+    return code;
+}
+
+int fail(const Error& e) { return fail(e.code ? e.code : EIO, e.message); }
+
+int null_arg(const char* function, const char* what) { return fail(EINVAL, str_cat(function, ": ", what, " is NULL")); }
+
+}  // namespace vfab::capi
+
+using namespace vfab;
+using capi::fail;
+using capi::null_arg;
+
+extern "C" {
+
+vfab_device* vfab_open(const char* pci_address, const vfab_open_opts* o) {
+    if (!pci_address) {
+        errno = null_arg("vfab_open", "pci_address");
+        return nullptr;
+    }
+    OpenOptions opts;
+    if (o) {
+        auto b = capi::backend_of(o->iommu_backend);
+        if (!b) {
+            errno = fail(b.error());
+            return nullptr;
+        }
+        opts.backend = *b;
+        opts.promiscuous = o->promiscuous != 0;
+        if (o->provider_dir) opts.provider_dir = o->provider_dir;
+        if (o->provider) opts.provider = o->provider;
+        if (o->sysfs_root) opts.sysfs_root = o->sysfs_root;
+    }
+    auto d = Device::open(pci_address, opts);
+    if (!d) {
+        errno = fail(d.error());
+        return nullptr;
+    }
+    auto h = std::make_unique<vfab_device>();
+    h->dev = std::move(*d);
+    return h.release();
+}
+
+int vfab_close(vfab_device* dev) {
+    delete dev;   // the device quiesces the hardware; its PD drops every registration
+    return 0;
+}
+
+int vfab_query_device(vfab_device* dev, vfab_device_attr* out) {
+    if (!dev) return null_arg("vfab_query_device", "dev");
+    if (!out) return null_arg("vfab_query_device", "attr");
+    const DeviceAttr& a = dev->dev->attr();
+    *out = {};
+    capi::copy_string(out->provider, a.provider);
+    capi::copy_string(out->name, a.name);
+    capi::copy_string(out->pci_address, a.address.to_string());
+    out->vendor_id = a.vendor_id;
+    out->device_id = a.device_id;
+    std::memcpy(out->mac, a.mac, sizeof out->mac);
+    out->mtu = a.mtu;
+    out->max_qp = a.max_qp;
+    out->max_cq = a.max_cq;
+    out->max_qp_wr = a.max_qp_wr;
+    out->max_send_sge = a.max_send_sge;
+    out->max_recv_sge = a.max_recv_sge;
+    out->recv_buffer_size = a.recv_buffer_size;
+    out->offloads = a.offloads;
+    out->interrupt_vectors = a.interrupt_vectors;
+    return 0;
+}
+
+int vfab_link(vfab_device* dev, vfab_link_state* out) {
+    if (!dev) return null_arg("vfab_link", "dev");
+    if (!out) return null_arg("vfab_link", "link");
+    const LinkState l = dev->dev->link();
+    *out = {l.up ? 1 : 0, l.speed_mbps, l.full_duplex ? 1 : 0};
+    return 0;
+}
+
+int vfab_stats(vfab_device* dev, vfab_device_stats* out) {
+    if (!dev) return null_arg("vfab_stats", "dev");
+    if (!out) return null_arg("vfab_stats", "stats");
+    const DeviceStats s = dev->dev->stats();
+    std::memcpy(out, &s, sizeof s);
+    return 0;
+}
+
+int vfab_event_fd(vfab_device* dev) {
+    if (!dev) return -null_arg("vfab_event_fd", "dev");
+    return dev->dev->event_fd();
+}
+
+int vfab_next_event(vfab_device* dev, vfab_event* out) {
+    if (!dev) return null_arg("vfab_next_event", "dev");
+    if (!out) return null_arg("vfab_next_event", "event");
+    out->type = int(dev->dev->next_event().type);
+    return 0;
+}
+
+int vfab_reset(vfab_device* dev) {
+    if (!dev) return null_arg("vfab_reset", "dev");
+    if (auto r = dev->dev->reset(); !r) return fail(r.error());
+    return 0;
+}
+
+vfab_mr* vfab_reg_mr(vfab_device* dev, void* addr, size_t length, uint32_t access) {
+    if (!dev || !addr) {
+        errno = null_arg("vfab_reg_mr", dev ? "addr" : "dev");
+        return nullptr;
+    }
+    return capi::register_mr(dev, addr, length, access, "vfab_reg_mr");
+}
+
+int vfab_query_mr(const vfab_mr* mr, vfab_mr_attr* out) {
+    if (!mr) return null_arg("vfab_query_mr", "mr");
+    if (!out) return null_arg("vfab_query_mr", "attr");
+    std::lock_guard lock(mr->dev->mu);
+    if (!mr->registered) return fail(ENODEV, "vfab_query_mr: the MR was deregistered");
+    *out = {mr->mr.addr, mr->mr.length, mr->mr.lkey, mr->mr.rkey};
+    return 0;
+}
+
+int vfab_dereg_mr(vfab_mr* mr) {
+    if (!mr) return null_arg("vfab_dereg_mr", "mr");
+    std::lock_guard lock(mr->dev->mu);
+    if (!mr->registered) return fail(ENODEV, "vfab_dereg_mr: the MR was already deregistered");
+    if (auto r = mr->dev->dev->pd().deregister(mr->mr); !r) return fail(r.error());
+    mr->registered = false;
+    return 0;
+}
+
+void* vfab_alloc_dma(vfab_device* dev, size_t length, uint32_t access, vfab_mr** mr) {
+    if (!dev || !mr) {
+        errno = null_arg("vfab_alloc_dma", dev ? "mr" : "dev");
+        return nullptr;
+    }
+    if (length == 0) {
+        errno = fail(EINVAL, "vfab_alloc_dma: length is 0");
+        return nullptr;
+    }
+    dma::DmaArena* arena;
+    {
+        std::lock_guard lock(dev->mu);
+        auto a = dev->dev->pd().create_arena(length, dma::near_device(dev->dev->attr().address));
+        if (!a) {
+            errno = fail(a.error().code, str_cat("vfab_alloc_dma: ", a.error().message));
+            return nullptr;
+        }
+        arena = *a;
+    }
+    *mr = capi::register_mr(dev, arena->data(), length, access, "vfab_alloc_dma");
+    return *mr ? arena->data() : nullptr;
+}
+
+const char* vfab_last_error(void) { return capi::t_last_error.c_str(); }
+
+const char* vfab_wc_status_str(int status) { return to_string(WcStatus(uint8_t(status))); }
+
+const char* vfab_event_type_str(int type) { return to_string(EventType(uint8_t(type))); }
+
+const char* vfab_version(void) { return VFAB_VERSION; }
+
+}  // extern "C"

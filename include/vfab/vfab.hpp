@@ -1,0 +1,135 @@
+// vfab's multiplexed API (libvfab.so): one set of abstract classes for every device vfab has
+// a provider for, the provider picked at run time from the device's PCI IDs.
+//
+//   auto dev = vfab::Device::open("0000:03:00.0");       // e1000e, virtio-net, ... by ID
+//   if (!dev) { std::fprintf(stderr, "%s\n", dev.error().message.c_str()); return 1; }
+//   vfab::CompletionQueue* cq = *(*dev)->create_cq(512);
+//   vfab::QueuePair* qp = *(*dev)->create_qp({.send_cq = cq, .recv_cq = cq});
+//   auto mr = (*dev)->pd().register_memory(buf, len, vfab::dma::Access::local_write);
+//   qp->post_recv(wrs);                                   // one virtual call per batch
+//   int n = cq->poll(wc);
+//
+// The operations and their semantics are those of each provider's direct API (for instance
+// include/vfab/drivers/e1000e.hpp), which the provider adapter (vfab/provider.hpp) forwards
+// to: the only cost over direct linking is one indirect call per batch. Provider extensions
+// (device registers, ...) are reachable through the direct API only.
+//
+// The device owns its completion queues and queue pairs: destroy() releases one early and
+// using it afterwards returns ENODEV instead of touching freed memory; the objects themselves
+// go when the device is destroyed.
+//
+// Thread model: one thread at a time per queue pair / completion queue; control calls are
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "vfab/dma/protection_domain.hpp"
+#include "vfab/result.hpp"
+#include "vfab/types.hpp"
+#include "vfab/vfio/iommu.hpp"
+
+namespace vfab {
+
+struct OpenOptions {
+    // IOMMU backend; automatic: iommufd when the device has a VFIO cdev and /dev/iommu exists,
+    // else legacy (VFAB_IOMMU_BACKEND overrides). No-IOMMU mode only when asked for.
+    vfio::IommuBackend backend = vfio::IommuBackend::automatic;
+    bool promiscuous = false;   // accept every unicast and multicast frame
+    // Where libvfab-<name>.so provider plugins are looked for. Empty: the environment
+    // variable VFAB_PROVIDER_DIR, else the install's <libdir>/vfab/providers.
+    std::string provider_dir;
+    // Use this provider (by name) instead of the one the PCI IDs select.
+    std::string provider;
+    // The sysfs tree the PCI IDs and driver binding are read from (tests use a fake one).
+    std::string sysfs_root = "/sys";
+};
+
+class CompletionQueue {
+public:
+    // Up to out.size() completions; a negative errno when the CQ was destroyed (-ENODEV).
+    virtual int poll(std::span<Completion> out) noexcept = 0;
+    // Requests one notification on channel_fd() for the next completion (ibv_req_notify_cq);
+    // a completion already waiting signals the channel at once.
+    virtual Result<void> arm() = 0;
+    // An eventfd: readable after arm() once a completion arrives.
+    virtual int channel_fd() const noexcept = 0;
+    // Reads and clears the channel; the number of notifications since the last call.
+    virtual uint64_t take_events() noexcept = 0;
+    // EBUSY while a queue pair uses it; ENODEV when already destroyed.
+    virtual Result<void> destroy() = 0;
+
+    CompletionQueue(const CompletionQueue&) = delete;
+    CompletionQueue& operator=(const CompletionQueue&) = delete;
+
+protected:
+    CompletionQueue() = default;
+    virtual ~CompletionQueue() = default;   // the device deletes it
+};
+
+struct QpInitAttr {
+    CompletionQueue* send_cq = nullptr;   // required; may be the same as recv_cq
+    CompletionQueue* recv_cq = nullptr;
+    QpCaps caps = {};          // its defaults: 256 WRs each way, 1 SGE
+    bool sq_sig_all = false;   // every send completes (else only send_signaled ones and errors)
+};
+
+class QueuePair {
+public:
+    // `posted` WRs from the front were queued; see PostResult for the errors.
+    virtual PostResult post_send(std::span<const SendWr> wrs) noexcept = 0;
+    virtual PostResult post_recv(std::span<const RecvWr> wrs) noexcept = 0;
+    virtual QpState state() const noexcept = 0;
+    virtual uint32_t qp_num() const noexcept = 0;
+    virtual const QpCaps& caps() const noexcept = 0;
+    // Stops the queues and frees the rings; outstanding WRs are dropped (as ibv_destroy_qp).
+    virtual Result<void> destroy() = 0;
+
+    QueuePair(const QueuePair&) = delete;
+    QueuePair& operator=(const QueuePair&) = delete;
+
+protected:
+    QueuePair() = default;
+    virtual ~QueuePair() = default;   // the device deletes it
+};
+
+class Device {
+public:
+    // Opens the PCI function at `pci_address` ("0000:03:00.0" or "03:00.0"), which must be
+    // bound to vfio-pci, with the provider registered for its vendor/device ID (or the one
+    // opts.provider names): the plugins of the provider directory first, then the providers
+    // built into libvfab (see vfab/provider.hpp).
+    static Result<std::unique_ptr<Device>> open(std::string_view pci_address, const OpenOptions& opts = {});
+
+    virtual ~Device() = default;
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
+
+    virtual const DeviceAttr& attr() const = 0;
+    virtual LinkState link() const = 0;
+    virtual DeviceStats stats() = 0;
+    // Memory registration: keys for the SGEs of work requests.
+    virtual dma::ProtectionDomain& pd() = 0;
+
+    // `cqe` is a capacity hint.
+    virtual Result<CompletionQueue*> create_cq(uint32_t cqe) = 0;
+    // The completion queues must come from this device's create_cq().
+    virtual Result<QueuePair*> create_qp(const QpInitAttr& attr) = 0;
+
+    // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
+    // returns it (EventType::none when there is none).
+    virtual int event_fd() const = 0;
+    virtual Event next_event() = 0;
+
+    // Resets the device; queue pairs go to the error state: destroy and create them again.
+    virtual Result<void> reset() = 0;
+
+protected:
+    Device() = default;
+};
+
+}  // namespace vfab
