@@ -13,9 +13,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Device IDs of the 82574 family this driver follows (datasheet §5.6: 82574L, 82574LA).
-constexpr uint16_t kIntel = 0x8086;
-constexpr uint16_t kDeviceIds[] = {0x10d3, 0x10f6};
+constexpr uint16_t kIntel = kVendorId;
 
 // Event tags in the device's epoll set.
 enum : uint64_t { kTagOther = 1, kTagReq = 2, kTagErr = 3 };

@@ -40,6 +40,10 @@
 
 namespace vfab::e1000e {
 
+// The 82574 family this driver follows (datasheet §5.6: 82574L, 82574LA).
+inline constexpr uint16_t kVendorId = 0x8086;
+inline constexpr uint16_t kDeviceIds[] = {0x10d3, 0x10f6};
+
 inline constexpr uint32_t kMaxSendSge = 8;
 inline constexpr uint32_t kMaxQueueDepth = 4096;
 inline constexpr uint32_t kMaxCq = 4;           // MSI-X vectors 0-3; vector 4 is "other"
@@ -100,7 +104,7 @@ private:
 struct QpInitAttr {
     CompletionQueue* send_cq = nullptr;
     CompletionQueue* recv_cq = nullptr;
-    QpCaps caps;
+    QpCaps caps = {};
     bool sq_sig_all = false;   // every send completes (else only send_signaled ones and errors)
 };
 
