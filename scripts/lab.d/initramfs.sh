@@ -13,12 +13,18 @@ GUEST_MODULES=(vfio-pci vfio_iommu_type1 e1000e igb igbvf virtio_net
                rdma_rxe ib_uverbs crc32_generic)
 
 # copy_with_libs STAGE FILE DEST: FILE to STAGE/DEST plus every shared library it loads.
+# System libraries keep their paths; the project's own (libvfab.so.1 in a build tree, which
+# may lie under /tmp, where the guest mounts a tmpfs) go to /vfab/lib, on the guest's
+# LD_LIBRARY_PATH.
 copy_with_libs() {
     local stage=$1 file=$2 dest=$3 lib
     install -D -m 0755 "$file" "$stage/$dest"
     # ldd prints "name => /path (addr)" and, for the loader, "/lib64/ld-linux... (addr)".
     while read -r lib; do
-        [[ -e $stage$lib ]] || install -D -m 0755 "$(readlink -f "$lib")" "$stage$lib"
+        case $lib in
+        /lib/* | /lib64/* | /usr/*) [[ -e $stage$lib ]] || install -D -m 0755 "$(readlink -f "$lib")" "$stage$lib" ;;
+        *) install -D -m 0755 "$(readlink -f "$lib")" "$stage/vfab/lib/$(basename "$lib")" ;;
+        esac
     done < <(ldd "$file" 2>/dev/null | awk '/=> \// {print $3} /^\t\// {print $1}')
 }
 

@@ -1,0 +1,104 @@
+// Running other programs from a lab test: busybox tools, the kernel's modprobe, the project's
+// examples in /vfab/bin. Output is captured (stdout and stderr apart); a program that outlives
+// its time limit is killed and reported.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace vfab::lab {
+
+struct Outcome {
+    int rc = -1;               // exit status; 128 + signal when killed; -1 when it did not start
+    bool timed_out = false;
+    std::string out, err;
+    std::string summary() const {
+        return "exit " + std::to_string(rc) + (timed_out ? " (killed: time limit)" : "") + "\nstdout:\n" + out +
+               "stderr:\n" + err;
+    }
+};
+
+// A program started in the background; wait() collects it.
+class Child {
+public:
+    // args[0]: a path, or a name looked up in PATH.
+    explicit Child(std::vector<std::string> args) {
+        static int serial = 0;
+        const std::string base = "/tmp/vfab-child-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
+        out_path_ = base + ".out";
+        err_path_ = base + ".err";
+        std::vector<char*> argv;
+        for (std::string& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 1, out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_addopen(&fa, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (posix_spawnp(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    ~Child() {
+        if (pid_ > 0) wait(std::chrono::seconds(0));
+    }
+    Child(const Child&) = delete;
+    Child& operator=(const Child&) = delete;
+
+    bool started() const { return pid_ > 0; }
+    // What the program has written to stdout so far.
+    std::string output_so_far() const { return slurp(out_path_); }
+
+    // Waits up to `limit` for the program to end; kills it after that.
+    Outcome wait(std::chrono::milliseconds limit) {
+        Outcome r;
+        if (pid_ > 0) {
+            int status = 0;
+            const auto end = std::chrono::steady_clock::now() + limit;
+            pid_t got;
+            while ((got = ::waitpid(pid_, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < end)
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            if (got == 0) {
+                ::kill(pid_, SIGKILL);
+                ::waitpid(pid_, &status, 0);
+                r.timed_out = true;
+            }
+            r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            pid_ = -1;
+        }
+        r.out = slurp(out_path_);
+        r.err = slurp(err_path_);
+        std::filesystem::remove(out_path_);
+        std::filesystem::remove(err_path_);
+        return r;
+    }
+
+private:
+    static std::string slurp(const std::string& path) {
+        std::ifstream in(path);
+        std::stringstream s;
+        s << in.rdbuf();
+        return s.str();
+    }
+    pid_t pid_ = -1;
+    std::string out_path_, err_path_;
+};
+
+inline Outcome run_program(std::vector<std::string> args, std::chrono::milliseconds limit = std::chrono::seconds(60)) {
+    Child c(std::move(args));
+    return c.wait(limit);
+}
+
+}  // namespace vfab::lab
