@@ -141,6 +141,60 @@ TEST_P(E1000eDriver, InterruptModeDeliversCompletionsThroughTheChannel) {
     std::printf("20 notifications, %d spurious wake-ups\n", spurious);
 }
 
+// Separate completion queues for sending and receiving: each has its own MSI-X vector, and
+// each channel wakes for its own queue only (the link's "other" vector stays quiet).
+TEST_P(E1000eDriver, SendAndReceiveCompleteOnTheirOwnVectors) {
+    ASSERT_TRUE(nic1.qp->destroy().ok());
+    auto scq = nic1.dev->create_cq(64);
+    auto rcq = nic1.dev->create_cq(64);
+    ASSERT_TRUE(scq.ok() && rcq.ok());
+    EXPECT_NE((*scq)->vector(), (*rcq)->vector());
+    EXPECT_NE((*scq)->channel_fd(), (*rcq)->channel_fd());
+    e1000e::QpInitAttr attr;
+    attr.send_cq = *scq;
+    attr.recv_cq = *rcq;
+    auto qp = nic1.dev->create_qp(attr);
+    ASSERT_TRUE(qp.ok()) << qp.error().message;
+    TrafficSide me = nic1.sender(), peer = nic0.receiver();
+    uint8_t* rbuf = nic1.recv_buffers();
+
+    // NIC1 receives from NIC0: only the receive channel wakes.
+    Sge rsge{reinterpret_cast<uint64_t>(rbuf), 2048, nic1.mr.lkey};
+    RecvWr rwr{1, &rsge, 1, 0};
+    ASSERT_TRUE((*qp)->post_recv({&rwr, 1}));
+    ASSERT_TRUE((*scq)->arm().ok());
+    ASSERT_TRUE((*rcq)->arm().ok());
+    int fds[] = {(*scq)->channel_fd(), (*rcq)->channel_fd(), nic1.dev->event_fd()};
+    TrafficSide tx0 = nic0.sender();
+    build_frame(tx0.buffers, 100, me.mac, tx0.mac, 5);
+    Sge s0{reinterpret_cast<uint64_t>(tx0.buffers), 100, tx0.lkey};
+    SendWr w0{5, &s0, 1, send_signaled};
+    ASSERT_TRUE(nic0.qp->post_send({&w0, 1}));
+    auto woke = vfio::wait_any(fds, 5000);
+    ASSERT_TRUE(woke.ok());
+    EXPECT_EQ(*woke, 1) << "the receive CQ's channel should wake";
+    Completion wc[4];
+    ASSERT_EQ((*rcq)->poll(wc), 1);
+    EXPECT_EQ(wc[0].opcode, WcOpcode::recv);
+    EXPECT_EQ((*scq)->poll(wc), 0);
+    (*rcq)->take_events();
+
+    // NIC1 sends: only the send channel wakes.
+    ASSERT_TRUE((*scq)->arm().ok());
+    int send_only[] = {(*scq)->channel_fd(), (*rcq)->channel_fd()};
+    build_frame(me.buffers, 100, peer.mac, me.mac, 6);
+    Sge s1{reinterpret_cast<uint64_t>(me.buffers), 100, me.lkey};
+    SendWr w1{6, &s1, 1, send_signaled};
+    ASSERT_TRUE((*qp)->post_send({&w1, 1}));
+    woke = vfio::wait_any(send_only, 5000);
+    ASSERT_TRUE(woke.ok());
+    EXPECT_EQ(*woke, 0) << "the send CQ's channel should wake";
+    ASSERT_EQ((*scq)->poll(wc), 1);
+    EXPECT_EQ(wc[0].wr_id, 6u);
+    EXPECT_EQ(wc[0].opcode, WcOpcode::send);
+    EXPECT_EQ((*rcq)->poll(wc), 0);
+}
+
 // The "other" vector: no event while nothing changes; next_event() reports none.
 TEST_P(E1000eDriver, NoSpuriousAsyncEvents) {
     EXPECT_GE(nic0.dev->event_fd(), 0);
