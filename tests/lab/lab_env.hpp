@@ -36,6 +36,7 @@ inline const std::vector<LabDevice>& devices() {
         {"e1000e-1", "0000:00:03.0", 0x8086, 0x10d3},
         {"virtio-net", "0000:00:04.0", 0x1af4, 0x1041},
         {"igb", "0000:00:05.0", 0x8086, 0x10c9},
+        {"virtio-net-1", "0000:00:06.0", 0x1af4, 0x1041},
     };
     return all;
 }

@@ -1,0 +1,200 @@
+// virtio-net over VFIO: the device status handshake and feature negotiation (VIRTIO 1.2
+// §3.1.1), link state from the device configuration (§5.1.4), events, reset, shutdown.
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include "vfab/drivers/virtio_net.hpp"
+#include "vfab/vfio/event_wait.hpp"
+
+namespace vfab::virtio_net {
+namespace {
+
+using virtio::feature_bit;
+namespace vf = virtio::feature;
+namespace nf = virtio::net_feature;
+
+enum : uint64_t { kTagConfig = 1, kTagReq = 2 };
+constexpr uint32_t kConfigVector = 0;
+
+}  // namespace
+
+const char* to_string(RingFormat f) noexcept {
+    switch (f) {
+    case RingFormat::automatic: return "automatic";
+    case RingFormat::split: return "split";
+    case RingFormat::packed: return "packed";
+    }
+    return "?";
+}
+
+Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+    auto vdev = vfio::Device::open(addr, opts.vfio);
+    if (!vdev) return vdev.take_error();
+    auto vendor = (*vdev)->config_read(0x00, 2), device = (*vdev)->config_read(0x02, 2);
+    if (!vendor || !device) return Error{EIO, str_cat(addr.to_string(), ": cannot read the PCI IDs")};
+    if (*vendor != kVendorId || *device != kDeviceIds[0])
+        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, *vendor, ":", *device,
+                                     ", not a modern virtio-net device (1af4:1041)",
+                                     *device == 0x1000 ? ": it is legacy-only; in QEMU add disable-legacy=on" : "")};
+    auto transport = virtio::PciTransport::attach(**vdev);
+    if (!transport) return transport.take_error();
+    auto events = vfio::EventWaiter::create();
+    if (!events) return events.take_error();
+    std::unique_ptr<Device> dev(new Device(std::move(*vdev), std::move(*transport), std::move(*events)));
+    if (auto r = dev->init(opts); !r) return r.take_error();
+    return dev;
+}
+
+Result<void> Device::init(const DeviceOptions& opts) {
+    opts_ = opts;
+    const std::string where = vfio_->address().to_string();
+    if (auto r = vfio_->enable_bus_master(); !r) return r;
+    auto info = vfio_->irq_info(vfio::IrqIndex::msix);
+    if (!info || info->count < 2)
+        return Error{ENOTSUP, str_cat(where, ": the virtio-net device needs MSI-X with at least 2 vectors")};
+    vectors_ = info->count;
+    auto msix = vfio_->enable_interrupts(vfio::IrqIndex::msix, vectors_);
+    if (!msix) return msix.take_error();
+    msix_ = *msix;
+    if (auto r = events_.add(msix_->eventfd(kConfigVector), kTagConfig); !r) return r;
+    if (auto req = vfio_->irq_info(vfio::IrqIndex::req); req && req->count > 0) {
+        if (auto irq = vfio_->enable_interrupts(vfio::IrqIndex::req, 1)) {
+            req_ = *irq;
+            if (auto r = events_.add(req_->eventfd(0), kTagReq); !r) return r;
+        }
+    }
+    if (auto r = handshake(); !r) return r;
+
+    auto pd = dma::ProtectionDomain::create(vfio_->iommu_shared(), opts.pd);
+    if (!pd) return pd.take_error();
+    pd_ = std::move(*pd);
+
+    virtio::NetConfig cfg{};
+    transport_.read_device_config(0, &cfg, 6);
+    attr_.provider = "virtio-net";
+    attr_.name = "virtio-net (virtio 1.x)";
+    attr_.address = vfio_->address();
+    attr_.vendor_id = kVendorId;
+    attr_.device_id = kDeviceIds[0];
+    std::copy(cfg.mac, cfg.mac + 6, attr_.mac);
+    attr_.mtu = 1500;
+    attr_.max_qp = 1;
+    attr_.max_cq = vectors_ - 1;
+    attr_.max_qp_wr = transport_.queue_max_size(0);
+    attr_.max_send_sge = kMaxSendSge;
+    attr_.max_recv_sge = kMaxRecvSge;
+    attr_.recv_buffer_size = attr_.mtu + kEthHeader;
+    attr_.offloads = (virtio::has_feature(features_, nf::CSUM) ? offload_tx_ip_csum : 0u) |
+                     (virtio::has_feature(features_, nf::GUEST_CSUM) ? offload_rx_ip_csum : 0u);
+    attr_.interrupt_vectors = vectors_;
+    link_up_ = link().up;
+    return {};
+}
+
+// §3.1.1: reset, ACKNOWLEDGE, DRIVER, features, FEATURES_OK. DRIVER_OK comes once the queues
+// are set up (start_queues).
+Result<void> Device::handshake() {
+    const std::string where = vfio_->address().to_string();
+    if (auto r = transport_.reset(); !r) return r;
+    driver_ok_ = false;
+    transport_.add_status(virtio::kStatusAcknowledge);
+    transport_.add_status(virtio::kStatusDriver);
+    const uint64_t offered = transport_.device_features();
+    const uint64_t required = feature_bit(vf::VERSION_1) | feature_bit(vf::ACCESS_PLATFORM);
+    if ((offered & required) != required)
+        return Error{ENOTSUP, str_cat(where, ": the virtio-net device does not offer ",
+                                      !virtio::has_feature(offered, vf::VERSION_1) ? "VIRTIO_F_VERSION_1 (a legacy device)"
+                                                                                   : "VIRTIO_F_ACCESS_PLATFORM",
+                                      ": vfab drives it only through the IOMMU, as a virtio 1.x device "
+                                      "(in QEMU: disable-legacy=on,iommu_platform=on)")};
+    uint64_t wanted = feature_bit(nf::MAC) | feature_bit(nf::STATUS) | feature_bit(nf::CSUM) | feature_bit(nf::GUEST_CSUM);
+    if (opts_.event_idx) wanted |= feature_bit(vf::EVENT_IDX);
+    if (opts_.in_order) wanted |= feature_bit(vf::IN_ORDER);
+    if (opts_.ring == RingFormat::packed && !virtio::has_feature(offered, vf::RING_PACKED))
+        return Error{ENOTSUP, str_cat(where, ": packed virtqueues were asked for but the device does not offer "
+                                             "VIRTIO_F_RING_PACKED (in QEMU: packed=on)")};
+    if (opts_.ring != RingFormat::split) wanted |= feature_bit(vf::RING_PACKED);
+    auto accepted = transport_.negotiate(wanted, required);
+    if (!accepted) return accepted.take_error();
+    features_ = *accepted;
+    packed_ = virtio::has_feature(features_, vf::RING_PACKED);
+    if (auto r = transport_.set_config_vector(kConfigVector); !r) return r;
+    return {};
+}
+
+LinkState Device::link() const {
+    LinkState l{true, 0, true};
+    if (virtio::has_feature(features_, nf::STATUS)) {
+        uint16_t status = 0;
+        transport_.read_device_config(offsetof(virtio::NetConfig, status), &status, 2);
+        l.up = status & virtio::net_status::LINK_UP;
+    }
+    return l;
+}
+
+DeviceStats Device::stats() {
+    std::lock_guard lock(mu_);
+    DeviceStats s = retired_;
+    if (qp_) {
+        s.tx_packets += qp_->tx_packets_.get();
+        s.tx_bytes += qp_->tx_bytes_.get();
+        s.rx_packets += qp_->rx_packets_.get();
+        s.rx_bytes += qp_->rx_bytes_.get();
+    }
+    return s;
+}
+
+Event Device::next_event() {
+    std::lock_guard lock(mu_);
+    if (removed_) return {};
+    if (req_ && vfio::drain_eventfd(req_->eventfd(0))) {
+        enter_error_state();
+        removed_ = true;
+        return {EventType::device_removal};
+    }
+    vfio::drain_eventfd(msix_->eventfd(kConfigVector));
+    if (transport_.status() & virtio::kStatusNeedsReset) {   // §2.1.2
+        enter_error_state();
+        return {EventType::device_fatal};
+    }
+    const bool up = link().up;
+    if (up != link_up_) {
+        link_up_ = up;
+        return {up ? EventType::link_up : EventType::link_down};
+    }
+    return {};
+}
+
+// A virtio reset stops the device's use of every queue (§2.1.2); the QP flushes what it had.
+void Device::enter_error_state() {
+    if (qp_ && qp_->state_ == QpState::ready) qp_->state_ = QpState::error;
+    if (!removed_) (void)transport_.reset();
+    driver_ok_ = false;
+    for (auto& cq : cqs_)
+        if (!cq->destroyed_) {
+            uint64_t one = 1;
+            (void)!::write(cq->efd_, &one, sizeof one);
+        }
+}
+
+Result<void> Device::reset() {
+    std::lock_guard lock(mu_);
+    if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
+    enter_error_state();
+    return handshake();
+}
+
+Device::~Device() {
+    std::lock_guard lock(mu_);
+    // The device stops touching the rings and buffers before any of them is unmapped.
+    if (!removed_) (void)transport_.reset();
+    if (auto cmd = vfio_->config_read(0x04, 2)) (void)vfio_->config_write(0x04, 2, *cmd & ~0x4u);
+    (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
+    qp_.reset();
+    dead_qps_.clear();
+    cqs_.clear();
+    pd_.reset();
+}
+
+}  // namespace vfab::virtio_net

@@ -1,0 +1,341 @@
+// The driver side of a packed virtqueue (VIRTIO 1.2 §2.8): one ring of descriptors both sides
+// write, a Driver Event Suppression structure (the driver's: used buffer notifications) and a
+// Device Event Suppression structure (the device's: available buffer notifications). Same
+// interface as SplitQueue (concept Virtqueue); fast path inline, no allocation.
+//
+// Descriptors are written in ring order. A chain becomes available when its first
+// descriptor's flags are written, after the rest of it (§2.8.6); publish() writes that of the
+// first chain of a batch last, so a batch appears to the device at once.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <span>
+
+#include "vfab/drivers/virtio/virtqueue.hpp"
+#include "vfab/mmio.hpp"
+
+namespace vfab::virtio {
+
+class PackedQueue final {
+public:
+    // Sizes and alignments of the three parts for a queue of `size` entries (§2.8.10.1).
+    static constexpr RingLayout layout(uint32_t size) {
+        return {{16 * size_t(size), kDescAlign}, {sizeof(EventSuppress), kPackedEventAlign},
+                {sizeof(EventSuppress), kPackedEventAlign}};
+    }
+
+    // A queue of `size` entries (1 to 32768, any number) over `mem`, driven with the negotiated
+    // `features`. Clears the memory (§2.8.13: the ring starts zeroed).
+    static Result<PackedQueue> create(uint32_t size, const QueueMemory& mem, RingFeatures features);
+
+    // Writes `bufs` as a chain of descriptors; the device sees it after publish(). false when
+    // the ring lacks bufs.size() free descriptors (or bufs is empty).
+    bool add(std::span<const Buffer> bufs, uint32_t token) noexcept;
+    // Makes every chain added so far available: one barrier, one flags store (§2.8.21.1).
+    void publish() noexcept;
+    // After publish(): must the device be notified (§2.8.21.2)? Call it after every publish().
+    bool needs_notify() noexcept;
+    // For VIRTIO_F_NOTIFICATION_DATA (§2.9): next_off (bits 14:0) and next_wrap (bit 15).
+    uint16_t notify_data() const noexcept { return uint16_t(pub_pos_ | (pub_wrap_ << event_flags::kWrapShift)); }
+
+    // The next used buffer: its token and the bytes the device wrote into it (never more than
+    // its device-writable length). With IN_ORDER one used descriptor may stand for a batch
+    // (§2.8.8): each buffer of it is returned in turn, the ones before the last as completely used.
+    bool poll_used(uint32_t& token, uint32_t& len) noexcept;
+    bool has_used() const noexcept;
+
+    // Used buffer notifications through the Driver Event Suppression structure (§2.8.10).
+    void disable_interrupts() noexcept;
+    // Re-enables them; false when used buffers arrived meanwhile: poll again before sleeping.
+    // With EVENT_IDX it asks for one notification (the next used position): call it after each.
+    bool enable_interrupts() noexcept;
+
+    uint32_t size() const noexcept { return size_; }
+    uint32_t free_count() const noexcept { return free_; }   // free descriptors
+    uint32_t outstanding() const noexcept { return outstanding_; }   // buffers added, not used
+    // The device returned a buffer ID that names no outstanding buffer: poll_used() stops; reset
+    // the device, then drain().
+    bool broken() const noexcept { return broken_; }
+    const QueueMemory& memory() const { return mem_; }
+    RingFeatures features() const { return features_; }
+
+    // Flushes: calls on_token(token) for every buffer added and not yet returned by poll_used()
+    // (oldest first with IN_ORDER, else in buffer ID order), then reset(). Only once the device
+    // no longer uses the queue.
+    template <class F>
+    uint32_t drain(F&& on_token);
+    // Back to the state create() left: memory cleared, wrap counters 1, nothing outstanding.
+    void reset() noexcept;
+
+private:
+    struct Slot {            // per buffer ID
+        uint32_t token = 0;
+        uint32_t writable = 0;   // device-writable bytes in the chain
+        uint16_t ndesc = 0;      // 0: not outstanding
+        uint16_t next_free = 0;  // free ID list (not with IN_ORDER)
+    };
+
+    PackedQueue(uint32_t size, const QueueMemory& mem, RingFeatures features);
+    EventSuppress* driver_event() const { return static_cast<EventSuppress*>(mem_.driver); }
+    const EventSuppress* device_event() const { return static_cast<const EventSuppress*>(mem_.device); }
+    // §2.8.1: a descriptor is used when its AVAIL and USED bits both equal the wrap counter
+    // the driver expects for the position it is looking at.
+    bool is_used(uint16_t flags) const noexcept {
+        const uint16_t want = used_wrap_ ? (desc_flags::AVAIL | desc_flags::USED) : 0;
+        return (flags & (desc_flags::AVAIL | desc_flags::USED)) == want;
+    }
+    void advance_used(uint16_t n) noexcept {
+        used_pos_ = uint16_t(used_pos_ + n);
+        if (used_pos_ >= size_) {
+            used_pos_ = uint16_t(used_pos_ - size_);
+            used_wrap_ = !used_wrap_;
+        }
+    }
+    bool take_batch(uint32_t& token, uint32_t& len) noexcept;
+    void release(uint16_t id, Slot& s) noexcept;
+
+    QueueMemory mem_;
+    RingFeatures features_;
+    uint32_t size_ = 0;
+    PackedDesc* ring_ = nullptr;
+    std::unique_ptr<Slot[]> slots_;
+
+    uint32_t free_ = 0;
+    uint32_t outstanding_ = 0;
+    uint32_t in_flight_ = 0;       // published buffers not yet used
+    uint32_t unpublished_ = 0;     // buffers added since the last publish()
+    uint32_t since_kick_ = 0;      // descriptors published since needs_notify() last looked
+    uint16_t free_id_ = 0;
+    uint16_t avail_pos_ = 0;       // next descriptor to write, and its wrap counter
+    bool avail_wrap_ = true;       // §2.8.1: both counters start at 1
+    uint16_t used_pos_ = 0;        // next descriptor the device writes as used
+    bool used_wrap_ = true;
+    uint16_t pub_pos_ = 0;         // first descriptor not yet available to the device
+    bool pub_wrap_ = true;
+    uint16_t batch_pos_ = 0;       // first chain of the unpublished batch: its head's flags
+    uint16_t batch_flags_ = 0;
+    uint16_t batch_last_ = 0;      // IN_ORDER used batch being returned: last ID and length
+    uint32_t batch_len_ = 0;
+    bool in_batch_ = false;
+    bool broken_ = false;
+};
+
+static_assert(Virtqueue<PackedQueue>);
+
+// ---- setup -----------------------------------------------------------------------------------
+
+inline PackedQueue::PackedQueue(uint32_t size, const QueueMemory& mem, RingFeatures features)
+    : mem_(mem), features_(features), size_(size), ring_(static_cast<PackedDesc*>(mem.desc)),
+      slots_(std::make_unique<Slot[]>(size)) {
+    reset();
+}
+
+inline Result<PackedQueue> PackedQueue::create(uint32_t size, const QueueMemory& mem, RingFeatures features) {
+    if (size == 0 || size > kPackedMaxSize)
+        return Error{EINVAL, str_cat("packed virtqueue: size ", size, " is not from 1 to 32768")};
+    if (auto r = detail::check_memory(mem, layout(size), "packed virtqueue"); !r) return r.take_error();
+    return PackedQueue(size, mem, features);
+}
+
+inline void PackedQueue::reset() noexcept {
+    const RingLayout l = layout(size_);
+    std::memset(mem_.desc, 0, l.desc.bytes);
+    std::memset(mem_.driver, 0, l.driver.bytes);   // flags ENABLE: interrupts on
+    std::memset(mem_.device, 0, l.device.bytes);
+    for (uint32_t i = 0; i < size_; ++i) slots_[i] = Slot{0, 0, 0, uint16_t(i + 1)};
+    free_ = size_;
+    outstanding_ = in_flight_ = unpublished_ = since_kick_ = 0;
+    free_id_ = avail_pos_ = used_pos_ = pub_pos_ = batch_pos_ = batch_flags_ = batch_last_ = 0;
+    avail_wrap_ = used_wrap_ = pub_wrap_ = true;
+    batch_len_ = 0;
+    in_batch_ = broken_ = false;
+}
+
+template <class F>
+inline uint32_t PackedQueue::drain(F&& on_token) {
+    uint32_t n = 0;
+    if (features_.in_order) {
+        // With IN_ORDER a buffer's ID is the position of its first descriptor: outstanding
+        // buffers lie in ring order from the oldest one.
+        uint32_t pos = used_pos_;
+        for (; n < outstanding_ && slots_[pos].ndesc; ++n) {
+            on_token(slots_[pos].token);
+            pos = (pos + slots_[pos].ndesc) % size_;
+        }
+    } else {
+        for (uint32_t id = 0; id < size_; ++id)
+            if (slots_[id].ndesc) {
+                on_token(slots_[id].token);
+                ++n;
+            }
+    }
+    reset();
+    return n;
+}
+
+// ---- fast path -------------------------------------------------------------------------------
+
+inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexcept {
+    const auto n = uint32_t(bufs.size());
+    if (n == 0 || n > free_) [[unlikely]]
+        return false;
+    // Buffer ID: with IN_ORDER the position of the chain's first descriptor (buffers are used
+    // in order, so IDs free in order too); else from the free list.
+    const uint16_t id = features_.in_order ? avail_pos_ : free_id_;
+    if (!features_.in_order) free_id_ = slots_[id].next_free;
+    const uint16_t head = avail_pos_;
+    uint16_t pos = head, head_flags = 0;
+    bool wrap = avail_wrap_;
+    uint32_t writable = 0;
+    for (uint32_t k = 0; k < n; ++k) {
+        const Buffer& b = bufs[k];
+        // §2.8.21.1: AVAIL equal to the driver's wrap counter, USED its inverse. The ID goes
+        // into every descriptor; the device reads it from the last one (§2.8.6).
+        const auto flags = uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (k + 1 < n ? desc_flags::NEXT : 0) |
+                                    (wrap ? desc_flags::AVAIL : desc_flags::USED));
+        PackedDesc& d = ring_[pos];
+        d.addr = b.iova;
+        d.len = b.len;
+        d.id = id;
+        if (k == 0)
+            head_flags = flags;
+        else
+            detail::store16(&d.flags, flags);
+        writable += b.device_writes ? b.len : 0;
+        if (++pos == size_) {
+            pos = 0;
+            wrap = !wrap;
+        }
+    }
+    slots_[id].token = token;
+    slots_[id].writable = writable;
+    slots_[id].ndesc = uint16_t(n);
+    avail_pos_ = pos;
+    avail_wrap_ = wrap;
+    free_ -= n;
+    ++outstanding_;
+    if (unpublished_++ == 0) {   // first chain of a batch: publish() makes it available
+        batch_pos_ = head;
+        batch_flags_ = head_flags;
+    } else {                      // later chains: the device cannot pass the batch's first
+        mmio::dma_wmb();          // §2.8.21.1.1: the chain before its first flags
+        detail::store16(&ring_[head].flags, head_flags);
+    }
+    return true;
+}
+
+inline void PackedQueue::publish() noexcept {
+    if (unpublished_ == 0) return;
+    mmio::dma_wmb();   // §2.8.21.1.1: every descriptor of the batch before the first flags
+    detail::store16(&ring_[batch_pos_].flags, batch_flags_);
+    since_kick_ += uint32_t(avail_pos_ >= pub_pos_ && avail_wrap_ == pub_wrap_ ? avail_pos_ - pub_pos_
+                                                                              : avail_pos_ + size_ - pub_pos_);
+    in_flight_ += unpublished_;
+    unpublished_ = 0;
+    pub_pos_ = avail_pos_;
+    pub_wrap_ = avail_wrap_;
+}
+
+inline bool PackedQueue::needs_notify() noexcept {
+    const uint32_t added = since_kick_;
+    since_kick_ = 0;
+    if (added == 0) return false;
+    // §2.8.21.2.1: the flags stores before reading the Device Event Suppression structure
+    // (store-load order: a full barrier even on x86).
+    mmio::io_mb();
+    const uint32_t evt = detail::load32(device_event());   // off_wrap and flags in one load
+    const uint16_t flags = uint16_t(evt >> 16) & event_flags::MASK;
+    if (flags == event_flags::DISABLE) return false;
+    if (flags != event_flags::DESC || !features_.event_idx || added > size_) return true;
+    // §2.8.10: notify when the event descriptor is one of those just made available. Linear
+    // positions: this lap's position p is p, the previous lap's is p - size (mod 2^16); the
+    // `added` ones span at most these two laps.
+    const auto off_wrap = uint16_t(evt);
+    auto event = uint16_t(off_wrap & 0x7fff);
+    if (bool(off_wrap >> event_flags::kWrapShift) != pub_wrap_) event = uint16_t(event - size_);
+    return need_event(event, pub_pos_, uint16_t(pub_pos_ - added));
+}
+
+inline void PackedQueue::release(uint16_t id, Slot& s) noexcept {
+    advance_used(s.ndesc);   // §2.8.6: skip the rest of the chain
+    free_ += s.ndesc;
+    s.ndesc = 0;
+    if (!features_.in_order) {
+        s.next_free = free_id_;
+        free_id_ = id;
+    }
+    --outstanding_;
+    --in_flight_;
+}
+
+inline bool PackedQueue::poll_used(uint32_t& token, uint32_t& len) noexcept {
+    if (in_batch_) return take_batch(token, len);
+    if (broken_ || in_flight_ == 0) return false;
+    PackedDesc& d = ring_[used_pos_];
+    const uint16_t flags = detail::load16(&d.flags);
+    if (!is_used(flags)) return false;
+    mmio::dma_rmb();   // §2.8.22: flags first, then the rest of the used descriptor
+    const uint16_t id = detail::load16(&d.id);
+    // §2.8.4 reserves len for used descriptors with WRITE set, but devices (QEMU's, among
+    // others) report what they wrote without setting WRITE, as Linux's driver expects: read
+    // it always; it is capped at the chain's device-writable bytes.
+    const uint32_t written = detail::load32(&d.len);
+    if (id >= size_ || !slots_[id].ndesc) [[unlikely]] {
+        broken_ = true;
+        return false;
+    }
+    if (features_.in_order) {   // §2.8.8: `id` is the last buffer of a batch
+        batch_last_ = id;
+        batch_len_ = written;
+        in_batch_ = true;
+        return take_batch(token, len);
+    }
+    Slot& s = slots_[id];
+    token = s.token;
+    len = std::min(written, s.writable);
+    release(id, s);
+    return true;
+}
+
+// Returns the oldest buffer of an IN_ORDER batch (its ID is its first position); the ones
+// before the batch's last count as completely used (§2.8.8).
+inline bool PackedQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
+    const uint16_t id = used_pos_;
+    Slot& s = slots_[id];
+    if (in_flight_ == 0 || !s.ndesc) [[unlikely]] {   // the ID named no published buffer
+        in_batch_ = false;
+        broken_ = true;
+        return false;
+    }
+    const bool last = id == batch_last_;
+    token = s.token;
+    len = last ? std::min(batch_len_, s.writable) : s.writable;
+    release(id, s);
+    in_batch_ = !last;
+    return true;
+}
+
+inline bool PackedQueue::has_used() const noexcept {
+    if (in_batch_) return true;
+    return !broken_ && in_flight_ && is_used(detail::load16(&ring_[used_pos_].flags));
+}
+
+inline void PackedQueue::disable_interrupts() noexcept {
+    detail::store16(&driver_event()->flags, event_flags::DISABLE);
+}
+
+inline bool PackedQueue::enable_interrupts() noexcept {
+    if (features_.event_idx) {   // §2.8.10: an event when the next used descriptor is written
+        detail::store16(&driver_event()->off_wrap, uint16_t(used_pos_ | (used_wrap_ << event_flags::kWrapShift)));
+        mmio::dma_wmb();          // off_wrap before the flags that make the device read it
+        detail::store16(&driver_event()->flags, event_flags::DESC);
+    } else {
+        detail::store16(&driver_event()->flags, event_flags::ENABLE);
+    }
+    mmio::io_mb();   // the request before the re-check, or a completion slips between
+    return !has_used();
+}
+
+}  // namespace vfab::virtio

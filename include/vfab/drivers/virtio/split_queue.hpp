@@ -1,0 +1,296 @@
+// The driver side of a split virtqueue (VIRTIO 1.2 §2.7): a descriptor table, an available
+// ring the driver writes and a used ring the device writes. Fast path inline, no allocation.
+//
+// Buffers are added as chains of descriptors (from a free list; with VIRTIO_F_IN_ORDER in table
+// order, §2.7.5), made visible in batches by publish() (one store of avail->idx), and returned
+// by poll_used() with the caller's 32-bit token and the number of bytes the device wrote.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <memory>
+#include <span>
+
+#include "vfab/drivers/virtio/virtqueue.hpp"
+#include "vfab/mmio.hpp"
+
+namespace vfab::virtio {
+
+class SplitQueue final {
+public:
+    // Sizes and alignments of the three parts for a queue of `size` entries (§2.7, table).
+    static constexpr RingLayout layout(uint32_t size) {
+        return {{16 * size_t(size), kDescAlign}, {avail::bytes(size), kSplitAvailAlign},
+                {used::bytes(size), kSplitUsedAlign}};
+    }
+
+    // A queue of `size` entries (a power of 2 up to 32768, as the device allows) over `mem`,
+    // driven with the negotiated `features`. Clears the memory (§2.7.10: used flags start at 0).
+    static Result<SplitQueue> create(uint32_t size, const QueueMemory& mem, RingFeatures features);
+
+    // Chains `bufs` into descriptors and queues the chain; the device sees it after publish().
+    // false when the queue lacks bufs.size() free descriptors (or bufs is empty).
+    bool add(std::span<const Buffer> bufs, uint32_t token) noexcept;
+    // Makes every chain added so far visible to the device: one barrier, one store (§2.7.13.3).
+    void publish() noexcept;
+    // After publish(): must the device be notified (§2.7.10)? Call it after every publish() (it
+    // compares with what it saw last; fewer than 65536 chains in between).
+    bool needs_notify() noexcept;
+    // For VIRTIO_F_NOTIFICATION_DATA (§2.9): next_off and next_wrap, i.e. the available index.
+    uint16_t notify_data() const noexcept { return published_; }
+
+    // The next used buffer: its token and the bytes the device wrote into it (never more than
+    // its device-writable length). With IN_ORDER one used entry may stand for a batch (§2.7.9):
+    // each buffer of it is returned in turn, the ones before the last as completely used.
+    bool poll_used(uint32_t& token, uint32_t& len) noexcept;
+    bool has_used() const noexcept;
+
+    // Used buffer notifications (§2.7.7): a hint to the device, not synchronised with it.
+    void disable_interrupts() noexcept;
+    // Re-enables them; false when used buffers arrived meanwhile: poll again before sleeping.
+    // With EVENT_IDX it asks for one notification (the next used entry): call it after each.
+    bool enable_interrupts() noexcept;
+
+    uint32_t size() const noexcept { return size_; }
+    uint32_t free_count() const noexcept { return free_; }   // free descriptors
+    uint32_t outstanding() const noexcept { return outstanding_; }   // buffers added, not used
+    // The device returned an id that names no outstanding buffer: poll_used() stops; reset
+    // the device, then drain().
+    bool broken() const noexcept { return broken_; }
+    const QueueMemory& memory() const { return mem_; }
+    RingFeatures features() const { return features_; }
+
+    // Flushes: calls on_token(token) for every buffer added and not yet returned by poll_used()
+    // (oldest first with IN_ORDER, else in descriptor order), then reset(). Only once the
+    // device no longer uses the queue (after a device or queue reset).
+    template <class F>
+    uint32_t drain(F&& on_token);
+    // Back to the state create() left: memory cleared, nothing outstanding.
+    void reset() noexcept;
+
+private:
+    struct Slot {            // per chain, indexed by its head descriptor
+        uint32_t token = 0;
+        uint32_t writable = 0;   // device-writable bytes in the chain
+        uint16_t ndesc = 0;      // 0: not outstanding
+        uint16_t last = 0;       // last descriptor of the chain
+    };
+
+    SplitQueue(uint32_t size, const QueueMemory& mem, RingFeatures features);
+    uint16_t* avail_field(size_t off) const { return reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(mem_.driver) + off); }
+    uint16_t* used_field(size_t off) const { return reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(mem_.device) + off); }
+    uint16_t used_idx() const noexcept { return detail::load16(used_field(used::kIdxOffset)); }
+    bool take_batch(uint32_t& token, uint32_t& len) noexcept;
+    void release(uint16_t head, Slot& s) noexcept;
+
+    QueueMemory mem_;
+    RingFeatures features_;
+    uint32_t size_ = 0;
+    uint16_t mask_ = 0;
+    SplitDesc* desc_ = nullptr;
+    uint16_t* avail_ring_ = nullptr;
+    uint16_t* used_event_ = nullptr;    // in the Driver Area, after the available ring
+    const UsedElem* used_ring_ = nullptr;
+    const uint16_t* avail_event_ = nullptr;   // in the Device Area, after the used ring
+    std::unique_ptr<Slot[]> slots_;
+    std::unique_ptr<uint16_t[]> next_free_;   // free list links, never read back from the ring
+
+    uint32_t free_ = 0;
+    uint32_t outstanding_ = 0;
+    uint16_t free_head_ = 0;     // without IN_ORDER: first free descriptor
+    uint16_t next_desc_ = 0;     // with IN_ORDER: next descriptor to hand out
+    uint16_t oldest_ = 0;        // with IN_ORDER: head of the oldest outstanding chain
+    uint16_t avail_idx_ = 0;     // available ring entries written (ahead of avail->idx)
+    uint16_t published_ = 0;     // avail->idx as last stored
+    uint16_t kicked_ = 0;        // avail->idx when needs_notify() last looked
+    uint16_t last_used_ = 0;     // next used ring entry to read
+    uint16_t batch_last_ = 0;    // IN_ORDER batch being returned: its last head and length
+    uint32_t batch_len_ = 0;
+    bool in_batch_ = false;
+    bool broken_ = false;
+};
+
+static_assert(Virtqueue<SplitQueue>);
+
+// ---- setup -----------------------------------------------------------------------------------
+
+inline SplitQueue::SplitQueue(uint32_t size, const QueueMemory& mem, RingFeatures features)
+    : mem_(mem), features_(features), size_(size), mask_(uint16_t(size - 1)),
+      desc_(static_cast<SplitDesc*>(mem.desc)), avail_ring_(avail_field(avail::kRingOffset)),
+      used_event_(avail_field(avail::used_event_offset(size))),
+      used_ring_(reinterpret_cast<const UsedElem*>(static_cast<uint8_t*>(mem.device) + used::kRingOffset)),
+      avail_event_(used_field(used::avail_event_offset(size))),
+      slots_(std::make_unique<Slot[]>(size)), next_free_(std::make_unique<uint16_t[]>(size)) {
+    reset();
+}
+
+inline Result<SplitQueue> SplitQueue::create(uint32_t size, const QueueMemory& mem, RingFeatures features) {
+    if (size == 0 || size > kSplitMaxSize || !std::has_single_bit(size))
+        return Error{EINVAL, str_cat("split virtqueue: size ", size, " is not a power of 2 from 1 to 32768")};
+    if (auto r = detail::check_memory(mem, layout(size), "split virtqueue"); !r) return r.take_error();
+    return SplitQueue(size, mem, features);
+}
+
+inline void SplitQueue::reset() noexcept {
+    const RingLayout l = layout(size_);
+    std::memset(mem_.desc, 0, l.desc.bytes);
+    std::memset(mem_.driver, 0, l.driver.bytes);
+    std::memset(mem_.device, 0, l.device.bytes);
+    for (uint32_t i = 0; i < size_; ++i) {
+        slots_[i] = Slot{};
+        next_free_[i] = uint16_t((i + 1) & mask_);
+    }
+    free_ = size_;
+    outstanding_ = 0;
+    free_head_ = next_desc_ = oldest_ = 0;
+    avail_idx_ = published_ = kicked_ = last_used_ = 0;
+    batch_last_ = 0;
+    batch_len_ = 0;
+    in_batch_ = broken_ = false;
+}
+
+template <class F>
+inline uint32_t SplitQueue::drain(F&& on_token) {
+    uint32_t n = 0;
+    if (features_.in_order) {
+        // Outstanding chains lie in table order from the oldest one.
+        for (uint16_t h = oldest_; n < outstanding_ && slots_[h].ndesc; h = uint16_t((h + slots_[h].ndesc) & mask_), ++n)
+            on_token(slots_[h].token);
+    } else {
+        for (uint32_t h = 0; h < size_; ++h)
+            if (slots_[h].ndesc) {
+                on_token(slots_[h].token);
+                ++n;
+            }
+    }
+    reset();
+    return n;
+}
+
+// ---- fast path -------------------------------------------------------------------------------
+
+inline bool SplitQueue::add(std::span<const Buffer> bufs, uint32_t token) noexcept {
+    const auto n = uint32_t(bufs.size());
+    if (n == 0 || n > free_) [[unlikely]]
+        return false;
+    const bool in_order = features_.in_order;
+    const uint16_t head = in_order ? next_desc_ : free_head_;
+    uint16_t d = head, last = head;
+    uint32_t writable = 0;
+    for (uint32_t k = 0; k < n; ++k) {
+        const Buffer& b = bufs[k];
+        // §2.7.5.2: with IN_ORDER, `next` is the following table entry, wrapping to 0.
+        const uint16_t next = in_order ? uint16_t((d + 1) & mask_) : next_free_[d];
+        const bool more = k + 1 < n;
+        desc_[d] = {b.iova, b.len,
+                    uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (more ? desc_flags::NEXT : 0)),
+                    more ? next : uint16_t(0)};
+        writable += b.device_writes ? b.len : 0;
+        last = d;
+        d = next;
+    }
+    (in_order ? next_desc_ : free_head_) = d;
+    free_ -= n;
+    ++outstanding_;
+    slots_[head] = {token, writable, uint16_t(n), last};
+    // §2.7.13.2: the head goes into the next available entry; avail->idx waits for publish().
+    avail_ring_[avail_idx_ & mask_] = head;
+    ++avail_idx_;
+    return true;
+}
+
+inline void SplitQueue::publish() noexcept {
+    if (avail_idx_ == published_) return;
+    mmio::dma_wmb();   // §2.7.13.3.1: descriptors and ring entries before idx
+    detail::store16(avail_field(avail::kIdxOffset), avail_idx_);
+    published_ = avail_idx_;
+}
+
+inline bool SplitQueue::needs_notify() noexcept {
+    const uint16_t old_idx = kicked_, new_idx = published_;
+    kicked_ = new_idx;
+    if (old_idx == new_idx) return false;
+    // §2.7.13.4.1: idx must be visible before flags/avail_event are read, or the device may
+    // have gone to sleep having seen neither. A store-load order: a full barrier even on x86.
+    mmio::io_mb();
+    if (features_.event_idx) return need_event(detail::load16(avail_event_), new_idx, old_idx);
+    return !(detail::load16(used_field(used::kFlagsOffset)) & used::F_NO_NOTIFY);
+}
+
+inline void SplitQueue::release(uint16_t head, Slot& s) noexcept {
+    if (!features_.in_order) {   // the chain is still linked in next_free_: splice it in front
+        next_free_[s.last] = free_head_;
+        free_head_ = head;
+    }
+    free_ += s.ndesc;
+    s.ndesc = 0;
+    --outstanding_;
+    ++last_used_;
+}
+
+inline bool SplitQueue::poll_used(uint32_t& token, uint32_t& len) noexcept {
+    if (in_batch_) return take_batch(token, len);
+    if (broken_ || used_idx() == last_used_) return false;
+    mmio::dma_rmb();   // §2.7.8.1: the device writes the entry before idx
+    const UsedElem* e = &used_ring_[last_used_ & mask_];
+    const uint32_t id = detail::load32(&e->id), written = detail::load32(&e->len);
+    if (id >= size_ || !slots_[id].ndesc) [[unlikely]] {
+        broken_ = true;
+        return false;
+    }
+    if (features_.in_order) {   // §2.7.9: `id` is the head of the last buffer of a batch
+        batch_last_ = uint16_t(id);
+        batch_len_ = written;
+        in_batch_ = true;
+        return take_batch(token, len);
+    }
+    Slot& s = slots_[id];
+    token = s.token;
+    len = std::min(written, s.writable);
+    release(uint16_t(id), s);
+    return true;
+}
+
+// Returns the oldest chain of an IN_ORDER batch; the buffers before its last one count as
+// completely used (§2.7.9), so their length is all of their device-writable bytes.
+inline bool SplitQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
+    const uint16_t head = oldest_;
+    Slot& s = slots_[head];
+    if (last_used_ == published_ || !s.ndesc) [[unlikely]] {   // the id named no published chain
+        in_batch_ = false;
+        broken_ = true;
+        return false;
+    }
+    const bool last = head == batch_last_;
+    token = s.token;
+    len = last ? std::min(batch_len_, s.writable) : s.writable;
+    oldest_ = uint16_t((head + s.ndesc) & mask_);
+    release(head, s);
+    in_batch_ = !last;
+    return true;
+}
+
+inline bool SplitQueue::has_used() const noexcept {
+    return in_batch_ || (!broken_ && used_idx() != last_used_);
+}
+
+inline void SplitQueue::disable_interrupts() noexcept {
+    // §2.7.7.1: with EVENT_IDX flags stay 0; used_event just behind the driver's position
+    // means "not before the used index has gone once round" (a spurious one is allowed).
+    if (features_.event_idx)
+        detail::store16(used_event_, uint16_t(last_used_ - 1));
+    else
+        detail::store16(avail_field(avail::kFlagsOffset), avail::F_NO_INTERRUPT);
+}
+
+inline bool SplitQueue::enable_interrupts() noexcept {
+    if (features_.event_idx)
+        detail::store16(used_event_, last_used_);   // notify on the next used entry
+    else
+        detail::store16(avail_field(avail::kFlagsOffset), 0);
+    mmio::io_mb();   // §2.7.14: the request before the re-check, or a completion slips between
+    return !has_used();
+}
+
+}  // namespace vfab::virtio

@@ -1,0 +1,472 @@
+// vfab's virtio-net driver (virtio 1.x), direct API: the same shape as the e1000e driver
+// (Device, CompletionQueue, QueuePair; fast path inline, no virtual call), over split or
+// packed virtqueues chosen by negotiation (DeviceOptions::ring overrides).
+//
+// Every frame is a chain: a 12-byte virtio_net_hdr the driver owns (one per WR slot, in DMA
+// memory) followed by the user's SGEs, translated through the MR table — zero copy both ways.
+// Completions are delivered in the order WRs were posted, whatever order the device uses.
+#pragma once
+
+#include <atomic>
+#include <cerrno>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <unistd.h>
+
+#include "vfab/dma/dma_arena.hpp"
+#include "vfab/dma/protection_domain.hpp"
+#include "vfab/drivers/virtio/packed_queue.hpp"
+#include "vfab/drivers/virtio/pci_transport.hpp"
+#include "vfab/drivers/virtio/split_queue.hpp"
+#include "vfab/drivers/virtio/virtio_spec.hpp"
+#include "vfab/mmio.hpp"
+#include "vfab/net/checksum.hpp"
+#include "vfab/types.hpp"
+#include "vfab/vfio/device.hpp"
+#include "vfab/vfio/event_wait.hpp"
+
+namespace vfab::virtio_net {
+
+inline constexpr uint16_t kVendorId = 0x1af4;
+inline constexpr uint16_t kDeviceIds[] = {0x1041};   // modern virtio-net (§4.1.2.1)
+inline constexpr uint32_t kMaxSendSge = 8;
+inline constexpr uint32_t kMaxRecvSge = 4;
+inline constexpr uint32_t kEthHeader = 14;
+inline constexpr uint32_t kHdrSlot = 16;              // bytes per virtio_net_hdr slot
+
+enum class RingFormat : uint8_t { automatic, split, packed };
+const char* to_string(RingFormat f) noexcept;
+
+struct DeviceOptions {
+    vfio::DeviceOptions vfio;
+    RingFormat ring = RingFormat::automatic;   // automatic: packed when the device offers it
+    bool event_idx = true;                     // negotiate VIRTIO_F_EVENT_IDX when offered
+    bool in_order = true;                      // negotiate VIRTIO_F_IN_ORDER when offered
+    dma::PdOptions pd;
+};
+
+class Device;
+class QueuePair;
+
+// Where a queue's notifications go: a doorbell register (PCI) or a kick eventfd (vhost-user).
+struct Doorbell {
+    volatile uint16_t* mmio = nullptr;
+    int kick_fd = -1;
+    uint16_t queue = 0;
+    void ring() const noexcept {
+        if (mmio) {
+            mmio::write<uint16_t>(mmio, 0, queue);
+        } else {
+            uint64_t one = 1;
+            (void)!::write(kick_fd, &one, sizeof one);
+        }
+    }
+};
+
+class CompletionQueue final {
+public:
+    int poll(std::span<Completion> out) noexcept;
+    Result<void> arm();
+    int channel_fd() const noexcept { return efd_; }
+    // Reads and clears the channel, and turns the queues' notifications off until arm().
+    uint64_t take_events() noexcept;
+    Result<void> destroy();
+    bool destroyed() const noexcept { return destroyed_; }
+    uint32_t capacity() const noexcept { return cqe_; }
+    uint32_t vector() const noexcept { return vector_; }
+
+private:
+    friend class Device;
+    friend class QueuePair;
+    CompletionQueue(Device& dev, uint32_t cqe, uint32_t vector, int efd)
+        : dev_(&dev), cqe_(cqe), vector_(vector), efd_(efd) {}
+    bool has_ready() const noexcept;
+
+    Device* dev_;
+    QueuePair* send_qp_ = nullptr;
+    QueuePair* recv_qp_ = nullptr;
+    uint32_t cqe_;
+    uint32_t vector_;
+    int efd_;
+    bool destroyed_ = false;
+    bool rx_first_ = false;
+};
+
+struct QpInitAttr {
+    CompletionQueue* send_cq = nullptr;
+    CompletionQueue* recv_cq = nullptr;
+    QpCaps caps = {};
+    bool sq_sig_all = false;
+};
+
+class QueuePair final {
+public:
+    PostResult post_send(std::span<const SendWr> wrs) noexcept {
+        return packed_ ? send_impl(*ptx_, wrs) : send_impl(*stx_, wrs);
+    }
+    PostResult post_recv(std::span<const RecvWr> wrs) noexcept {
+        return packed_ ? recv_impl(*prx_, wrs) : recv_impl(*srx_, wrs);
+    }
+    QpState state() const noexcept { return state_.load(std::memory_order_relaxed); }
+    uint32_t qp_num() const noexcept { return qp_num_; }
+    const QpCaps& caps() const noexcept { return caps_; }
+    RingFormat ring_format() const noexcept { return packed_ ? RingFormat::packed : RingFormat::split; }
+    uint32_t send_outstanding() const noexcept { return sq_.tail - sq_.head; }
+    uint32_t recv_outstanding() const noexcept { return rq_.tail - rq_.head; }
+    Result<void> destroy();
+
+private:
+    friend class Device;
+    friend class CompletionQueue;
+    struct Slot {
+        uint64_t wr_id;
+        uint32_t byte_len;
+        WcStatus status;
+        bool signaled;
+        bool done;      // the device returned it (or it never went to the device)
+        uint16_t flags; // completion flags
+    };
+    // WRs in posting order; slot i also owns header i in DMA memory.
+    struct WorkRing {
+        std::vector<Slot> slots;
+        uint32_t mask = 0, head = 0, tail = 0;
+        uint8_t* hdrs = nullptr;
+        uint64_t hdr_iova = 0;
+        Slot& at(uint32_t i) noexcept { return slots[i & mask]; }
+        bool full() const noexcept { return tail - head > mask; }
+    };
+    QueuePair(Device& dev, const QpInitAttr& a) : dev_(&dev), send_cq_(a.send_cq), recv_cq_(a.recv_cq) {}
+    template <class Q>
+    PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
+    template <class Q>
+    PostResult recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept;
+    template <class Q>
+    void reap(Q& q, WorkRing& ring, bool recv) noexcept;
+    uint32_t poll_ring(WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept;
+    uint32_t poll_send(Completion* out, uint32_t max) noexcept;
+    uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
+    bool send_ready() noexcept;
+    bool recv_ready() noexcept;
+    int seed_checksum(const SendWr& wr, virtio::NetHdr& hdr) noexcept;
+
+    Device* dev_;
+    CompletionQueue* send_cq_;
+    CompletionQueue* recv_cq_;
+    const dma::MrTable* mrs_ = nullptr;
+    std::atomic<QpState> state_{QpState::ready};
+    uint32_t qp_num_ = 1;
+    QpCaps caps_;
+    bool sq_sig_all_ = false;
+    bool packed_ = false;
+    bool tx_csum_ = false;    // VIRTIO_NET_F_CSUM negotiated
+    uint32_t max_frame_ = 1514;
+    uint32_t min_recv_ = 1514;
+    WorkRing sq_, rq_;
+    std::optional<virtio::SplitQueue> stx_, srx_;
+    std::optional<virtio::PackedQueue> ptx_, prx_;
+    Doorbell tx_bell_, rx_bell_;
+    std::optional<dma::DmaArena> mem_;
+    // Software counters (virtio has no statistics registers): written by the QP's thread,
+    // read by Device::stats() from any thread.
+    struct Counter {
+        std::atomic<uint64_t> v{0};
+        void add(uint64_t n) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+        uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
+    };
+    Counter tx_packets_, tx_bytes_, rx_packets_, rx_bytes_;
+};
+
+class Device {
+public:
+    static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
+    ~Device();
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
+
+    const DeviceAttr& attr() const { return attr_; }
+    LinkState link() const;
+    DeviceStats stats();
+    dma::ProtectionDomain& pd() { return *pd_; }
+    uint64_t features() const { return features_; }   // negotiated
+    RingFormat ring_format() const { return packed_ ? RingFormat::packed : RingFormat::split; }
+
+    Result<CompletionQueue*> create_cq(uint32_t cqe);
+    Result<QueuePair*> create_qp(const QpInitAttr& attr);
+
+    int event_fd() const { return events_.fd(); }
+    Event next_event();
+    Result<void> reset();
+
+    vfio::Device& vfio() { return *vfio_; }
+
+private:
+    friend class CompletionQueue;
+    friend class QueuePair;
+    Device(std::unique_ptr<vfio::Device> vdev, virtio::PciTransport t, vfio::EventWaiter ev)
+        : vfio_(std::move(vdev)), transport_(std::move(t)), events_(std::move(ev)) {}
+    Result<void> init(const DeviceOptions& opts);
+    Result<void> handshake();
+    Result<void> start_queues(QueuePair& qp);
+    void enter_error_state();
+    void release_qp();
+
+    std::unique_ptr<vfio::Device> vfio_;
+    virtio::PciTransport transport_;
+    vfio::Interrupts* msix_ = nullptr;
+    vfio::Interrupts* req_ = nullptr;
+    vfio::EventWaiter events_;
+    std::unique_ptr<dma::ProtectionDomain> pd_;
+    DeviceOptions opts_;
+    DeviceAttr attr_;
+    uint64_t features_ = 0;
+    bool packed_ = false;
+    uint32_t vectors_ = 0;
+    bool link_up_ = false;
+    bool removed_ = false;
+    bool driver_ok_ = false;
+
+    std::recursive_mutex mu_;
+    std::vector<std::unique_ptr<CompletionQueue>> cqs_;
+    std::unique_ptr<QueuePair> qp_;
+    std::vector<std::unique_ptr<QueuePair>> dead_qps_;
+    DeviceStats retired_;   // counters of destroyed queue pairs
+};
+
+// ---- fast path -------------------------------------------------------------------------------
+
+// Virtio offloads only the TCP/UDP checksum (§5.1.6.2): the driver computes the IPv4 header
+// checksum itself and seeds the pseudo-header sum, then asks for the rest with NEEDS_CSUM.
+inline int QueuePair::seed_checksum(const SendWr& wr, virtio::NetHdr& hdr) noexcept {
+    const Sge& first = wr.sg_list[0];
+    const dma::MrEntry* mr = mrs_->find(first.lkey);
+    if (!mr || !tx_csum_) return EINVAL;
+    auto* frame = reinterpret_cast<uint8_t*>(mr->zero_based() ? mr->addr + first.addr : first.addr);
+    net::L4Offsets o;
+    if (!net::parse_l4(frame, first.length, o)) return EINVAL;
+    uint32_t l4_len;
+    if (o.ipv4) {
+        frame[o.l3 + 10] = frame[o.l3 + 11] = 0;
+        net::store_be16(frame + o.l3 + 10, net::ipv4_header_checksum(frame + o.l3));
+        l4_len = net::load_be16(frame + o.l3 + 2) - (o.l4 - o.l3);
+    } else {
+        l4_len = net::load_be16(frame + o.l3 + 4);
+    }
+    net::store_be16(frame + o.csum, net::pseudo_header_sum(frame, o, l4_len));
+    hdr.flags = virtio::net_hdr::F_NEEDS_CSUM;
+    hdr.csum_start = o.l4;
+    hdr.csum_offset = uint16_t(o.csum - o.l4);
+    return 0;
+}
+
+template <class Q>
+inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexcept {
+    if (const QpState st = state(); st != QpState::ready) [[unlikely]]
+        return {st == QpState::destroyed ? ENODEV : EIO, 0};
+    uint32_t i = 0;
+    int err = 0;
+    bool added = false;
+    for (; i < wrs.size(); ++i) {
+        const SendWr& wr = wrs[i];
+        if (wr.num_sge == 0 || wr.num_sge > caps_.max_send_sge || !wr.sg_list) [[unlikely]] {
+            err = EINVAL;
+            break;
+        }
+        virtio::Buffer bufs[kMaxSendSge + 1];
+        uint64_t total = 0;
+        bool zero_sge = false, bad_key = false;
+        for (uint32_t s = 0; s < wr.num_sge; ++s) {
+            const Sge& g = wr.sg_list[s];
+            total += g.length;
+            zero_sge |= g.length == 0;
+            const dma::Translation t = mrs_->translate(g.lkey, g.addr, g.length, dma::Access::none);
+            bad_key |= t.status != dma::MrStatus::ok;
+            bufs[s + 1] = {t.iova.value, g.length, false};
+        }
+        if (zero_sge || total < kEthHeader || total > max_frame_) [[unlikely]] {
+            err = EINVAL;
+            break;
+        }
+        if (sq_.full() || (!bad_key && q.free_count() < wr.num_sge + 1)) [[unlikely]] {
+            err = ENOMEM;
+            break;
+        }
+        const uint32_t index = sq_.tail & sq_.mask;
+        auto* hdr = reinterpret_cast<virtio::NetHdr*>(sq_.hdrs + size_t(index) * kHdrSlot);
+        *hdr = {};
+        if ((wr.flags & send_ip_csum) && !bad_key && seed_checksum(wr, *hdr) != 0) [[unlikely]] {
+            err = EINVAL;
+            break;
+        }
+        Slot& slot = sq_.at(sq_.tail);
+        slot = {wr.wr_id, uint32_t(total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
+        if (bad_key) [[unlikely]] {   // completes in order, never reaches the device
+            slot.status = WcStatus::local_protection_error;
+            slot.done = true;
+            ++sq_.tail;
+            continue;
+        }
+        bufs[0] = {sq_.hdr_iova + size_t(index) * kHdrSlot, sizeof(virtio::NetHdr), false};
+        if (!q.add(std::span<const virtio::Buffer>(bufs, wr.num_sge + 1), index)) [[unlikely]] {
+            err = ENOMEM;
+            break;
+        }
+        added = true;
+        ++sq_.tail;
+    }
+    if (added) {
+        q.publish();
+        if (q.needs_notify()) tx_bell_.ring();
+    }
+    return {err, i};
+}
+
+template <class Q>
+inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept {
+    if (const QpState st = state(); st != QpState::ready) [[unlikely]]
+        return {st == QpState::destroyed ? ENODEV : EIO, 0};
+    uint32_t i = 0;
+    int err = 0;
+    bool added = false;
+    for (; i < wrs.size(); ++i) {
+        const RecvWr& wr = wrs[i];
+        if (wr.num_sge == 0 || wr.num_sge > caps_.max_recv_sge || !wr.sg_list) [[unlikely]] {
+            err = EINVAL;
+            break;
+        }
+        virtio::Buffer bufs[kMaxRecvSge + 1];
+        uint64_t total = 0;
+        bool zero_sge = false, bad_key = false;
+        for (uint32_t s = 0; s < wr.num_sge; ++s) {
+            const Sge& g = wr.sg_list[s];
+            total += g.length;
+            zero_sge |= g.length == 0;
+            const dma::Translation t = mrs_->translate(g.lkey, g.addr, g.length, dma::Access::local_write);
+            bad_key |= t.status != dma::MrStatus::ok;
+            bufs[s + 1] = {t.iova.value, g.length, true};
+        }
+        // Without GUEST_TSO/UFO or MRG_RXBUF, a buffer must hold a whole frame (§5.1.6.3.1).
+        if (zero_sge || total < min_recv_) [[unlikely]] {
+            err = EINVAL;
+            break;
+        }
+        if (rq_.full() || (!bad_key && q.free_count() < wr.num_sge + 1)) [[unlikely]] {
+            err = ENOMEM;
+            break;
+        }
+        const uint32_t index = rq_.tail & rq_.mask;
+        Slot& slot = rq_.at(rq_.tail);
+        slot = {wr.wr_id, 0, WcStatus::success, true, false, 0};
+        if (bad_key) [[unlikely]] {
+            slot.status = WcStatus::local_protection_error;
+            slot.done = true;
+            ++rq_.tail;
+            continue;
+        }
+        bufs[0] = {rq_.hdr_iova + size_t(index) * kHdrSlot, sizeof(virtio::NetHdr), true};
+        if (!q.add(std::span<const virtio::Buffer>(bufs, wr.num_sge + 1), index)) [[unlikely]] {
+            err = ENOMEM;
+            break;
+        }
+        added = true;
+        ++rq_.tail;
+    }
+    if (added) {
+        q.publish();
+        if (q.needs_notify()) rx_bell_.ring();
+    }
+    return {err, i};
+}
+
+// Marks what the device returned; completions then leave in posting order (poll_ring).
+template <class Q>
+inline void QueuePair::reap(Q& q, WorkRing& ring, bool recv) noexcept {
+    uint32_t token, len;
+    while (q.poll_used(token, len)) {
+        Slot& s = ring.slots[token];
+        s.done = true;
+        if (recv) {
+            const auto* hdr = reinterpret_cast<const virtio::NetHdr*>(ring.hdrs + size_t(token) * kHdrSlot);
+            if (len < sizeof(virtio::NetHdr)) {
+                s.status = WcStatus::general_error;
+                s.byte_len = 0;
+            } else {
+                s.byte_len = len - uint32_t(sizeof(virtio::NetHdr));
+                if (hdr->flags & virtio::net_hdr::F_DATA_VALID) s.flags = wc_ip_csum_ok;
+            }
+        }
+    }
+}
+
+inline uint32_t QueuePair::poll_ring(WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept {
+    uint32_t n = 0;
+    const bool flushing = state() == QpState::error;
+    while (n < max && ring.head != ring.tail) {
+        Slot& s = ring.at(ring.head);
+        if (!s.done) {
+            if (!flushing) break;
+            s.status = WcStatus::wr_flush_error;
+        }
+        ++ring.head;
+        if (s.status == WcStatus::success) {
+            (op == WcOpcode::send ? tx_packets_ : rx_packets_).add(1);
+            (op == WcOpcode::send ? tx_bytes_ : rx_bytes_).add(s.byte_len);
+        }
+        if (s.signaled || s.status != WcStatus::success)
+            out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
+    }
+    return n;
+}
+
+inline uint32_t QueuePair::poll_send(Completion* out, uint32_t max) noexcept {
+    if (state() == QpState::ready) {
+        if (packed_)
+            reap(*ptx_, sq_, false);
+        else
+            reap(*stx_, sq_, false);
+    }
+    return poll_ring(sq_, WcOpcode::send, out, max);
+}
+
+inline uint32_t QueuePair::poll_recv(Completion* out, uint32_t max) noexcept {
+    if (state() == QpState::ready) {
+        if (packed_)
+            reap(*prx_, rq_, true);
+        else
+            reap(*srx_, rq_, true);
+    }
+    return poll_ring(rq_, WcOpcode::recv, out, max);
+}
+
+inline bool QueuePair::send_ready() noexcept {
+    if (sq_.head == sq_.tail) return false;
+    if (sq_.at(sq_.head).done || state() != QpState::ready) return true;
+    return packed_ ? ptx_->has_used() : stx_->has_used();
+}
+
+inline bool QueuePair::recv_ready() noexcept {
+    if (rq_.head == rq_.tail) return false;
+    if (rq_.at(rq_.head).done || state() != QpState::ready) return true;
+    return packed_ ? prx_->has_used() : srx_->has_used();
+}
+
+inline int CompletionQueue::poll(std::span<Completion> out) noexcept {
+    if (destroyed_) [[unlikely]]
+        return -ENODEV;
+    const auto max = static_cast<uint32_t>(out.size());
+    uint32_t n = 0;
+    rx_first_ = !rx_first_;
+    if (rx_first_ && recv_qp_) n += recv_qp_->poll_recv(out.data() + n, max - n);
+    if (send_qp_) n += send_qp_->poll_send(out.data() + n, max - n);
+    if (!rx_first_ && recv_qp_) n += recv_qp_->poll_recv(out.data() + n, max - n);
+    return static_cast<int>(n);
+}
+
+inline bool CompletionQueue::has_ready() const noexcept {
+    return (send_qp_ && send_qp_->send_ready()) || (recv_qp_ && recv_qp_->recv_ready());
+}
+
+}  // namespace vfab::virtio_net
