@@ -1,5 +1,6 @@
 // The providers built into libvfab: one line each.
 #include "api/providers/e1000e.hpp"
+#include "api/providers/virtio_net.hpp"
 #include "vfab/provider.hpp"
 
 namespace vfab::provider {
@@ -7,6 +8,7 @@ namespace {
 
 constexpr Record kBuiltin[] = {
     providers::kE1000eRecord,
+    providers::kVirtioNetRecord,
 };
 
 }  // namespace

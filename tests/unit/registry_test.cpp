@@ -71,15 +71,16 @@ TEST_F(Registry, PluginIsFoundByItsId) {
     EXPECT_EQ(p->origin, kPlugins + "/fake/libvfab-fake.so");
     auto all = list_providers(opts(kPlugins + "/fake"));
     ASSERT_TRUE(all.ok());
-    ASSERT_EQ(all->size(), 2u);   // plugins first, then the built-in ones
+    ASSERT_EQ(all->size(), 1 + provider::builtin_providers().size());   // plugins first, then the built-in ones
     EXPECT_EQ((*all)[0].name, "fake");
     EXPECT_EQ((*all)[1].name, "e1000e");
+    EXPECT_EQ((*all)[2].name, "virtio-net");
 }
 
 TEST_F(Registry, PluginReplacesTheBuiltInProviderOfItsName) {
     auto all = list_providers(opts(kPlugins + "/override"));
     ASSERT_TRUE(all.ok()) << all.error().message;
-    ASSERT_EQ(all->size(), 1u);
+    ASSERT_EQ(all->size(), provider::builtin_providers().size());   // e1000e replaced, not added
     EXPECT_EQ((*all)[0].origin, kPlugins + "/override/libvfab-e1000e.so");
     auto p = find_provider(0x8086, 0x10d3, opts(kPlugins + "/override"));
     ASSERT_TRUE(p.ok());
