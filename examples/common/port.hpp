@@ -1,7 +1,8 @@
-// One NIC port as the examples use it: an e1000e device opened through vfab's direct API, one
-// completion queue shared by sends and receives, one raw-packet queue pair, and an arena of
-// 2 KiB buffers registered with the device's protection domain (send buffers first, then
-// receive buffers). Every setup error is the driver's own message, prefixed with the port.
+// One NIC port as the examples use it: a device opened through a driver's direct API (e1000e
+// by default: Port; BasicPort<Driver> for another driver of the same shape), one completion
+// queue shared by sends and receives, one raw-packet queue pair, and an arena of 2 KiB
+// buffers registered with the device's protection domain (send buffers first, then receive
+// buffers). Every setup error is the driver's own message, prefixed with the port.
 #pragma once
 
 #include <poll.h>
@@ -21,17 +22,31 @@
 
 namespace vfab::examples {
 
+// A driver's direct-API types, for BasicPort (every vfab driver has the same names).
+struct E1000eDriver {
+    using Device = e1000e::Device;
+    using DeviceOptions = e1000e::DeviceOptions;
+    using CompletionQueue = e1000e::CompletionQueue;
+    using QueuePair = e1000e::QueuePair;
+    using QpInitAttr = e1000e::QpInitAttr;
+};
+
 struct PortOptions {
     uint32_t send_slots = 256;   // send buffers (and send queue depth)
     uint32_t recv_slots = 511;   // receive buffers (and receive queue depth)
-    bool promiscuous = false;
+    bool promiscuous = false;    // where the driver has the option
 };
 
-class Port {
+template <class Driver>
+class BasicPort {
 public:
     static constexpr uint32_t kBuf = 2048;
+    using Device = typename Driver::Device;
+    using CompletionQueue = typename Driver::CompletionQueue;
+    using QueuePair = typename Driver::QueuePair;
 
-    static Result<Port> open(std::string_view bdf, const PortOptions& o = {}) {
+    // `opts`: the driver's own device options (PortOptions::promiscuous goes into them).
+    static Result<BasicPort> open(std::string_view bdf, const PortOptions& o = {}, typename Driver::DeviceOptions opts = {}) {
         auto addr = PciAddress::parse(bdf);
         if (!addr) return addr.take_error();
         // The driver's messages mostly name the device already; name it where they do not.
@@ -39,16 +54,15 @@ public:
         auto fail = [&](const Error& e) {
             return e.message.find(where) != std::string::npos ? e : Error{e.code, str_cat(where, ": ", e.message)};
         };
-        e1000e::DeviceOptions opts;
-        opts.promiscuous = o.promiscuous;
-        auto dev = e1000e::Device::open(*addr, opts);
+        if constexpr (requires { opts.promiscuous; }) opts.promiscuous = opts.promiscuous || o.promiscuous;
+        auto dev = Device::open(*addr, opts);
         if (!dev) return fail(dev.error());
-        Port p;
+        BasicPort p;
         p.dev_ = std::move(*dev);
         auto cq = p.dev_->create_cq(o.send_slots + o.recv_slots);
         if (!cq) return fail(cq.error());
         p.cq_ = *cq;
-        e1000e::QpInitAttr qa;
+        typename Driver::QpInitAttr qa;
         qa.send_cq = qa.recv_cq = p.cq_;
         qa.caps.max_send_wr = o.send_slots;
         qa.caps.max_recv_wr = o.recv_slots;
@@ -68,9 +82,9 @@ public:
         return p;
     }
 
-    e1000e::Device& device() { return *dev_; }
-    e1000e::CompletionQueue& cq() { return *cq_; }
-    e1000e::QueuePair& qp() { return *qp_; }
+    Device& device() { return *dev_; }
+    CompletionQueue& cq() { return *cq_; }
+    QueuePair& qp() { return *qp_; }
     const pkt::Mac& mac() const { return mac_; }
     std::string name() const { return dev_->attr().address.to_string(); }
     uint32_t send_slots() const { return send_slots_; }
@@ -101,28 +115,32 @@ public:
     }
 
 private:
-    Port() = default;
-    std::unique_ptr<e1000e::Device> dev_;
-    e1000e::CompletionQueue* cq_ = nullptr;
-    e1000e::QueuePair* qp_ = nullptr;
+    BasicPort() = default;
+    std::unique_ptr<Device> dev_;
+    CompletionQueue* cq_ = nullptr;
+    QueuePair* qp_ = nullptr;
     uint8_t* buffers_ = nullptr;   // in an arena the protection domain owns
     dma::MemoryRegion mr_;
     pkt::Mac mac_{};
     uint32_t send_slots_ = 0, recv_slots_ = 0;
 };
 
+using Port = BasicPort<E1000eDriver>;
+
 // Interrupt mode: arm every completion queue, then sleep until one of their channels fires
 // (or timeout_ms passes). arm() signals at once when a completion is already waiting, so no
 // completion is slept through. Returns 1 when a channel fired, 0 on timeout, -1 (and sets
-// `error`) when arming or waiting failed.
-inline int wait_for_completions(std::span<e1000e::CompletionQueue* const> cqs, int timeout_ms, std::string& error) {
-    pollfd fds[e1000e::kMaxCq * 2];
+// `error`) when arming or waiting failed. Any driver's completion queues (name the type:
+// wait_for_completions<virtio_net::CompletionQueue>(...)); e1000e's by the overload below.
+template <class Cq>
+int wait_for_completions(std::span<Cq* const> cqs, int timeout_ms, std::string& error) {
+    pollfd fds[64];
     if (cqs.size() > std::size(fds)) {
         error = "wait_for_completions: more than " + std::to_string(std::size(fds)) + " completion queues";
         return -1;
     }
     size_t n = 0;
-    for (e1000e::CompletionQueue* cq : cqs) {
+    for (Cq* cq : cqs) {
         if (auto r = cq->arm(); !r) {
             error = "arm: " + r.error().message;
             return -1;
@@ -134,8 +152,12 @@ inline int wait_for_completions(std::span<e1000e::CompletionQueue* const> cqs, i
         error = std::string("poll: ") + std::strerror(errno);
         return -1;
     }
-    for (e1000e::CompletionQueue* cq : cqs) cq->take_events();
+    for (Cq* cq : cqs) cq->take_events();
     return ready > 0 ? 1 : 0;
+}
+
+inline int wait_for_completions(std::span<e1000e::CompletionQueue* const> cqs, int timeout_ms, std::string& error) {
+    return wait_for_completions<e1000e::CompletionQueue>(cqs, timeout_ms, error);
 }
 
 }  // namespace vfab::examples

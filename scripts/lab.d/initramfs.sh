@@ -9,7 +9,7 @@
 #   DPDK's dpdk-testpmd, libraries and PMD plugins, /vfab/bin/dpdk-pps   (--dpdk, lab.d/dpdk.sh)
 
 # Kernel modules the guest may load; their dependencies are added from modinfo.
-GUEST_MODULES=(vfio-pci vfio_iommu_type1 e1000e igb igbvf virtio_net
+GUEST_MODULES=(vfio-pci vfio_iommu_type1 e1000e igb igbvf virtio_net virtio_pci
                rdma_rxe ib_uverbs crc32_generic)
 
 # copy_with_libs STAGE FILE DEST: FILE to STAGE/DEST plus every shared library it loads.

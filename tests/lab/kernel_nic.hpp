@@ -1,11 +1,14 @@
 // A lab NIC lent to the guest kernel's own driver for the life of a KernelNic: take() moves it
-// from vfio-pci to the kernel driver (loading the module where it is one), configure() gives
-// its interface an IPv4 address and waits for link; the destructor (or restore()) gives the
+// from vfio-pci to the kernel driver (loading the modules where they are ones; a virtio NIC's
+// interface hangs off its virtio device), configure() gives its interface an IPv4 address and
+// waits for link; set_tx_checksum() turns the interface's checksum offload on or off; the destructor (or restore()) gives the
 // NIC back to vfio-pci, where the lab's other tests expect it, whatever happened in between.
 // Plus the kernel-side views a test checks: the neighbour (ARP) table and the SNMP counters.
 #pragma once
 
 #include <arpa/inet.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <net/if_arp.h>
 #include <netinet/in.h>
@@ -23,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "packet.hpp"
 #include "spawn.hpp"
@@ -93,11 +97,21 @@ public:
     KernelNic(const KernelNic&) = delete;
     KernelNic& operator=(const KernelNic&) = delete;
 
-    // Moves the NIC to the kernel's `driver` and waits for its network interface. Empty on
-    // success, else what failed.
-    std::string take(const std::string& driver) {
+    // Moves the NIC to the kernel's PCI `driver` and waits for its network interface; on a
+    // kernel with modules it loads `modules` first (for a virtio NIC the network driver,
+    // virtio_net, which binds the virtio device the PCI driver creates). Empty on success,
+    // else what failed.
+    std::string take(const std::string& driver, const std::vector<std::string>& modules = {}) {
         const std::string was = driver_of(bdf_);
         taken_ = true;   // from here on the destructor puts it back on vfio-pci
+        const bool modular = std::filesystem::exists("/lib/modules/" + kernel_release());
+        for (std::string m : modules) {
+            for (char& c : m) c = c == '-' ? '_' : c;
+            if (!modular || std::filesystem::exists("/sys/module/" + m)) continue;
+            Outcome r = run_program({"modprobe", m}, std::chrono::seconds(30));
+            if (r.rc != 0) return "modprobe " + m + ": " + r.summary();
+            loaded_module_ = true;
+        }
         if (!was.empty() && was != driver)
             if (auto e = write_sysfs(dev_ + "/driver/unbind", bdf_); !e.empty()) return e;
         if (auto e = write_sysfs(dev_ + "/driver_override", "\n"); !e.empty()) return e;
@@ -156,6 +170,30 @@ public:
         return {};
     }
 
+    // The interface's transmit checksum offload (ethtool -K IF tx on|off, through the legacy
+    // ETHTOOL_STXCSUM). Turning off what the driver cannot turn on (a fixed "off") is fine:
+    // the result is read back. Empty on success.
+    std::string set_tx_checksum(bool on) {
+        ethtool_value v{ETHTOOL_STXCSUM, on ? 1u : 0u};
+        const int rc = ethtool(&v);
+        const int err = errno;
+        tx_checksum_set_ = rc == 0 ? "done" : std::string("refused: ") + std::strerror(err);
+        auto now = tx_checksum();
+        if (!now) return "ETHTOOL_GTXCSUM " + ifname_ + ": " + std::strerror(errno);
+        if (*now != on)
+            return "ETHTOOL_STXCSUM " + ifname_ + ": " + (rc ? std::strerror(err) : "no error") + ", and it is still " +
+                   (*now ? "on" : "off");
+        return {};
+    }
+    // How the last set_tx_checksum()'s ioctl went: "done", or "refused: <error>" (Operation
+    // not supported where the driver cannot change it).
+    const std::string& tx_checksum_set() const { return tx_checksum_set_; }
+    std::optional<bool> tx_checksum() const {
+        ethtool_value v{ETHTOOL_GTXCSUM, 0};
+        if (ethtool(&v) != 0) return std::nullopt;
+        return v.data != 0;
+    }
+
     const std::string& ifname() const { return ifname_; }
     bool loaded_module() const { return loaded_module_; }   // take() had to modprobe the driver
     double link_ms() const { return link_ms_; }
@@ -163,13 +201,33 @@ public:
     std::optional<pkt::Mac> mac() const { return pkt::parse_mac(read_line("/sys/class/net/" + ifname_ + "/address")); }
 
 private:
+    static std::string kernel_release() {
+        std::string r = read_line("/proc/sys/kernel/osrelease");
+        return r.empty() ? std::string("?") : r;
+    }
+
+    // The interface under the PCI device (NIC drivers) or under its virtio device (virtio_net).
     std::string interface() const {
         std::error_code ec;
         for (const auto& e : std::filesystem::directory_iterator(dev_ + "/net", ec)) return e.path().filename().string();
+        for (const auto& v : std::filesystem::directory_iterator(dev_, ec)) {
+            if (v.path().filename().string().rfind("virtio", 0) != 0) continue;
+            std::error_code ec2;
+            for (const auto& e : std::filesystem::directory_iterator(v.path() / "net", ec2)) return e.path().filename().string();
+        }
         return {};
     }
 
-    std::string bdf_, dev_, ifname_;
+    int ethtool(void* cmd) const {
+        Fd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+        if (!s) return -1;
+        ifreq ifr{};
+        std::strncpy(ifr.ifr_name, ifname_.c_str(), IFNAMSIZ - 1);
+        ifr.ifr_data = static_cast<char*>(cmd);
+        return ::ioctl(s.get(), SIOCETHTOOL, &ifr);
+    }
+
+    std::string bdf_, dev_, ifname_, tx_checksum_set_;
     bool taken_ = false, loaded_module_ = false;
     double link_ms_ = 0;
 };

@@ -1,8 +1,9 @@
 // vfab's side of an IPv4 conversation with a host vfab did not write (the Linux kernel's own
-// e1000e driver on the other lab NIC): a small ARP / IPv4 / ICMP echo / UDP responder on one
-// vfab port. It answers ARP requests for its address, ICMP echo requests and UDP datagrams to
-// its echo port; on request it resolves an address, sends echo requests and UDP datagrams; it
-// records what came back for the test to check.
+// NIC driver on another lab NIC): a small ARP / IPv4 / ICMP echo / UDP responder on one vfab
+// port, of any driver (BasicNetPeer<examples::BasicPort<Driver>>; NetPeer is e1000e's). It
+// answers ARP requests for its address, ICMP echo requests and UDP datagrams to its echo
+// port; on request it resolves an address, sends echo requests and UDP datagrams; it records
+// what came back for the test to check.
 //
 // One thread at a time drives it (the queue pair's rule): the test's main thread, or a
 // Server thread while the main thread waits on the kernel side.
@@ -22,8 +23,10 @@
 
 namespace vfab::lab {
 
-class NetPeer {
+template <class PortT>
+class BasicNetPeer {
 public:
+    using Port = PortT;
     using Clock = std::chrono::steady_clock;
 
     struct EchoReply {
@@ -39,7 +42,7 @@ public:
         uint16_t sport = 0, dport = 0;
         bool checksums_ok = false;      // verified here, in software
         bool udp_csum_present = false;
-        bool nic_csum_ok = false;       // the receiving 82574L verified them (wc_ip_csum_ok)
+        bool nic_csum_ok = false;       // the receiving NIC verified them (wc_ip_csum_ok)
         std::vector<uint8_t> data;
     };
     struct Counters {
@@ -50,7 +53,7 @@ public:
         uint64_t bad_checksums = 0, ignored = 0;
     };
 
-    NetPeer(examples::Port port, uint32_t ip) : port_(std::move(port)), self_{port_.mac(), ip} {
+    BasicNetPeer(Port port, uint32_t ip) : port_(std::move(port)), self_{port_.mac(), ip} {
         for (uint32_t s = 0; s < port_.send_slots(); ++s) free_.push_back(s);
     }
 
@@ -114,7 +117,7 @@ public:
         });
     }
 
-    // With `offload` the 82574L fills the IPv4 and UDP checksums (send_ip_csum).
+    // With `offload` the NIC fills the IPv4 and UDP checksums (send_ip_csum).
     bool send_udp(uint32_t ip, uint16_t sport, uint16_t dport, std::span<const uint8_t> data, bool offload) {
         auto mac = neighbor(ip);
         if (!mac) return fail("no ARP entry for " + pkt::to_string_ip(ip) + ": resolve it first");
@@ -132,7 +135,7 @@ public:
     void forget(uint32_t ip) { neighbors_.erase(ip); }
 
     const pkt::Addr& self() const { return self_; }
-    examples::Port& port() { return port_; }
+    Port& port() { return port_; }
     const std::string& error() const { return error_; }
 
     uint16_t echo_port = 7;   // UDP datagrams to this port are sent back (RFC 862)
@@ -148,9 +151,9 @@ private:
 
     bool idle_wait() {
         if (!idle_) return true;
-        e1000e::CompletionQueue* cq = &port_.cq();
+        typename Port::CompletionQueue* cq = &port_.cq();
         std::string err;
-        if (examples::wait_for_completions({&cq, 1}, 5, err) < 0) return fail(err);
+        if (examples::wait_for_completions<typename Port::CompletionQueue>({&cq, 1}, 5, err) < 0) return fail(err);
         return true;
     }
 
@@ -164,7 +167,7 @@ private:
         }
         const uint32_t slot = free_.back();
         uint8_t* f = port_.send_buffer(slot);
-        const size_t len = build(std::span<uint8_t>(f, examples::Port::kBuf));
+        const size_t len = build(std::span<uint8_t>(f, Port::kBuf));
         if (len == 0) return fail("frame does not fit in a buffer");
         if (PostResult r = port_.send(slot, f, uint32_t(len), send_signaled | flags); !r)
             return fail("post_send: " + std::string(std::strerror(r.error)));
@@ -237,7 +240,7 @@ private:
         return true;
     }
 
-    examples::Port port_;
+    Port port_;
     pkt::Addr self_;
     std::vector<uint32_t> free_;   // send buffers not in flight
     std::map<uint32_t, pkt::Mac> neighbors_;
@@ -246,10 +249,13 @@ private:
     bool idle_ = false;
 };
 
+using NetPeer = BasicNetPeer<examples::Port>;
+
 // Runs peer.serve() on its own thread for its lifetime; the destructor stops and joins it.
+template <class Peer>
 class Server {
 public:
-    explicit Server(NetPeer& peer) : thread_([this, &peer] { ok_ = peer.serve(stop_); }) {}
+    explicit Server(Peer& peer) : thread_([this, &peer] { ok_ = peer.serve(stop_); }) {}
     ~Server() { stop(); }
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;
