@@ -1,7 +1,8 @@
-// Packets per second NIC0 -> NIC1 with vfab's e1000e driver, in the lab: one thread sends
+// Packets per second NIC0 -> NIC1 with vfab's e1000e driver (or, built as virtio_net_pps, its
+// virtio-net driver: 00:04.0 -> 00:06.0), in the lab: one thread sends
 // 64-byte frames on NIC0 in batches and receives them on NIC1, zero copy, busy polling — the
 // same work as dpdk-testpmd's txonly on one port and rxonly on the other, so the two can be
-// compared in one boot (bench/e1000e_vs_dpdk.sh). THREADS=2 sends and receives on two threads,
+// compared in one boot (bench/vs_dpdk.sh). THREADS=2 sends and receives on two threads,
 // as the two testpmd processes of scripts/lab.d/dpdk-pps.sh do. Prints one parsable line:
 //   vfab-e1000e tx_pps=... rx_pps=... seconds=... batch=... threads=...
 //
@@ -15,40 +16,55 @@
 #include <vector>
 
 #include "vfab/drivers/e1000e.hpp"
+#include "vfab/drivers/virtio_net.hpp"
 
 using namespace vfab;
 
 namespace {
 
-constexpr uint32_t kBuf = 2048, kFrame = 64, kRing = 512;   // 64 bytes: as dpdk-pps
+#ifdef VFAB_BENCH_VIRTIO_NET
+namespace drv = vfab::virtio_net;
+constexpr const char* kName = "virtio-net";
+constexpr const char* kTx = "0000:00:04.0";
+constexpr const char* kRx = "0000:00:06.0";
+constexpr uint32_t kRing = 128;   // a 256-entry virtqueue: a header and a frame per WR
+#else
+namespace drv = vfab::e1000e;
+constexpr const char* kName = "e1000e";
+constexpr const char* kTx = "0000:00:02.0";
+constexpr const char* kRx = "0000:00:03.0";
+constexpr uint32_t kRing = 512;
+#endif
+constexpr uint32_t kBuf = 2048, kFrame = 64;   // 64 bytes: as dpdk-pps
 
 struct Port {
-    std::unique_ptr<e1000e::Device> dev;
-    e1000e::CompletionQueue* cq = nullptr;
-    e1000e::QueuePair* qp = nullptr;
+    std::unique_ptr<drv::Device> dev;
+    drv::CompletionQueue* cq = nullptr;
+    drv::QueuePair* qp = nullptr;
     uint8_t* mem = nullptr;
     uint32_t lkey = 0;
 };
 
 int fail(const char* what, const std::string& why) {
-    std::fprintf(stderr, "e1000e_pps: %s: %s\n", what, why.c_str());
+    std::fprintf(stderr, "%s pps: %s: %s\n", kName, what, why.c_str());
     return 1;
 }
 
 Result<Port> open_port(const char* bdf) {
     auto addr = PciAddress::parse(bdf);
     if (!addr) return Error{EINVAL, std::string("bad PCI address ") + bdf};
-    auto dev = e1000e::Device::open(*addr);
+    auto dev = drv::Device::open(*addr);
     if (!dev) return dev.take_error();
     Port p;
     p.dev = std::move(*dev);
     auto cq = p.dev->create_cq(2 * kRing);
     if (!cq) return cq.take_error();
     p.cq = *cq;
-    e1000e::QpInitAttr attr;
+    drv::QpInitAttr attr;
     attr.send_cq = attr.recv_cq = p.cq;
     attr.caps.max_send_wr = kRing;
     attr.caps.max_recv_wr = kRing - 1;
+    attr.caps.max_send_sge = attr.caps.max_recv_sge = 1;
     auto qp = p.dev->create_qp(attr);
     if (!qp) return qp.take_error();
     p.qp = *qp;
@@ -67,8 +83,8 @@ int main(int argc, char** argv) {
     const double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
     const uint32_t batch = argc > 2 ? uint32_t(std::atoi(argv[2])) : 32;
     const int threads = argc > 3 ? std::atoi(argv[3]) : 1;
-    const char* tx_bdf = argc > 4 ? argv[4] : "0000:00:02.0";
-    const char* rx_bdf = argc > 5 ? argv[5] : "0000:00:03.0";
+    const char* tx_bdf = argc > 4 ? argv[4] : kTx;
+    const char* rx_bdf = argc > 5 ? argv[5] : kRx;
     if (batch == 0 || batch > 64) return fail("batch", "must be 1..64");
     if (threads != 1 && threads != 2) return fail("threads", "must be 1 or 2");
     auto tx = open_port(tx_bdf);
@@ -140,7 +156,7 @@ int main(int argc, char** argv) {
     stop = true;
     if (rx_thread.joinable()) rx_thread.join();
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("vfab-e1000e tx_pps=%.0f rx_pps=%.0f seconds=%.2f batch=%u threads=%d\n", double(sent) / t,
+    std::printf("vfab-%s tx_pps=%.0f rx_pps=%.0f seconds=%.2f batch=%u threads=%d\n", kName, double(sent) / t,
                 double(received.load()) / t, t, batch, threads);
     return 0;
 }

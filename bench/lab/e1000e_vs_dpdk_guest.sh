@@ -1,5 +1,5 @@
 #!/bin/sh
-# In the lab guest (bench/e1000e_vs_dpdk.sh boots it): vfab's e1000e driver and DPDK's e1000
+# In the lab guest (bench/vs_dpdk.sh boots it): vfab's e1000e driver and DPDK's e1000
 # PMD NIC0 -> NIC1, interleaved, ROUNDS times SECONDS each. Prints the tools' own lines.
 rounds=${1:-5}
 secs=${2:-3}
