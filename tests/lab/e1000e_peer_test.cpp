@@ -25,38 +25,6 @@ constexpr const char* kKernelNic = "0000:00:03.0";
 constexpr uint32_t kVfabIp = pkt::ipv4(10, 77, 0, 1);
 constexpr uint32_t kKernelIp = pkt::ipv4(10, 77, 0, 2);
 
-std::vector<uint8_t> pattern_bytes(size_t n, uint8_t seed) {
-    std::vector<uint8_t> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = uint8_t(seed * 37 + i * 11);
-    return v;
-}
-
-sockaddr_in inet(uint32_t ip, uint16_t port) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(ip);
-    a.sin_port = htons(port);
-    return a;
-}
-
-// A kernel UDP socket bound to ip:port (0: any port), with a receive time limit.
-Fd udp_socket(uint32_t ip, uint16_t port) {
-    Fd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-    const sockaddr_in a = inet(ip, port);
-    const timeval tv{5, 0};
-    if (!s || ::bind(s.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 ||
-        ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
-        return Fd();
-    return s;
-}
-
-uint16_t local_port(const Fd& s) {
-    sockaddr_in a{};
-    socklen_t len = sizeof a;
-    ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len);
-    return ntohs(a.sin_port);
-}
-
 class KernelPeer : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
