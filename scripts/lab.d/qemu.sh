@@ -3,7 +3,7 @@
 # Devices (slot = guest BDF 0000:00:<slot>.0), each in its own IOMMU group:
 #   01 edu                                       02, 03 e1000e (82574L), both on hub 0
 #   04, 06 virtio-net (modern only, iommu_platform, packed rings offered)  on hub 1, with a
-#      UDP sink on 127.0.0.1
+#      UDP sink on 127.0.0.1; 07 a virtio-net without iommu_platform (vfab must refuse it)
 #   05 igb (82576, SR-IOV capable)               on hub 2 with a UDP sink on 127.0.0.1
 # A hub whose only other port cannot receive stalls TX, hence the sinks (LAB.md pitfall 6).
 
@@ -38,6 +38,8 @@ qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
            -device virtio-net-pci,addr=04.0,romfile=,netdev=p2,disable-legacy=on,iommu_platform=on,packed=on,mac=52:54:00:00:00:03
            -netdev hubport,id=p6,hubid=1
            -device virtio-net-pci,addr=06.0,romfile=,netdev=p6,disable-legacy=on,iommu_platform=on,packed=on,mac=52:54:00:00:00:06
+           -netdev hubport,id=p7,hubid=1
+           -device virtio-net-pci,addr=07.0,romfile=,netdev=p7,disable-legacy=on,mac=52:54:00:00:00:07
            -netdev "$(sink_netdev sink1)" -netdev hubport,id=p3,hubid=1,netdev=sink1
            -netdev hubport,id=p4,hubid=2 -device igb,addr=05.0,romfile=,netdev=p4,mac=52:54:00:00:00:05
            -netdev "$(sink_netdev sink2)" -netdev hubport,id=p5,hubid=2,netdev=sink2)

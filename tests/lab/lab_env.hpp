@@ -37,6 +37,7 @@ inline const std::vector<LabDevice>& devices() {
         {"virtio-net", "0000:00:04.0", 0x1af4, 0x1041},
         {"igb", "0000:00:05.0", 0x8086, 0x10c9},
         {"virtio-net-1", "0000:00:06.0", 0x1af4, 0x1041},
+        {"virtio-net-no-platform", "0000:00:07.0", 0x1af4, 0x1041},   // no VIRTIO_F_ACCESS_PLATFORM
     };
     return all;
 }

@@ -135,6 +135,22 @@ TEST_P(VirtioNetErrors, ResetWhileBusyFlushesAndRecovers) {
     EXPECT_TRUE(t.error.empty()) << t.error;
 }
 
+// A device that does not go through the IOMMU (no VIRTIO_F_ACCESS_PLATFORM) would DMA to
+// physical addresses behind the IOMMU's back: vfab refuses it, saying how to fix QEMU's side.
+TEST(VirtioNetRefusals, ADeviceWithoutAccessPlatformIsRefused) {
+    virtio_net::DeviceOptions o;
+    o.vfio.backend = backends().front();
+    auto d = virtio_net::Device::open(address_of("virtio-net-no-platform"), o);
+    ASSERT_FALSE(d.ok());
+    EXPECT_EQ(d.error().code, ENOTSUP);
+    EXPECT_NE(d.error().message.find("VIRTIO_F_ACCESS_PLATFORM"), std::string::npos) << d.error().message;
+    EXPECT_NE(d.error().message.find("iommu_platform=on"), std::string::npos) << d.error().message;
+    // Nothing was left behind: the device opens again (and is refused again the same way).
+    auto again = virtio_net::Device::open(address_of("virtio-net-no-platform"), o);
+    ASSERT_FALSE(again.ok());
+    EXPECT_EQ(again.error().code, ENOTSUP);
+}
+
 std::vector<Param> params() {
     std::vector<Param> p;
     for (IommuBackend b : backends())
