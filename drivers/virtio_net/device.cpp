@@ -71,7 +71,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
     pd_ = std::move(*pd);
 
     virtio::NetConfig cfg{};
-    transport_.read_device_config(0, &cfg, 6);
+    transport_->read_device_config(0, &cfg, 6);
     attr_.provider = "virtio-net";
     attr_.name = "virtio-net (virtio 1.x)";
     attr_.address = vfio_->address();
@@ -81,7 +81,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.mtu = 1500;
     attr_.max_qp = 1;
     attr_.max_cq = vectors_ - 1;
-    attr_.max_qp_wr = transport_.queue_max_size(0);
+    attr_.max_qp_wr = transport_->queue_max_size(0);
     attr_.max_send_sge = kMaxSendSge;
     attr_.max_recv_sge = kMaxRecvSge;
     attr_.recv_buffer_size = attr_.mtu + kEthHeader;
@@ -95,12 +95,16 @@ Result<void> Device::init(const DeviceOptions& opts) {
 // §3.1.1: reset, ACKNOWLEDGE, DRIVER, features, FEATURES_OK. DRIVER_OK comes once the queues
 // are set up (start_queues).
 Result<void> Device::handshake() {
+    if (vhost_) {   // features stay negotiated; the vrings stop (a new queue pair restarts them)
+        stop_vhost_queues();
+        return {};
+    }
     const std::string where = vfio_->address().to_string();
-    if (auto r = transport_.reset(); !r) return r;
+    if (auto r = transport_->reset(); !r) return r;
     driver_ok_ = false;
-    transport_.add_status(virtio::kStatusAcknowledge);
-    transport_.add_status(virtio::kStatusDriver);
-    const uint64_t offered = transport_.device_features();
+    transport_->add_status(virtio::kStatusAcknowledge);
+    transport_->add_status(virtio::kStatusDriver);
+    const uint64_t offered = transport_->device_features();
     const uint64_t required = feature_bit(vf::VERSION_1) | feature_bit(vf::ACCESS_PLATFORM);
     if ((offered & required) != required)
         return Error{ENOTSUP, str_cat(where, ": the virtio-net device does not offer ",
@@ -108,26 +112,32 @@ Result<void> Device::handshake() {
                                                                                    : "VIRTIO_F_ACCESS_PLATFORM",
                                       ": vfab drives it only through the IOMMU, as a virtio 1.x device "
                                       "(in QEMU: disable-legacy=on,iommu_platform=on)")};
-    uint64_t wanted = feature_bit(nf::MAC) | feature_bit(nf::STATUS) | feature_bit(nf::CSUM) | feature_bit(nf::GUEST_CSUM);
+    // Not GUEST_CSUM: with it the device may deliver frames whose checksum is only partial
+    // (NEEDS_CSUM, from a local sender), which the driver would have to complete in software.
+    uint64_t wanted = feature_bit(nf::MAC) | feature_bit(nf::STATUS) | feature_bit(nf::CSUM);
     if (opts_.event_idx) wanted |= feature_bit(vf::EVENT_IDX);
     if (opts_.in_order) wanted |= feature_bit(vf::IN_ORDER);
     if (opts_.ring == RingFormat::packed && !virtio::has_feature(offered, vf::RING_PACKED))
         return Error{ENOTSUP, str_cat(where, ": packed virtqueues were asked for but the device does not offer "
                                              "VIRTIO_F_RING_PACKED (in QEMU: packed=on)")};
     if (opts_.ring != RingFormat::split) wanted |= feature_bit(vf::RING_PACKED);
-    auto accepted = transport_.negotiate(wanted, required);
+    auto accepted = transport_->negotiate(wanted, required);
     if (!accepted) return accepted.take_error();
     features_ = *accepted;
     packed_ = virtio::has_feature(features_, vf::RING_PACKED);
-    if (auto r = transport_.set_config_vector(kConfigVector); !r) return r;
+    if (auto r = transport_->set_config_vector(kConfigVector); !r) return r;
     return {};
 }
 
 LinkState Device::link() const {
     LinkState l{true, 0, true};
+    if (vhost_) {
+        l.up = !removed_;
+        return l;
+    }
     if (virtio::has_feature(features_, nf::STATUS)) {
         uint16_t status = 0;
-        transport_.read_device_config(offsetof(virtio::NetConfig, status), &status, 2);
+        transport_->read_device_config(offsetof(virtio::NetConfig, status), &status, 2);
         l.up = status & virtio::net_status::LINK_UP;
     }
     return l;
@@ -147,6 +157,12 @@ DeviceStats Device::stats() {
 
 Event Device::next_event() {
     std::lock_guard lock(mu_);
+    if (vhost_) {
+        if (gone_reported_ || !vhost_hung_up()) return {};
+        gone_reported_ = true;
+        (void)events_.remove(vhost_->socket_fd());   // reported once
+        return {EventType::device_removal};
+    }
     if (removed_) return {};
     if (req_ && vfio::drain_eventfd(req_->eventfd(0))) {
         enter_error_state();
@@ -154,7 +170,7 @@ Event Device::next_event() {
         return {EventType::device_removal};
     }
     vfio::drain_eventfd(msix_->eventfd(kConfigVector));
-    if (transport_.status() & virtio::kStatusNeedsReset) {   // §2.1.2
+    if (transport_->status() & virtio::kStatusNeedsReset) {   // §2.1.2
         enter_error_state();
         return {EventType::device_fatal};
     }
@@ -169,7 +185,10 @@ Event Device::next_event() {
 // A virtio reset stops the device's use of every queue (§2.1.2); the QP flushes what it had.
 void Device::enter_error_state() {
     if (qp_ && qp_->state_ == QpState::ready) qp_->state_ = QpState::error;
-    if (!removed_) (void)transport_.reset();
+    if (vhost_)
+        stop_vhost_queues();
+    else if (!removed_)
+        (void)transport_->reset();
     driver_ok_ = false;
     for (auto& cq : cqs_)
         if (!cq->destroyed_) {
@@ -180,7 +199,10 @@ void Device::enter_error_state() {
 
 Result<void> Device::reset() {
     std::lock_guard lock(mu_);
-    if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
+    if (removed_)
+        return Error{ENODEV, vhost_ ? str_cat("the vhost-user backend at ", vhost_->path(),
+                                              " is gone: close the device and open it again once the backend runs")
+                                    : str_cat(attr_.address.to_string(), ": the device was removed; close it")};
     enter_error_state();
     return handshake();
 }
@@ -188,7 +210,11 @@ Result<void> Device::reset() {
 Device::~Device() {
     std::lock_guard lock(mu_);
     // The device stops touching the rings and buffers before any of them is unmapped.
-    if (!removed_) (void)transport_.reset();
+    if (vhost_) {
+        close_vhost();
+        return;
+    }
+    if (!removed_) (void)transport_->reset();
     if (auto cmd = vfio_->config_read(0x04, 2)) (void)vfio_->config_write(0x04, 2, *cmd & ~0x4u);
     (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
     qp_.reset();

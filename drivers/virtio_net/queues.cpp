@@ -34,9 +34,9 @@ Result<CompletionQueue*> Device::create_cq(uint32_t cqe) {
     if (vector == vectors_)
         return Error{ENOSPC, str_cat(attr_.address.to_string(), ": all ", vectors_ - 1,
                                      " completion queues are in use (one MSI-X vector each); destroy one first")};
-    const int efd = msix_->eventfd(vector);
+    const int efd = vhost_ ? vhost_calls_[vector].get() : msix_->eventfd(vector);
     vfio::drain_eventfd(efd);
-    cqs_.push_back(std::unique_ptr<CompletionQueue>(new CompletionQueue(*this, cqe, vector, efd)));
+    cqs_.push_back(std::unique_ptr<CompletionQueue>(new CompletionQueue(*this, cqe, vector, efd, vhost_.has_value())));
     return cqs_.back().get();
 }
 
@@ -85,7 +85,9 @@ uint64_t CompletionQueue::take_events() noexcept {
 Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
     std::lock_guard lock(mu_);
     const std::string where = attr_.address.to_string();
-    if (removed_) return Error{ENODEV, str_cat(where, ": the device was removed; close it")};
+    if (removed_)
+        return Error{ENODEV, vhost_ ? str_cat("the vhost-user backend at ", vhost_->path(), " is gone; close the device")
+                                    : str_cat(where, ": the device was removed; close it")};
     for (CompletionQueue* cq : {attr.send_cq, attr.recv_cq}) {
         if (!cq) return Error{EINVAL, "create_qp: send_cq and recv_cq are required (they may be the same)"};
         if (cq->dev_ != this) return Error{EINVAL, "create_qp: the completion queue belongs to another device"};
@@ -96,7 +98,8 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
     if (want.max_send_sge > kMaxSendSge || want.max_recv_sge > kMaxRecvSge)
         return Error{EINVAL, str_cat("create_qp: up to ", kMaxSendSge, " SGEs per send and ", kMaxRecvSge, " per receive")};
     const uint32_t send_sge = std::max(want.max_send_sge, 1u), recv_sge = std::max(want.max_recv_sge, 1u);
-    const uint32_t max_size = std::min(transport_.queue_max_size(kRxQueue), transport_.queue_max_size(kTxQueue));
+    const uint32_t max_size = vhost_ ? attr_.max_qp_wr
+                                     : std::min(transport_->queue_max_size(kRxQueue), transport_->queue_max_size(kTxQueue));
     // Each WR takes its SGEs plus the header's descriptor.
     const uint64_t tx_need = uint64_t(want.max_send_wr) * (send_sge + 1), rx_need = uint64_t(want.max_recv_wr) * (recv_sge + 1);
     if (want.max_send_wr == 0 || want.max_recv_wr == 0 || tx_need > max_size || rx_need > max_size)
@@ -121,7 +124,7 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
     const virtio::RingLayout rx_layout = packed_ ? virtio::PackedQueue::layout(rx_size) : virtio::SplitQueue::layout(rx_size);
     const size_t rx_off = 0, tx_off = rx_layout.total_bytes(), rx_hdr = tx_off + tx_layout.total_bytes(),
                  tx_hdr = rx_hdr + size_t(rx_size) * kHdrSlot, total = tx_hdr + size_t(tx_size) * kHdrSlot;
-    auto mem = dma::DmaArena::create(vfio_->iommu_shared(), total, dma::near_device(attr_.address));
+    auto mem = dma::DmaArena::create(iommu_shared(), total, vhost_ ? dma::DmaMemoryOptions{} : dma::near_device(attr_.address));
     if (!mem) return Error{mem.error().code, str_cat("create_qp: virtqueue memory: ", mem.error().message)};
     qp->mem_.emplace(std::move(*mem));
     uint8_t* base = qp->mem_->data();
@@ -150,20 +153,24 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
         ring->hdrs = base + off;
         ring->hdr_iova = (iova + off).value;
     }
-    // Queue setup (§4.1.5.1.3), each queue on its completion queue's MSI-X vector.
-    const struct { uint16_t index; const virtio::QueueMemory& m; uint32_t size; uint32_t vector; } queues[] = {
-        {kRxQueue, rx_mem, rx_size, attr.recv_cq->vector_}, {kTxQueue, tx_mem, tx_size, attr.send_cq->vector_}};
-    for (const auto& q : queues)
-        if (auto r = transport_.setup_queue(q.index, uint16_t(q.size), q.m.desc_iova, q.m.driver_iova, q.m.device_iova,
-                                            uint16_t(q.vector));
-            !r)
-            return r.take_error();
-    qp->rx_bell_ = {transport_.notify_address(kRxQueue), -1, kRxQueue};
-    qp->tx_bell_ = {transport_.notify_address(kTxQueue), -1, kTxQueue};
-    transport_.add_status(virtio::kStatusDriverOk);
-    driver_ok_ = true;
-    if (transport_.status() & virtio::kStatusNeedsReset)
-        return Error{EIO, str_cat(where, ": the virtio-net device wants a reset right after DRIVER_OK")};
+    if (vhost_) {
+        if (auto r = start_vhost_queues(*qp, rx_mem, rx_size, tx_mem, tx_size); !r) return r.take_error();
+    } else {
+        // Queue setup (§4.1.5.1.3), each queue on its completion queue's MSI-X vector.
+        const struct { uint16_t index; const virtio::QueueMemory& m; uint32_t size; uint32_t vector; } queues[] = {
+            {kRxQueue, rx_mem, rx_size, attr.recv_cq->vector_}, {kTxQueue, tx_mem, tx_size, attr.send_cq->vector_}};
+        for (const auto& q : queues)
+            if (auto r = transport_->setup_queue(q.index, uint16_t(q.size), q.m.desc_iova, q.m.driver_iova, q.m.device_iova,
+                                                uint16_t(q.vector));
+                !r)
+                return r.take_error();
+        qp->rx_bell_ = {transport_->notify_address(kRxQueue), -1, kRxQueue};
+        qp->tx_bell_ = {transport_->notify_address(kTxQueue), -1, kTxQueue};
+        transport_->add_status(virtio::kStatusDriverOk);
+        driver_ok_ = true;
+        if (transport_->status() & virtio::kStatusNeedsReset)
+            return Error{EIO, str_cat(where, ": the virtio-net device wants a reset right after DRIVER_OK")};
+    }
     // Notifications off until a completion queue is armed.
     bool unused = false;
     if (packed_) {
@@ -182,8 +189,10 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
 void Device::release_qp() {
     // No per-queue stop without VIRTIO_F_RING_RESET: reset the device, which stops it using
     // the rings and buffers, then renegotiate so that another QP can start.
-    if (!removed_) {
-        (void)transport_.reset();
+    if (vhost_) {
+        stop_vhost_queues();
+    } else if (!removed_) {
+        (void)transport_->reset();
         driver_ok_ = false;
         (void)handshake();
     }

@@ -449,14 +449,16 @@ Result<void> VhostUserFrontend::set_vring_base(uint32_t index, uint32_t base) {
     return command(Request::set_vring_base, &s, sizeof s);
 }
 
-Result<void> VhostUserFrontend::set_vring_fd(Request req, uint32_t index, Notify n) {
+Result<void> VhostUserFrontend::set_vring_fd(Request req, uint32_t index, Notify n, int external) {
     std::lock_guard lock(*mu_);
     if (auto r = check_index(req, index); !r) return r;
     Vring& v = vrings_[index];
     vfio::UniqueFd& slot = req == Request::set_vring_kick ? v.kick : req == Request::set_vring_call ? v.call : v.err;
     uint64_t u = index;
     int fd = -1;
-    if (n == Notify::eventfd) {
+    if (external >= 0) {
+        fd = external;
+    } else if (n == Notify::eventfd) {
         if (!slot) {
             int e = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
             if (e < 0) return Error::from_errno(errno, str_cat("eventfd for vring ", index), "out of file descriptors? "
@@ -469,7 +471,8 @@ Result<void> VhostUserFrontend::set_vring_fd(Request req, uint32_t index, Notify
     }
     if (auto r = command(req, &u, sizeof u, fd >= 0 ? std::span<const int>(&fd, 1) : std::span<const int>()); !r)
         return r;
-    if (n == Notify::none) slot.reset();
+    if (n == Notify::none || external >= 0) slot.reset();
+    if (req == Request::set_vring_call) v.call_ext = external;
     return {};
 }
 
@@ -478,6 +481,10 @@ Result<void> VhostUserFrontend::set_vring_kick(uint32_t index, Notify n) {
 }
 Result<void> VhostUserFrontend::set_vring_call(uint32_t index, Notify n) {
     return set_vring_fd(Request::set_vring_call, index, n);
+}
+Result<void> VhostUserFrontend::set_vring_call_fd(uint32_t index, int eventfd) {
+    if (eventfd < 0) return Error{EBADF, str_cat("vring ", index, ": set_vring_call_fd needs an open eventfd")};
+    return set_vring_fd(Request::set_vring_call, index, Notify::eventfd, eventfd);
 }
 Result<void> VhostUserFrontend::set_vring_err(uint32_t index, Notify n) {
     return set_vring_fd(Request::set_vring_err, index, n);
@@ -541,7 +548,8 @@ Result<void> VhostUserFrontend::start_vring(const VringConfig& cfg) {
     if (r) r = set_vring_base(cfg.index, cfg.base);
     if (r) r = set_vring_addr(cfg.index, cfg.desc, cfg.avail, cfg.used);
     if (r) r = set_vring_kick(cfg.index, cfg.kick);
-    if (r) r = set_vring_call(cfg.index, cfg.call);
+    if (r) r = cfg.call == Notify::eventfd && cfg.call_fd >= 0 ? set_vring_call_fd(cfg.index, cfg.call_fd)
+                                                               : set_vring_call(cfg.index, cfg.call);
     if (r && cfg.error_fd) r = set_vring_err(cfg.index);
     if (r && (acked_features_ & kFeatureProtocolFeatures)) r = set_vring_enable(cfg.index, true);
     return r;

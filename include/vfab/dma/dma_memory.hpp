@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "vfab/pci_address.hpp"
 #include "vfab/result.hpp"
@@ -24,6 +25,18 @@ struct DmaMemoryOptions {
 // Options that put memory on the NUMA node of the device at `addr` (sysfs numa_node; -1 when
 // the platform does not say).
 DmaMemoryOptions near_device(const PciAddress& addr, PageSize page_size = PageSize::automatic);
+
+// Where a range of DMA memory lives: the memfd of the DmaMemory holding it, the range's offset
+// in that file, and the whole mapping. For sharing memory with another process (vhost-user).
+struct SharedRange {
+    int fd = -1;
+    uint64_t offset = 0;
+    uint8_t* base = nullptr;
+    size_t size = 0;
+};
+// The live DmaMemory holding all of [va, va + len), if any (thread-safe; the fd stays valid only
+// while that memory lives).
+std::optional<SharedRange> find_dma_memory(const void* va, size_t len);
 
 class DmaMemory {
 public:

@@ -1,18 +1,23 @@
 // vfab's virtio-net driver (virtio 1.x), direct API: the same shape as the e1000e driver
 // (Device, CompletionQueue, QueuePair; fast path inline, no virtual call), over split or
-// packed virtqueues chosen by negotiation (DeviceOptions::ring overrides).
+// packed virtqueues chosen by negotiation (DeviceOptions::ring overrides). Two transports:
+// VFIO/PCI (Device::open) and vhost-user (Device::open_vhost_user: a back-end process serves
+// the virtqueues, no VM), with one fast path: only the doorbell (MMIO store or kick eventfd)
+// and the completion channel (MSI-X or call eventfd) differ.
 //
 // Every frame is a chain: a 12-byte virtio_net_hdr the driver owns (one per WR slot, in DMA
 // memory) followed by the user's SGEs, translated through the MR table — zero copy both ways.
 // Completions are delivered in the order WRs were posted, whatever order the device uses.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -22,6 +27,7 @@
 #include "vfab/drivers/virtio/packed_queue.hpp"
 #include "vfab/drivers/virtio/pci_transport.hpp"
 #include "vfab/drivers/virtio/split_queue.hpp"
+#include "vfab/drivers/virtio/vhost_user.hpp"
 #include "vfab/drivers/virtio/virtio_spec.hpp"
 #include "vfab/mmio.hpp"
 #include "vfab/net/checksum.hpp"
@@ -47,7 +53,16 @@ struct DeviceOptions {
     bool event_idx = true;                     // negotiate VIRTIO_F_EVENT_IDX when offered
     bool in_order = true;                      // negotiate VIRTIO_F_IN_ORDER when offered
     dma::PdOptions pd;
+    // The MAC address over vhost-user (back-ends such as DPDK's offer none); default
+    // kDefaultVhostMac, a locally administered address. Ignored over VFIO (the device has one).
+    std::optional<std::array<uint8_t, 6>> mac;
 };
+
+inline constexpr std::array<uint8_t, 6> kDefaultVhostMac = {0x02, 0x76, 0x66, 0x61, 0x62, 0x01};
+// Over vhost-user a completion queue that polls nothing this many times in a row checks
+// whether the back-end hung up (one poll(2)), so that a busy-polling application sees its
+// queues fail rather than wait forever.
+inline constexpr uint32_t kHangupCheckPolls = 4096;
 
 class Device;
 class QueuePair;
@@ -82,9 +97,10 @@ public:
 private:
     friend class Device;
     friend class QueuePair;
-    CompletionQueue(Device& dev, uint32_t cqe, uint32_t vector, int efd)
-        : dev_(&dev), cqe_(cqe), vector_(vector), efd_(efd) {}
+    CompletionQueue(Device& dev, uint32_t cqe, uint32_t vector, int efd, bool vhost)
+        : dev_(&dev), cqe_(cqe), vector_(vector), efd_(efd), vhost_(vhost) {}
     bool has_ready() const noexcept;
+    void check_backend() noexcept;   // vhost-user: has the back-end hung up?
 
     Device* dev_;
     QueuePair* send_qp_ = nullptr;
@@ -94,6 +110,8 @@ private:
     int efd_;
     bool destroyed_ = false;
     bool rx_first_ = false;
+    bool vhost_ = false;
+    uint32_t idle_polls_ = 0;
 };
 
 struct QpInitAttr {
@@ -183,6 +201,12 @@ private:
 class Device {
 public:
     static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
+    // The same driver over vhost-user: a back-end process (DPDK's vhost PMD, a software switch)
+    // listening on the UNIX socket `socket_path` serves the virtqueues; no VM, no VFIO. Only
+    // memory from pd().create_arena() can be registered (the back-end maps it through its
+    // memfd). A back-end that hangs up puts the queue pair in the error state (next_event()
+    // reports device_removal; event_fd() becomes readable). See docs/virtio.md.
+    static Result<std::unique_ptr<Device>> open_vhost_user(std::string_view socket_path, const DeviceOptions& opts = {});
     ~Device();
     Device(const Device&) = delete;
     Device& operator=(const Device&) = delete;
@@ -201,21 +225,34 @@ public:
     Event next_event();
     Result<void> reset();
 
-    vfio::Device& vfio() { return *vfio_; }
+    vfio::Device& vfio() { return *vfio_; }   // VFIO devices only
+    bool is_vhost_user() const { return vhost_.has_value(); }
+    virtio::VhostUserFrontend* vhost_user() { return vhost_ ? &*vhost_ : nullptr; }   // or null
 
 private:
     friend class CompletionQueue;
     friend class QueuePair;
     Device(std::unique_ptr<vfio::Device> vdev, virtio::PciTransport t, vfio::EventWaiter ev)
         : vfio_(std::move(vdev)), transport_(std::move(t)), events_(std::move(ev)) {}
+    Device(virtio::VhostUserFrontend fe, vfio::EventWaiter ev) : vhost_(std::move(fe)), events_(std::move(ev)) {}
     Result<void> init(const DeviceOptions& opts);
+    Result<void> init_vhost(const DeviceOptions& opts);
     Result<void> handshake();
+    Result<void> start_vhost_queues(QueuePair& qp, const virtio::QueueMemory& rx, uint32_t rx_size,
+                                    const virtio::QueueMemory& tx, uint32_t tx_size);
+    void stop_vhost_queues();
+    void close_vhost();
+    bool vhost_hung_up();
+    std::shared_ptr<vfio::IommuContext> iommu_shared() const;
     Result<void> start_queues(QueuePair& qp);
     void enter_error_state();
     void release_qp();
 
     std::unique_ptr<vfio::Device> vfio_;
-    virtio::PciTransport transport_;
+    std::optional<virtio::PciTransport> transport_;   // over VFIO
+    std::optional<virtio::VhostUserFrontend> vhost_;  // over vhost-user
+    std::shared_ptr<vfio::IommuContext> vhost_mem_;   // the memory table, as an IOMMU context
+    std::vector<vfio::UniqueFd> vhost_calls_;         // completion channels by vector
     vfio::Interrupts* msix_ = nullptr;
     vfio::Interrupts* req_ = nullptr;
     vfio::EventWaiter events_;
@@ -226,7 +263,8 @@ private:
     bool packed_ = false;
     uint32_t vectors_ = 0;
     bool link_up_ = false;
-    bool removed_ = false;
+    bool removed_ = false;         // over vhost-user: the back-end hung up
+    bool gone_reported_ = false;   // ... and next_event() said so
     bool driver_ok_ = false;
 
     std::recursive_mutex mu_;
@@ -462,6 +500,10 @@ inline int CompletionQueue::poll(std::span<Completion> out) noexcept {
     if (rx_first_ && recv_qp_) n += recv_qp_->poll_recv(out.data() + n, max - n);
     if (send_qp_) n += send_qp_->poll_send(out.data() + n, max - n);
     if (!rx_first_ && recv_qp_) n += recv_qp_->poll_recv(out.data() + n, max - n);
+    if (vhost_ && n == 0 && ++idle_polls_ >= kHangupCheckPolls) [[unlikely]] {
+        idle_polls_ = 0;
+        check_backend();
+    }
     return static_cast<int>(n);
 }
 

@@ -172,6 +172,7 @@ struct VringConfig {
     Notify kick = Notify::eventfd;
     Notify call = Notify::eventfd;
     bool error_fd = false;        // also give the back-end an error eventfd
+    int call_fd = -1;             // with call = eventfd: this eventfd (not owned) instead of a new one
 };
 
 class VhostUserFrontend {
@@ -220,6 +221,9 @@ public:
     Result<void> set_vring_base(uint32_t index, uint32_t base);
     Result<void> set_vring_kick(uint32_t index, Notify n = Notify::eventfd);
     Result<void> set_vring_call(uint32_t index, Notify n = Notify::eventfd);
+    // The back-end signals used buffers on `eventfd`, which the caller owns and keeps open
+    // (several vrings may share one).
+    Result<void> set_vring_call_fd(uint32_t index, int eventfd);
     Result<void> set_vring_err(uint32_t index, Notify n = Notify::eventfd);
     Result<void> set_vring_enable(uint32_t index, bool enable);
     Result<uint32_t> get_vring_base(uint32_t index);
@@ -234,7 +238,9 @@ public:
     // Notification eventfds (-1 when not set up). Writing 8 bytes to kick_fd rings the
     // doorbell; call_fd becomes readable when the back-end signals used buffers.
     int kick_fd(uint32_t index) const { return index < vrings_.size() ? vrings_[index].kick.get() : -1; }
-    int call_fd(uint32_t index) const { return index < vrings_.size() ? vrings_[index].call.get() : -1; }
+    int call_fd(uint32_t index) const {
+        return index >= vrings_.size() ? -1 : vrings_[index].call ? vrings_[index].call.get() : vrings_[index].call_ext;
+    }
     int err_fd(uint32_t index) const { return index < vrings_.size() ? vrings_[index].err.get() : -1; }
     // The doorbell. False when the vring has no kick eventfd or the write failed.
     bool kick(uint32_t index) const noexcept {
@@ -262,6 +268,7 @@ public:
 private:
     struct Vring {
         vfio::UniqueFd kick, call, err;
+        int call_ext = -1;   // set_vring_call_fd: the caller's
         uint32_t size = 0;
     };
     VhostUserFrontend(vfio::UniqueFd sock, std::string path, const VhostUserOptions& opts);
@@ -272,7 +279,7 @@ private:
     Result<void> recv_reply(vhost_user::Request req, void* payload, uint32_t size);
     Result<void> call(vhost_user::Request req, const void* payload, uint32_t size, void* reply, uint32_t reply_size);
     Result<void> command(vhost_user::Request req, const void* payload, uint32_t size, std::span<const int> fds = {});
-    Result<void> set_vring_fd(vhost_user::Request req, uint32_t index, Notify n);
+    Result<void> set_vring_fd(vhost_user::Request req, uint32_t index, Notify n, int external = -1);
     Result<void> check_usable(vhost_user::Request req) const;
     Result<void> need_protocol(vhost_user::Request req, unsigned bit) const;
     Result<void> check_index(vhost_user::Request req, uint32_t index) const;
