@@ -158,6 +158,12 @@ private:
         bool full() const noexcept { return tail - head > mask; }
     };
     QueuePair(Device& dev, const QpInitAttr& a) : dev_(&dev), send_cq_(a.send_cq), recv_cq_(a.recv_cq) {}
+    struct Gathered {
+        uint64_t total = 0;
+        bool zero_sge = false;
+        bool bad_key = false;
+    };
+    Gathered gather(const Sge* sgl, uint32_t n, bool device_writes, virtio::Buffer* out) const noexcept;
     template <class Q>
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
     template <class Q>
@@ -300,6 +306,22 @@ inline int QueuePair::seed_checksum(const SendWr& wr, virtio::NetHdr& hdr) noexc
     return 0;
 }
 
+// A WR's SGEs translated through the MR table into virtqueue buffers (receive: the device
+// writes them, which needs LOCAL_WRITE); a bad key is reported, not refused here.
+inline QueuePair::Gathered QueuePair::gather(const Sge* sgl, uint32_t n, bool device_writes,
+                                             virtio::Buffer* out) const noexcept {
+    Gathered g;
+    const dma::Access need = device_writes ? dma::Access::local_write : dma::Access::none;
+    for (uint32_t s = 0; s < n; ++s) {
+        g.total += sgl[s].length;
+        g.zero_sge |= sgl[s].length == 0;
+        const dma::Translation t = mrs_->translate(sgl[s].lkey, sgl[s].addr, sgl[s].length, need);
+        g.bad_key |= t.status != dma::MrStatus::ok;
+        out[s] = {t.iova.value, sgl[s].length, device_writes};
+    }
+    return g;
+}
+
 template <class Q>
 inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
@@ -314,16 +336,7 @@ inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexce
             break;
         }
         virtio::Buffer bufs[kMaxSendSge + 1];
-        uint64_t total = 0;
-        bool zero_sge = false, bad_key = false;
-        for (uint32_t s = 0; s < wr.num_sge; ++s) {
-            const Sge& g = wr.sg_list[s];
-            total += g.length;
-            zero_sge |= g.length == 0;
-            const dma::Translation t = mrs_->translate(g.lkey, g.addr, g.length, dma::Access::none);
-            bad_key |= t.status != dma::MrStatus::ok;
-            bufs[s + 1] = {t.iova.value, g.length, false};
-        }
+        const auto [total, zero_sge, bad_key] = gather(wr.sg_list, wr.num_sge, false, bufs + 1);
         if (zero_sge || total < kEthHeader || total > max_frame_) [[unlikely]] {
             err = EINVAL;
             break;
@@ -376,16 +389,7 @@ inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexce
             break;
         }
         virtio::Buffer bufs[kMaxRecvSge + 1];
-        uint64_t total = 0;
-        bool zero_sge = false, bad_key = false;
-        for (uint32_t s = 0; s < wr.num_sge; ++s) {
-            const Sge& g = wr.sg_list[s];
-            total += g.length;
-            zero_sge |= g.length == 0;
-            const dma::Translation t = mrs_->translate(g.lkey, g.addr, g.length, dma::Access::local_write);
-            bad_key |= t.status != dma::MrStatus::ok;
-            bufs[s + 1] = {t.iova.value, g.length, true};
-        }
+        const auto [total, zero_sge, bad_key] = gather(wr.sg_list, wr.num_sge, true, bufs + 1);
         // Without GUEST_TSO/UFO or MRG_RXBUF, a buffer must hold a whole frame (§5.1.6.3.1).
         if (zero_sge || total < min_recv_) [[unlikely]] {
             err = EINVAL;
