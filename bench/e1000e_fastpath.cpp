@@ -1,7 +1,7 @@
 // Cost of vfab's e1000e fast path per packet, without a device: post_recv + post_send + the
 // polls that reap both completions, over the rings of tests/unit/e1000e_harness.hpp, whose
 // model of the 82574L loops each frame back. Only the driver's code is in the functions
-// named driver_*; bench/e1000e_callgrind.sh counts their instructions with callgrind
+// named driver_*; bench/fastpath_callgrind.sh counts their instructions with callgrind
 // (--toggle-collect), which is the figure to compare (wall-clock time here is noisy).
 //
 //   e1000e_fastpath [BATCH] [FRAMES]      prints ns per packet (wall clock, indicative)

@@ -97,17 +97,19 @@ public:
 private:
     friend class Device;
     friend class QueuePair;
+    friend struct FastPathHarness;   // bench/: the fast path over model rings, no device
+    CompletionQueue() = default;
     CompletionQueue(Device& dev, uint32_t cqe, uint32_t vector, int efd, bool vhost)
         : dev_(&dev), cqe_(cqe), vector_(vector), efd_(efd), vhost_(vhost) {}
     bool has_ready() const noexcept;
     void check_backend() noexcept;   // vhost-user: has the back-end hung up?
 
-    Device* dev_;
+    Device* dev_ = nullptr;
     QueuePair* send_qp_ = nullptr;
     QueuePair* recv_qp_ = nullptr;
-    uint32_t cqe_;
-    uint32_t vector_;
-    int efd_;
+    uint32_t cqe_ = 0;
+    uint32_t vector_ = 0;
+    int efd_ = -1;
     bool destroyed_ = false;
     bool rx_first_ = false;
     bool vhost_ = false;
@@ -157,6 +159,8 @@ private:
         Slot& at(uint32_t i) noexcept { return slots[i & mask]; }
         bool full() const noexcept { return tail - head > mask; }
     };
+    friend struct FastPathHarness;
+    QueuePair() = default;
     QueuePair(Device& dev, const QpInitAttr& a) : dev_(&dev), send_cq_(a.send_cq), recv_cq_(a.recv_cq) {}
     struct Gathered {
         uint64_t total = 0;
@@ -177,9 +181,9 @@ private:
     bool recv_ready() noexcept;
     int seed_checksum(const SendWr& wr, virtio::NetHdr& hdr) noexcept;
 
-    Device* dev_;
-    CompletionQueue* send_cq_;
-    CompletionQueue* recv_cq_;
+    Device* dev_ = nullptr;
+    CompletionQueue* send_cq_ = nullptr;
+    CompletionQueue* recv_cq_ = nullptr;
     const dma::MrTable* mrs_ = nullptr;
     std::atomic<QpState> state_{QpState::ready};
     uint32_t qp_num_ = 1;
