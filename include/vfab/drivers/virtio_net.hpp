@@ -169,6 +169,11 @@ private:
     };
     Gathered gather(const Sge* sgl, uint32_t n, bool device_writes, virtio::Buffer* out) const noexcept;
     template <class Q>
+    int enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key, bool device_writes,
+                bool& added) noexcept;
+    template <class Q>
+    static void publish(Q& q, const Doorbell& bell) noexcept;
+    template <class Q>
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
     template <class Q>
     PostResult recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept;
@@ -326,6 +331,35 @@ inline QueuePair::Gathered QueuePair::gather(const Sge* sgl, uint32_t n, bool de
     return g;
 }
 
+// The slot at ring.tail is filled in: queue the chain [its header, bufs[1..nsge]], or, when a
+// key was bad, complete it at once (in order) without the device ever seeing it. 0, or ENOMEM
+// when the virtqueue has no room (the slot is then not taken).
+template <class Q>
+[[gnu::always_inline]] inline int QueuePair::enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key,
+                              bool device_writes, bool& added) noexcept {
+    const uint32_t index = ring.tail & ring.mask;
+    if (bad_key) [[unlikely]] {
+        Slot& slot = ring.at(ring.tail);
+        slot.status = WcStatus::local_protection_error;
+        slot.done = true;
+        ++ring.tail;
+        return 0;
+    }
+    bufs[0] = {ring.hdr_iova + size_t(index) * kHdrSlot, sizeof(virtio::NetHdr), device_writes};
+    if (!q.add(std::span<const virtio::Buffer>(bufs, nsge + 1), index)) [[unlikely]]
+        return ENOMEM;
+    added = true;
+    ++ring.tail;
+    return 0;
+}
+
+// One publish and at most one notification per batch.
+template <class Q>
+inline void QueuePair::publish(Q& q, const Doorbell& bell) noexcept {
+    q.publish();
+    if (q.needs_notify()) bell.ring();
+}
+
 template <class Q>
 inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
@@ -356,26 +390,11 @@ inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexce
             err = EINVAL;
             break;
         }
-        Slot& slot = sq_.at(sq_.tail);
-        slot = {wr.wr_id, uint32_t(total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
-        if (bad_key) [[unlikely]] {   // completes in order, never reaches the device
-            slot.status = WcStatus::local_protection_error;
-            slot.done = true;
-            ++sq_.tail;
-            continue;
-        }
-        bufs[0] = {sq_.hdr_iova + size_t(index) * kHdrSlot, sizeof(virtio::NetHdr), false};
-        if (!q.add(std::span<const virtio::Buffer>(bufs, wr.num_sge + 1), index)) [[unlikely]] {
-            err = ENOMEM;
+        sq_.at(sq_.tail) = {wr.wr_id, uint32_t(total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
+        if ((err = enqueue(q, sq_, bufs, wr.num_sge, bad_key, false, added)) != 0) [[unlikely]]
             break;
-        }
-        added = true;
-        ++sq_.tail;
     }
-    if (added) {
-        q.publish();
-        if (q.needs_notify()) tx_bell_.ring();
-    }
+    if (added) publish(q, tx_bell_);
     return {err, i};
 }
 
@@ -403,27 +422,11 @@ inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexce
             err = ENOMEM;
             break;
         }
-        const uint32_t index = rq_.tail & rq_.mask;
-        Slot& slot = rq_.at(rq_.tail);
-        slot = {wr.wr_id, 0, WcStatus::success, true, false, 0};
-        if (bad_key) [[unlikely]] {
-            slot.status = WcStatus::local_protection_error;
-            slot.done = true;
-            ++rq_.tail;
-            continue;
-        }
-        bufs[0] = {rq_.hdr_iova + size_t(index) * kHdrSlot, sizeof(virtio::NetHdr), true};
-        if (!q.add(std::span<const virtio::Buffer>(bufs, wr.num_sge + 1), index)) [[unlikely]] {
-            err = ENOMEM;
+        rq_.at(rq_.tail) = {wr.wr_id, 0, WcStatus::success, true, false, 0};
+        if ((err = enqueue(q, rq_, bufs, wr.num_sge, bad_key, true, added)) != 0) [[unlikely]]
             break;
-        }
-        added = true;
-        ++rq_.tail;
     }
-    if (added) {
-        q.publish();
-        if (q.needs_notify()) rx_bell_.ring();
-    }
+    if (added) publish(q, rx_bell_);
     return {err, i};
 }
 
