@@ -1,0 +1,65 @@
+// The loop both fast-path benches run: each round posts BATCH receives and BATCH sends of
+// 60-byte frames (one SGE each, zero copy from registered memory), lets the ring model play the
+// device, and polls until both completions of every frame are reaped. Only driver_post and
+// driver_poll run the driver's code: bench/fastpath_callgrind.sh counts instructions in them.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <span>
+#include <vector>
+
+#include "vfab/types.hpp"
+
+namespace vfab::bench {
+
+template <class Qp>
+[[gnu::noinline]] uint32_t driver_post(Qp& qp, std::span<const RecvWr> rx, std::span<const SendWr> tx) {
+    PostResult r = qp.post_recv(rx);
+    PostResult s = qp.post_send(tx);
+    return r.posted + s.posted;
+}
+
+template <class Cq>
+[[gnu::noinline]] int driver_poll(Cq& cq, std::span<Completion> wc) {
+    return cq.poll(wc);
+}
+
+// `memory` holds 2 * batch buffers of 2 KiB registered under `lkey`; `device_step()` is the
+// ring model. Returns the wall-clock nanoseconds per packet, or a negative value on failure
+// (reported on stderr). Whole rounds: `frames` rounded up to a multiple of `batch`.
+template <class Qp, class Cq, class Step>
+double fastpath_loop(Qp& qp, Cq& cq, Step&& device_step, uint8_t* memory, uint32_t lkey, uint32_t batch,
+                     uint64_t frames) {
+    constexpr uint32_t kBuf = 2048, kFrameLen = 60;
+    std::vector<Sge> rsge(batch), tsge(batch);
+    std::vector<RecvWr> rwr(batch);
+    std::vector<SendWr> twr(batch);
+    for (uint32_t i = 0; i < batch; ++i) {
+        rsge[i] = {reinterpret_cast<uint64_t>(memory + size_t(i) * kBuf), kBuf, lkey};
+        tsge[i] = {reinterpret_cast<uint64_t>(memory + size_t(batch + i) * kBuf), kFrameLen, lkey};
+        rwr[i] = {i, &rsge[i], 1, 0};
+        twr[i] = {i, &tsge[i], 1, send_signaled};
+    }
+    std::vector<Completion> wc(2 * batch);
+    const auto start = std::chrono::steady_clock::now();
+    uint64_t done = 0;
+    for (; done < frames; done += batch) {
+        if (driver_post(qp, std::span<const RecvWr>(rwr), std::span<const SendWr>(twr)) != 2 * batch) {
+            std::fprintf(stderr, "post failed\n");
+            return -1;
+        }
+        device_step();
+        for (uint32_t reaped = 0; reaped < 2 * batch;) {
+            const int n = driver_poll(cq, std::span<Completion>(wc));
+            if (n <= 0) {
+                std::fprintf(stderr, "poll returned %d after %u of %u completions\n", n, reaped, 2 * batch);
+                return -1;
+            }
+            reaped += uint32_t(n);
+        }
+    }
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / double(done);
+}
+
+}  // namespace vfab::bench
