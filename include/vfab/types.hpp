@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "vfab/pci_address.hpp"
@@ -129,6 +130,39 @@ struct DeviceAttr {
     uint32_t recv_buffer_size = 0; // every receive buffer must hold this many bytes
     uint32_t offloads = 0;         // Offloads
     uint32_t interrupt_vectors = 0;
+    // Receive-side scaling (0: the device has none): the Toeplitz key's size in bytes, the
+    // largest redirection table, and the RssHash types the device can hash.
+    uint32_t rss_key_size = 0;
+    uint32_t rss_table_size = 0;
+    uint32_t rss_hash_types = 0;
+};
+
+// What receive-side scaling hashes (the values of virtio's VIRTIO_NET_RSS_HASH_TYPE_*). A
+// frame of a type not enabled goes to the table's first entry's queue.
+enum RssHash : uint32_t {
+    rss_ipv4 = 1u << 0,       // source and destination addresses
+    rss_tcp_ipv4 = 1u << 1,   // addresses and ports
+    rss_udp_ipv4 = 1u << 2,
+    rss_ipv6 = 1u << 3,
+    rss_tcp_ipv6 = 1u << 4,
+    rss_udp_ipv6 = 1u << 5,
+};
+
+// Receive-side scaling: a frame's Toeplitz hash (net/rss.hpp computes the same) picks entry
+// hash % table.size() of `table`, a queue index (QueuePair::queue()), so an application can
+// spread flows over queue pairs and threads.
+struct RssConfig {
+    std::span<const uint8_t> key;      // attr.rss_key_size bytes
+    std::span<const uint16_t> table;   // a power of 2 entries, 1 to attr.rss_table_size
+    uint32_t hash_types = 0;           // RssHash bits; 0 turns RSS off (all to table[0])
+};
+
+// Counters of one queue pair, kept by the driver.
+struct QpStats {
+    uint64_t tx_packets = 0;
+    uint64_t tx_bytes = 0;
+    uint64_t rx_packets = 0;
+    uint64_t rx_bytes = 0;
 };
 
 // Counters since the device was opened (hardware counters are read-to-clear: the driver
