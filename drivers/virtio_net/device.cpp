@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "control_queue.hpp"
 #include "vfab/drivers/virtio_net.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
@@ -27,6 +28,10 @@ const char* to_string(RingFormat f) noexcept {
     }
     return "?";
 }
+
+Device::Device(std::unique_ptr<vfio::Device> vdev, virtio::PciTransport t, vfio::EventWaiter ev)
+    : vfio_(std::move(vdev)), transport_(std::move(t)), events_(std::move(ev)) {}
+Device::Device(virtio::VhostUserFrontend fe, vfio::EventWaiter ev) : vhost_(std::move(fe)), events_(std::move(ev)) {}
 
 Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
     auto vdev = vfio::Device::open(addr, opts.vfio);
@@ -71,7 +76,19 @@ Result<void> Device::init(const DeviceOptions& opts) {
     pd_ = std::move(*pd);
 
     virtio::NetConfig cfg{};
-    transport_->read_device_config(0, &cfg, 6);
+    transport_->read_device_config(0, &cfg, std::min<uint32_t>(sizeof cfg, transport_->device_config_length()));
+    // Several queue pairs (§5.1.5): receiveqN/transmitqN for N up to max_virtqueue_pairs, then
+    // the control virtqueue.
+    const bool mq = virtio::has_feature(features_, nf::MQ);
+    const uint32_t pairs = mq ? std::max<uint32_t>(cfg.max_virtqueue_pairs, 1) : 1;
+    ctrl_index_ = uint16_t(2 * pairs);
+    if (virtio::has_feature(features_, nf::CTRL_VQ)) {
+        auto ctrl = ControlQueue::create(vfio_->iommu_shared(), dma::near_device(vfio_->address()), packed_,
+                                         virtio::RingFeatures::from(features_));
+        if (!ctrl) return ctrl.take_error();
+        ctrl_ = std::move(*ctrl);
+    }
+    qps_.resize(pairs);
     attr_.provider = "virtio-net";
     attr_.name = "virtio-net (virtio 1.x)";
     attr_.address = vfio_->address();
@@ -79,8 +96,14 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.device_id = kDeviceIds[0];
     std::copy(cfg.mac, cfg.mac + 6, attr_.mac);
     attr_.mtu = 1500;
-    attr_.max_qp = 1;
+    attr_.max_qp = pairs;
     attr_.max_cq = vectors_ - 1;
+    if (virtio::has_feature(features_, nf::RSS)) {
+        attr_.rss_key_size = cfg.rss_max_key_size;
+        attr_.rss_table_size = cfg.rss_max_indirection_table_length;
+        attr_.rss_hash_types = cfg.supported_hash_types & (rss_ipv4 | rss_tcp_ipv4 | rss_udp_ipv4 | rss_ipv6 |
+                                                           rss_tcp_ipv6 | rss_udp_ipv6);
+    }
     attr_.max_qp_wr = transport_->queue_max_size(0);
     attr_.max_send_sge = kMaxSendSge;
     attr_.max_recv_sge = kMaxRecvSge;
@@ -114,7 +137,10 @@ Result<void> Device::handshake() {
                                       "(in QEMU: disable-legacy=on,iommu_platform=on)")};
     // Not GUEST_CSUM: with it the device may deliver frames whose checksum is only partial
     // (NEEDS_CSUM, from a local sender), which the driver would have to complete in software.
+    // CTRL_VQ only for MQ and RSS (which need it, §5.1.3.1).
     uint64_t wanted = feature_bit(nf::MAC) | feature_bit(nf::STATUS) | feature_bit(nf::CSUM);
+    if (virtio::has_feature(offered, nf::CTRL_VQ) && virtio::has_feature(offered, nf::MQ))
+        wanted |= feature_bit(nf::CTRL_VQ) | feature_bit(nf::MQ) | feature_bit(nf::RSS);
     if (opts_.event_idx) wanted |= feature_bit(vf::EVENT_IDX);
     if (opts_.in_order) wanted |= feature_bit(vf::IN_ORDER);
     if (opts_.ring == RingFormat::packed && !virtio::has_feature(offered, vf::RING_PACKED))
@@ -146,12 +172,14 @@ LinkState Device::link() const {
 DeviceStats Device::stats() {
     std::lock_guard lock(mu_);
     DeviceStats s = retired_;
-    if (qp_) {
-        s.tx_packets += qp_->tx_packets_.get();
-        s.tx_bytes += qp_->tx_bytes_.get();
-        s.rx_packets += qp_->rx_packets_.get();
-        s.rx_bytes += qp_->rx_bytes_.get();
-    }
+    for (const auto& qp : qps_)
+        if (qp) {
+            const QpStats q = qp->stats();
+            s.tx_packets += q.tx_packets;
+            s.tx_bytes += q.tx_bytes;
+            s.rx_packets += q.rx_packets;
+            s.rx_bytes += q.rx_bytes;
+        }
     return s;
 }
 
@@ -184,7 +212,8 @@ Event Device::next_event() {
 
 // A virtio reset stops the device's use of every queue (§2.1.2); the QP flushes what it had.
 void Device::enter_error_state() {
-    if (qp_ && qp_->state_ == QpState::ready) qp_->state_ = QpState::error;
+    for (const auto& qp : qps_)
+        if (qp && qp->state_ == QpState::ready) qp->state_ = QpState::error;
     if (vhost_)
         stop_vhost_queues();
     else if (!removed_)
@@ -217,9 +246,10 @@ Device::~Device() {
     if (!removed_) (void)transport_->reset();
     if (auto cmd = vfio_->config_read(0x04, 2)) (void)vfio_->config_write(0x04, 2, *cmd & ~0x4u);
     (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
-    qp_.reset();
+    qps_.clear();
     dead_qps_.clear();
     cqs_.clear();
+    ctrl_.reset();
     pd_.reset();
 }
 

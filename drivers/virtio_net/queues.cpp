@@ -1,16 +1,16 @@
-// virtio-net completion queues and the queue pair: virtqueue memory, setup through the PCI
-// transport (receiveq1 = queue 0, transmitq1 = queue 1, §5.1.2), DRIVER_OK, notifications.
+// virtio-net completion queues and queue pairs: virtqueue memory, setup through the PCI
+// transport (receiveqN = 2(N-1), transmitqN = 2(N-1)+1, §5.1.2), DRIVER_OK, the number of
+// queue pairs in use (control virtqueue), notifications.
 #include <bit>
 #include <cerrno>
 
 #include <unistd.h>
 
+#include "control_queue.hpp"
 #include "vfab/drivers/virtio_net.hpp"
 
 namespace vfab::virtio_net {
 namespace {
-
-constexpr uint16_t kRxQueue = 0, kTxQueue = 1;
 
 template <class Q>
 void set_interrupts(Q& q, bool on, bool& used_meanwhile) {
@@ -93,25 +93,37 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
         if (cq->dev_ != this) return Error{EINVAL, "create_qp: the completion queue belongs to another device"};
         if (cq->destroyed_) return Error{ENODEV, "create_qp: the completion queue was destroyed"};
     }
-    if (qp_) return Error{EBUSY, str_cat(where, ": the virtio-net driver offers one queue pair and it exists; destroy it first")};
+    if (attr.send_cq->send_qp_ || attr.recv_cq->recv_qp_)
+        return Error{EBUSY, "create_qp: a completion queue takes the sends of one queue pair and the receives of one; "
+                            "create another completion queue for this queue pair"};
+    uint32_t index = 0;
+    while (index < qps_.size() && qps_[index]) ++index;
+    if (index == qps_.size())
+        return Error{EBUSY, str_cat(where, ": all ", qps_.size(), " queue pairs of the device are in use",
+                                    qps_.size() == 1 && !vhost_ ? " (it does not offer VIRTIO_NET_F_MQ; in QEMU: mq=on and a "
+                                                                  "multi-queue netdev)"
+                                                                : "",
+                                    "; destroy one first")};
+    for (const auto& other : qps_)
+        if (other && other->state() == QpState::ready && !other->idle() && driver_ok_ && !vhost_)
+            return Error{EBUSY, str_cat(where, ": a virtio device takes new queues only while stopped, and queue pair ",
+                                        other->queue_, " has work outstanding: create every queue pair before posting")};
     const QpCaps& want = attr.caps;
     if (want.max_send_sge > kMaxSendSge || want.max_recv_sge > kMaxRecvSge)
         return Error{EINVAL, str_cat("create_qp: up to ", kMaxSendSge, " SGEs per send and ", kMaxRecvSge, " per receive")};
     const uint32_t send_sge = std::max(want.max_send_sge, 1u), recv_sge = std::max(want.max_recv_sge, 1u);
+    const auto rx_queue = uint16_t(2 * index), tx_queue = uint16_t(2 * index + 1);
     const uint32_t max_size = vhost_ ? attr_.max_qp_wr
-                                     : std::min(transport_->queue_max_size(kRxQueue), transport_->queue_max_size(kTxQueue));
+                                     : std::min(transport_->queue_max_size(rx_queue), transport_->queue_max_size(tx_queue));
     // Each WR takes its SGEs plus the header's descriptor.
     const uint64_t tx_need = uint64_t(want.max_send_wr) * (send_sge + 1), rx_need = uint64_t(want.max_recv_wr) * (recv_sge + 1);
     if (want.max_send_wr == 0 || want.max_recv_wr == 0 || tx_need > max_size || rx_need > max_size)
         return Error{EINVAL, str_cat("create_qp: ", want.max_send_wr, " sends of ", send_sge, " SGEs and ", want.max_recv_wr,
                                      " receives of ", recv_sge, " SGEs need ", tx_need, " and ", rx_need,
                                      " descriptors (each WR one more, for its header); the device's queues hold ", max_size)};
-    if (driver_ok_) {   // queues cannot be added to a running device: start over (§3.1.1)
-        if (auto r = handshake(); !r) return r.take_error();
-    }
     const auto tx_size = uint32_t(std::bit_ceil(tx_need)), rx_size = uint32_t(std::bit_ceil(rx_need));
 
-    std::unique_ptr<QueuePair> qp(new QueuePair(*this, attr));
+    std::unique_ptr<QueuePair> qp(new QueuePair(*this, attr, index));
     qp->packed_ = packed_;
     qp->sq_sig_all_ = attr.sq_sig_all;
     qp->tx_csum_ = virtio::has_feature(features_, virtio::net_feature::CSUM);
@@ -154,69 +166,172 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
         ring->hdr_iova = (iova + off).value;
     }
     if (vhost_) {
+        if (driver_ok_) (void)handshake();   // stops whatever vrings still run
         if (auto r = start_vhost_queues(*qp, rx_mem, rx_size, tx_mem, tx_size); !r) return r.take_error();
+        set_ring_interrupts(*qp, false);
     } else {
-        // Queue setup (§4.1.5.1.3), each queue on its completion queue's MSI-X vector.
-        const struct { uint16_t index; const virtio::QueueMemory& m; uint32_t size; uint32_t vector; } queues[] = {
-            {kRxQueue, rx_mem, rx_size, attr.recv_cq->vector_}, {kTxQueue, tx_mem, tx_size, attr.send_cq->vector_}};
-        for (const auto& q : queues)
-            if (auto r = transport_->setup_queue(q.index, uint16_t(q.size), q.m.desc_iova, q.m.driver_iova, q.m.device_iova,
-                                                uint16_t(q.vector));
-                !r)
-                return r.take_error();
-        qp->rx_bell_ = {transport_->notify_address(kRxQueue), -1, kRxQueue};
-        qp->tx_bell_ = {transport_->notify_address(kTxQueue), -1, kTxQueue};
-        transport_->add_status(virtio::kStatusDriverOk);
-        driver_ok_ = true;
-        if (transport_->status() & virtio::kStatusNeedsReset)
-            return Error{EIO, str_cat(where, ": the virtio-net device wants a reset right after DRIVER_OK")};
+        if (driver_ok_) {   // queues cannot be added to a running device: start over (§3.1.1)
+            if (auto r = handshake(); !r) return r.take_error();
+        }
+        qps_[index] = std::move(qp);
+        if (auto r = start_device(); !r) {
+            qps_[index].reset();
+            if (auto again = handshake(); again) (void)start_device();   // the others carry on
+            return r.take_error();
+        }
+        qp = std::move(qps_[index]);
     }
-    // Notifications off until a completion queue is armed.
-    bool unused = false;
-    if (packed_) {
-        set_interrupts(*qp->prx_, false, unused);
-        set_interrupts(*qp->ptx_, false, unused);
-    } else {
-        set_interrupts(*qp->srx_, false, unused);
-        set_interrupts(*qp->stx_, false, unused);
-    }
-    qp_ = std::move(qp);
-    attr.send_cq->send_qp_ = qp_.get();
-    attr.recv_cq->recv_qp_ = qp_.get();
-    return qp_.get();
+    qps_[index] = std::move(qp);
+    attr.send_cq->send_qp_ = qps_[index].get();
+    attr.recv_cq->recv_qp_ = qps_[index].get();
+    return qps_[index].get();
 }
 
-void Device::release_qp() {
+// Programs the virtqueues of every ready queue pair and the control virtqueue, sets DRIVER_OK
+// (§3.1.1 step 8) and tells the device how many queue pairs to use. After a reset and
+// handshake(); the queue pairs' rings start over (they are idle, or this is their first start).
+Result<void> Device::start_device() {
+    const std::string where = attr_.address.to_string();
+    for (const auto& qp : qps_)
+        if (qp && qp->state() == QpState::ready)
+            if (auto r = program_qp(*qp); !r) return r;
+    if (ctrl_) {
+        ctrl_->restart();
+        const virtio::QueueMemory& m = ctrl_->memory();
+        if (auto r = transport_->setup_queue(ctrl_index_, uint16_t(ControlQueue::kSize), m.desc_iova, m.driver_iova,
+                                             m.device_iova, virtio::kNoVector);
+            !r)
+            return r;
+        ctrl_->set_doorbell(transport_->notify_address(ctrl_index_), ctrl_index_);
+    }
+    transport_->add_status(virtio::kStatusDriverOk);
+    driver_ok_ = true;
+    if (transport_->status() & virtio::kStatusNeedsReset)
+        return Error{EIO, str_cat(where, ": the virtio-net device wants a reset right after DRIVER_OK")};
+    return send_queue_config();
+}
+
+Result<void> Device::program_qp(QueuePair& qp) {
+    bool unused = false;
+    const virtio::QueueMemory* mem[2];
+    uint32_t size[2];
+    if (packed_) {
+        qp.prx_->reset();
+        qp.ptx_->reset();
+        mem[0] = &qp.prx_->memory(), mem[1] = &qp.ptx_->memory();
+        size[0] = qp.prx_->size(), size[1] = qp.ptx_->size();
+    } else {
+        qp.srx_->reset();
+        qp.stx_->reset();
+        mem[0] = &qp.srx_->memory(), mem[1] = &qp.stx_->memory();
+        size[0] = qp.srx_->size(), size[1] = qp.stx_->size();
+    }
+    (void)unused;
+    // Queue setup (§4.1.5.1.3): receiveqN = 2(N-1), transmitqN = 2(N-1)+1 (§5.1.2), each on
+    // its completion queue's MSI-X vector.
+    const uint32_t vectors[2] = {qp.recv_cq_->vector_, qp.send_cq_->vector_};
+    for (int i = 0; i < 2; ++i) {
+        const auto index = uint16_t(2 * qp.queue_ + i);
+        if (auto r = transport_->setup_queue(index, uint16_t(size[i]), mem[i]->desc_iova, mem[i]->driver_iova,
+                                             mem[i]->device_iova, uint16_t(vectors[i]));
+            !r)
+            return r;
+        (i == 0 ? qp.rx_bell_ : qp.tx_bell_) = {transport_->notify_address(index), -1, index};
+    }
+    // Notifications off until a completion queue is armed; a thread sleeping on one wakes
+    // (spuriously) and arms again.
+    set_ring_interrupts(qp, false);
+    for (CompletionQueue* cq : {qp.recv_cq_, qp.send_cq_}) {
+        uint64_t one = 1;
+        (void)!::write(cq->efd_, &one, sizeof one);
+    }
+    return {};
+}
+
+// VIRTIO_NET_CTRL_MQ (§5.1.6.5.5): with MQ the device uses one queue pair until told more;
+// with RSS configured, the RSS command says both.
+Result<void> Device::send_queue_config() {
+    using virtio::net_feature::MQ;
+    using virtio::net_feature::RSS;
+    if (!ctrl_ || !virtio::has_feature(features_, MQ)) return {};
+    uint16_t pairs = 1;
+    for (const auto& qp : qps_)
+        if (qp && qp->state() == QpState::ready) pairs = uint16_t(std::max<uint32_t>(pairs, qp->queue_ + 1));
+    if (virtio::has_feature(features_, RSS) && !rss_table_.empty()) {
+        // struct virtio_net_rss_config (§5.1.6.5.7.1), little-endian.
+        std::vector<uint8_t> c;
+        auto le16 = [&](uint32_t v) { c.push_back(uint8_t(v)); c.push_back(uint8_t(v >> 8)); };
+        le16(rss_types_), le16(rss_types_ >> 16);
+        le16(uint32_t(rss_table_.size() - 1));   // indirection_table_mask
+        le16(rss_table_[0]);                     // unclassified_queue
+        for (uint16_t q : rss_table_) le16(q);
+        le16(pairs);                             // max_tx_vq
+        c.push_back(uint8_t(rss_key_.size()));
+        c.insert(c.end(), rss_key_.begin(), rss_key_.end());
+        return ctrl_->command(ctrl::kClassMq, ctrl::kMqRssConfig, c, "configure_rss (VIRTIO_NET_CTRL_MQ_RSS_CONFIG)");
+    }
+    const uint8_t data[2] = {uint8_t(pairs), uint8_t(pairs >> 8)};
+    return ctrl_->command(ctrl::kClassMq, ctrl::kMqVqPairsSet, data,
+                          str_cat("create_qp: using ", pairs, " queue pairs (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET)"));
+}
+
+void Device::set_ring_interrupts(QueuePair& qp, bool on) {
+    bool unused = false;
+    if (packed_) {
+        set_interrupts(*qp.prx_, on, unused);
+        set_interrupts(*qp.ptx_, on, unused);
+    } else {
+        set_interrupts(*qp.srx_, on, unused);
+        set_interrupts(*qp.stx_, on, unused);
+    }
+}
+
+void Device::release_qp(QueuePair& qp) {
     // No per-queue stop without VIRTIO_F_RING_RESET: reset the device, which stops it using
-    // the rings and buffers, then renegotiate so that another QP can start.
+    // the rings and buffers, then start it again with the other queue pairs. Those with work
+    // outstanding lose it: they go to the error state (and flush), as after reset().
     if (vhost_) {
         stop_vhost_queues();
     } else if (!removed_) {
         (void)transport_->reset();
         driver_ok_ = false;
-        (void)handshake();
+        bool others = false;
+        for (const auto& other : qps_) {
+            if (!other || other.get() == &qp || other->state() != QpState::ready) continue;
+            if (!other->idle()) {
+                other->state_ = QpState::error;
+                for (CompletionQueue* cq : {other->recv_cq_, other->send_cq_}) {
+                    uint64_t one = 1;
+                    (void)!::write(cq->efd_, &one, sizeof one);
+                }
+            } else {
+                others = true;
+            }
+        }
+        qp.state_ = QpState::destroyed;   // start_device() skips it
+        if (auto r = handshake(); r && others) (void)start_device();
     }
-    if (qp_->send_cq_->send_qp_ == qp_.get()) qp_->send_cq_->send_qp_ = nullptr;
-    if (qp_->recv_cq_->recv_qp_ == qp_.get()) qp_->recv_cq_->recv_qp_ = nullptr;
-    retired_.tx_packets += qp_->tx_packets_.get();
-    retired_.tx_bytes += qp_->tx_bytes_.get();
-    retired_.rx_packets += qp_->rx_packets_.get();
-    retired_.rx_bytes += qp_->rx_bytes_.get();
-    qp_->state_ = QpState::destroyed;
-    qp_->stx_.reset();
-    qp_->srx_.reset();
-    qp_->ptx_.reset();
-    qp_->prx_.reset();
-    qp_->mem_.reset();
-    qp_->sq_ = {};
-    qp_->rq_ = {};
-    dead_qps_.push_back(std::move(qp_));
+    if (qp.send_cq_->send_qp_ == &qp) qp.send_cq_->send_qp_ = nullptr;
+    if (qp.recv_cq_->recv_qp_ == &qp) qp.recv_cq_->recv_qp_ = nullptr;
+    retired_.tx_packets += qp.tx_packets_.get();
+    retired_.tx_bytes += qp.tx_bytes_.get();
+    retired_.rx_packets += qp.rx_packets_.get();
+    retired_.rx_bytes += qp.rx_bytes_.get();
+    qp.state_ = QpState::destroyed;
+    qp.stx_.reset();
+    qp.srx_.reset();
+    qp.ptx_.reset();
+    qp.prx_.reset();
+    qp.mem_.reset();
+    qp.sq_ = {};
+    qp.rq_ = {};
+    dead_qps_.push_back(std::move(qps_[qp.queue_]));
 }
 
 Result<void> QueuePair::destroy() {
     std::lock_guard lock(dev_->mu_);
     if (state_ == QpState::destroyed) return Error{ENODEV, "this queue pair was already destroyed"};
-    dev_->release_qp();
+    dev_->release_qp(*this);
     return {};
 }
 

@@ -132,6 +132,7 @@ Result<void> Device::init_vhost(const DeviceOptions& opts) {
     std::copy(mac.begin(), mac.end(), attr_.mac);
     attr_.mtu = 1500;
     attr_.max_qp = 1;
+    qps_.resize(1);
     attr_.max_cq = kVhostCqs;
     attr_.max_qp_wr = kVhostMaxQueue;
     attr_.max_send_sge = kMaxSendSge;
@@ -193,7 +194,7 @@ void Device::close_vhost() {
     stop_vhost_queues();
     // The back-end forgets the memory table with the connection: no more SET_MEM_TABLE.
     if (vhost_mem_) static_cast<VhostMemory&>(*vhost_mem_).detach();
-    qp_.reset();
+    qps_.clear();
     dead_qps_.clear();
     cqs_.clear();
     pd_.reset();

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "vfab/pci_address.hpp"
 #include "vfab/vfio/iommu.hpp"
 
@@ -38,6 +40,9 @@ inline const std::vector<LabDevice>& devices() {
         {"igb", "0000:00:05.0", 0x8086, 0x10c9},
         {"virtio-net-1", "0000:00:06.0", 0x1af4, 0x1041},
         {"virtio-net-no-platform", "0000:00:07.0", 0x1af4, 0x1041},   // no VIRTIO_F_ACCESS_PLATFORM
+        // On taps in QEMU's network namespace (absent where namespaces are not allowed):
+        {"virtio-net-mq", "0000:00:08.0", 0x1af4, 0x1041},    // 4 queue pairs, RSS
+        {"virtio-net-tap", "0000:00:09.0", 0x1af4, 0x1041},   // bridged to virtio-net-mq
     };
     return all;
 }
@@ -54,6 +59,11 @@ inline PciAddress address_of(const char* name) {
     for (const LabDevice& d : devices())
         if (std::string(d.name) == name) return *PciAddress::parse(d.bdf);
     return {};
+}
+
+// Is the device there? (The tap-backed ones need a network namespace on the host.)
+inline bool present(const char* name) {
+    return ::access(("/sys/bus/pci/devices/" + address_of(name).to_string()).c_str(), F_OK) == 0;
 }
 
 // Name for parametrized tests: "legacy", "iommufd", "noiommu".

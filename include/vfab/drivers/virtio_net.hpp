@@ -66,6 +66,7 @@ inline constexpr uint32_t kHangupCheckPolls = 4096;
 
 class Device;
 class QueuePair;
+class ControlQueue;
 
 // Where a queue's notifications go: a doorbell register (PCI) or a kick eventfd (vhost-user).
 struct Doorbell {
@@ -132,7 +133,13 @@ public:
         return packed_ ? recv_impl(*prx_, wrs) : recv_impl(*srx_, wrs);
     }
     QpState state() const noexcept { return state_.load(std::memory_order_relaxed); }
-    uint32_t qp_num() const noexcept { return qp_num_; }
+    uint32_t qp_num() const noexcept { return qp_num_; }   // queue() + 1
+    // The queue pair's index on the device (receiveq = 2 * queue(), transmitq = that + 1);
+    // RssConfig::table names queue pairs by it.
+    uint32_t queue() const noexcept { return queue_; }
+    QpStats stats() const noexcept {
+        return {tx_packets_.get(), tx_bytes_.get(), rx_packets_.get(), rx_bytes_.get()};
+    }
     const QpCaps& caps() const noexcept { return caps_; }
     RingFormat ring_format() const noexcept { return packed_ ? RingFormat::packed : RingFormat::split; }
     uint32_t send_outstanding() const noexcept { return sq_.tail - sq_.head; }
@@ -161,7 +168,9 @@ private:
     };
     friend struct FastPathHarness;
     QueuePair() = default;
-    QueuePair(Device& dev, const QpInitAttr& a) : dev_(&dev), send_cq_(a.send_cq), recv_cq_(a.recv_cq) {}
+    QueuePair(Device& dev, const QpInitAttr& a, uint32_t queue)
+        : dev_(&dev), send_cq_(a.send_cq), recv_cq_(a.recv_cq), qp_num_(queue + 1), queue_(queue) {}
+    bool idle() const noexcept { return sq_.head == sq_.tail && rq_.head == rq_.tail; }
     struct Gathered {
         uint64_t total = 0;
         bool zero_sge = false;
@@ -192,6 +201,7 @@ private:
     const dma::MrTable* mrs_ = nullptr;
     std::atomic<QpState> state_{QpState::ready};
     uint32_t qp_num_ = 1;
+    uint32_t queue_ = 0;
     QpCaps caps_;
     bool sq_sig_all_ = false;
     bool packed_ = false;
@@ -234,7 +244,16 @@ public:
     RingFormat ring_format() const { return packed_ ? RingFormat::packed : RingFormat::split; }
 
     Result<CompletionQueue*> create_cq(uint32_t cqe);
+    // Up to attr().max_qp queue pairs (VIRTIO_NET_F_MQ), each on its own receive and transmit
+    // virtqueues, taking the lowest free queue index. A virtio device takes new queues only
+    // while it is stopped: creating a queue pair restarts the device, so it is refused (EBUSY)
+    // while another queue pair has work outstanding; create them all before posting. Destroying
+    // one while others run restarts the device too: the others keep working, except that WRs
+    // they had outstanding are flushed and they go to the error state.
     Result<QueuePair*> create_qp(const QpInitAttr& attr);
+    // Receive-side scaling (VIRTIO_NET_F_RSS): flows are spread over the queue pairs the table
+    // names (which must exist). Kept across device restarts. See RssConfig.
+    Result<void> configure_rss(const RssConfig& cfg);
 
     int event_fd() const { return events_.fd(); }
     Event next_event();
@@ -247,9 +266,8 @@ public:
 private:
     friend class CompletionQueue;
     friend class QueuePair;
-    Device(std::unique_ptr<vfio::Device> vdev, virtio::PciTransport t, vfio::EventWaiter ev)
-        : vfio_(std::move(vdev)), transport_(std::move(t)), events_(std::move(ev)) {}
-    Device(virtio::VhostUserFrontend fe, vfio::EventWaiter ev) : vhost_(std::move(fe)), events_(std::move(ev)) {}
+    Device(std::unique_ptr<vfio::Device> vdev, virtio::PciTransport t, vfio::EventWaiter ev);
+    Device(virtio::VhostUserFrontend fe, vfio::EventWaiter ev);
     Result<void> init(const DeviceOptions& opts);
     Result<void> init_vhost(const DeviceOptions& opts);
     Result<void> handshake();
@@ -259,9 +277,13 @@ private:
     void close_vhost();
     bool vhost_hung_up();
     std::shared_ptr<vfio::IommuContext> iommu_shared() const;
-    Result<void> start_queues(QueuePair& qp);
+    Result<void> start_device();
+    Result<void> program_qp(QueuePair& qp);
+    Result<void> send_queue_config();
+    void set_ring_interrupts(QueuePair& qp, bool on);
     void enter_error_state();
-    void release_qp();
+    void release_qp(QueuePair& qp);
+    QueuePair* qp_at(uint32_t i) const { return i < qps_.size() ? qps_[i].get() : nullptr; }
 
     std::unique_ptr<vfio::Device> vfio_;
     std::optional<virtio::PciTransport> transport_;   // over VFIO
@@ -284,8 +306,13 @@ private:
 
     std::recursive_mutex mu_;
     std::vector<std::unique_ptr<CompletionQueue>> cqs_;
-    std::unique_ptr<QueuePair> qp_;
+    std::vector<std::unique_ptr<QueuePair>> qps_;   // by queue index; null when free
     std::vector<std::unique_ptr<QueuePair>> dead_qps_;
+    std::unique_ptr<ControlQueue> ctrl_;            // with VIRTIO_NET_F_CTRL_VQ
+    uint16_t ctrl_index_ = 0;
+    std::vector<uint8_t> rss_key_;                  // configure_rss(), replayed on restarts
+    std::vector<uint16_t> rss_table_;
+    uint32_t rss_types_ = 0;
     DeviceStats retired_;   // counters of destroyed queue pairs
 };
 
