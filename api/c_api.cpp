@@ -168,6 +168,18 @@ int vfab_query_device(vfab_device* dev, vfab_device_attr* out) {
     out->recv_buffer_size = a.recv_buffer_size;
     out->offloads = a.offloads;
     out->interrupt_vectors = a.interrupt_vectors;
+    out->rss_key_size = a.rss_key_size;
+    out->rss_table_size = a.rss_table_size;
+    out->rss_hash_types = a.rss_hash_types;
+    return 0;
+}
+
+int vfab_configure_rss(vfab_device* dev, const vfab_rss_config* cfg) {
+    if (!dev) return null_arg("vfab_configure_rss", "dev");
+    if (!cfg) return null_arg("vfab_configure_rss", "cfg");
+    if ((!cfg->table && cfg->table_len) || (!cfg->key && cfg->key_len)) return null_arg("vfab_configure_rss", "cfg->table or cfg->key");
+    const RssConfig c{{cfg->key, cfg->key ? cfg->key_len : 0}, {cfg->table, cfg->table_len}, cfg->hash_types};
+    if (auto r = dev->dev->configure_rss(c); !r) return fail(r.error());
     return 0;
 }
 

@@ -82,7 +82,15 @@ int vfab_query_qp(vfab_qp* qp, vfab_qp_attr* out) {
     if (!out) return null_arg("vfab_query_qp", "attr");
     const QueuePair* q = capi::qp_of(qp);
     const QpCaps& c = q->caps();
-    *out = {int(q->state()), q->qp_num(), {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge}};
+    *out = {int(q->state()), q->qp_num(), {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge}, q->queue()};
+    return 0;
+}
+
+int vfab_query_qp_stats(vfab_qp* qp, struct vfab_qp_stats* out) {
+    if (!qp) return null_arg("vfab_query_qp_stats", "qp");
+    if (!out) return null_arg("vfab_query_qp_stats", "stats");
+    const QpStats s = capi::qp_of(qp)->stats();
+    *out = {s.tx_packets, s.tx_bytes, s.rx_packets, s.rx_bytes};
     return 0;
 }
 

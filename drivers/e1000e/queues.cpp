@@ -122,6 +122,8 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
     qp->bar_ = bar_->base();
     qp->mrs_ = &pd_->table();
 
+    accumulate_stats();
+    qp->base_ = stats_;
     qp_ = std::move(qp);
     attr.send_cq->send_qp_ = qp_.get();
     attr.recv_cq->recv_qp_ = qp_.get();
@@ -193,6 +195,17 @@ Result<void> QueuePair::destroy() {
     if (state_ == QpState::destroyed) return Error{ENODEV, "this queue pair was already destroyed"};
     dev_->release_qp();
     return {};
+}
+
+QpStats QueuePair::stats() const noexcept {
+    const DeviceStats now = dev_->stats();
+    return {now.tx_packets - base_.tx_packets, now.tx_bytes - base_.tx_bytes, now.rx_packets - base_.rx_packets,
+            now.rx_bytes - base_.rx_bytes};
+}
+
+Result<void> Device::configure_rss(const RssConfig&) {
+    return Error{ENOTSUP, str_cat(attr_.address.to_string(), ": the 82574L driver uses one queue pair and offers no RSS "
+                                                             "(attr().rss_table_size is 0)")};
 }
 
 }  // namespace vfab::e1000e

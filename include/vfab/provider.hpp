@@ -39,7 +39,7 @@ namespace vfab::provider {
 // Bumped whenever a plugin built from older headers could misbehave with this libvfab: the
 // Record, OpenOptions, the multiplexed classes' virtual functions, types.hpp, Result/Error,
 // the dma:: classes the device hands out.
-inline constexpr uint32_t kAbiVersion = 1;
+inline constexpr uint32_t kAbiVersion = 2;   // 2: queue(), stats(), configure_rss()
 
 struct PciId {
     uint16_t vendor = 0;
@@ -54,7 +54,7 @@ using OpenFn = Result<std::unique_ptr<vfab::Device>> (*)(const PciAddress& addr,
 constexpr uint32_t layout_fingerprint() {
     uint32_t h = 2166136261u;   // FNV-1a over the sizes
     for (size_t v : {sizeof(OpenOptions), sizeof(QpInitAttr), sizeof(DeviceAttr), sizeof(DeviceStats),
-                     sizeof(LinkState), sizeof(QpCaps), sizeof(Completion), sizeof(SendWr), sizeof(RecvWr),
+                     sizeof(LinkState), sizeof(QpCaps), sizeof(RssConfig), sizeof(QpStats), sizeof(Completion), sizeof(SendWr), sizeof(RecvWr),
                      sizeof(Sge), sizeof(Event), sizeof(PostResult), sizeof(Error),
                      sizeof(Result<std::unique_ptr<vfab::Device>>), sizeof(dma::ProtectionDomain),
                      sizeof(dma::MrTable), sizeof(dma::MemoryRegion), sizeof(dma::DmaArena), sizeof(std::string),
@@ -122,13 +122,15 @@ Result<const Record*> load_plugin(const std::string& path);
 // provider's own; InitAttr with send_cq, recv_cq (CompletionQueue*), caps and sq_sig_all.
 template <class Dev, class Cq, class Qp, class InitAttr>
 concept DirectApi = requires(Dev& d, const Dev& cd, Cq& cq, const Cq& ccq, Qp& qp, const Qp& cqp, InitAttr& ia,
-                             std::span<Completion> wc, std::span<const SendWr> s, std::span<const RecvWr> r) {
+                             std::span<Completion> wc, std::span<const SendWr> s, std::span<const RecvWr> r,
+                             const RssConfig& rss) {
     { cd.attr() } -> std::convertible_to<const DeviceAttr&>;
     { cd.link() } -> std::same_as<LinkState>;
     { d.stats() } -> std::same_as<DeviceStats>;
     { d.pd() } -> std::same_as<dma::ProtectionDomain&>;
     { d.create_cq(uint32_t{}) } -> std::same_as<Result<Cq*>>;
     { d.create_qp(ia) } -> std::same_as<Result<Qp*>>;
+    { d.configure_rss(rss) } -> std::same_as<Result<void>>;
     { cd.event_fd() } -> std::convertible_to<int>;
     { d.next_event() } -> std::same_as<Event>;
     { d.reset() } -> std::same_as<Result<void>>;
@@ -142,6 +144,8 @@ concept DirectApi = requires(Dev& d, const Dev& cd, Cq& cq, const Cq& ccq, Qp& q
     { cqp.state() } noexcept -> std::same_as<QpState>;
     { cqp.qp_num() } noexcept -> std::same_as<uint32_t>;
     { cqp.caps() } noexcept -> std::convertible_to<const QpCaps&>;
+    { cqp.queue() } noexcept -> std::same_as<uint32_t>;
+    { cqp.stats() } noexcept -> std::same_as<QpStats>;
     { qp.destroy() } -> std::same_as<Result<void>>;
     ia.send_cq = &cq;
     ia.recv_cq = &cq;
@@ -198,6 +202,7 @@ public:
     int event_fd() const override { return dev_->event_fd(); }
     Event next_event() override { return dev_->next_event(); }
     Result<void> reset() override { return dev_->reset(); }
+    Result<void> configure_rss(const RssConfig& cfg) override { return dev_->configure_rss(cfg); }
 
     Result<vfab::CompletionQueue*> create_cq(uint32_t cqe) override {
         std::lock_guard lock(mu_);
@@ -246,6 +251,8 @@ private:
         QpState state() const noexcept override { return qp_->state(); }
         uint32_t qp_num() const noexcept override { return qp_->qp_num(); }
         const QpCaps& caps() const noexcept override { return qp_->caps(); }
+        uint32_t queue() const noexcept override { return qp_->queue(); }
+        QpStats stats() const noexcept override { return qp_->stats(); }
         Result<void> destroy() override { return qp_->destroy(); }
 
     private:

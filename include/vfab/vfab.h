@@ -123,6 +123,9 @@ struct vfab_device_attr {
     uint32_t recv_buffer_size; /* every receive buffer must hold this many bytes */
     uint32_t offloads;         /* enum vfab_offloads */
     uint32_t interrupt_vectors;
+    uint32_t rss_key_size;     /* receive-side scaling; all 0 when the device has none */
+    uint32_t rss_table_size;
+    uint32_t rss_hash_types;   /* enum vfab_rss_hash */
 };
 
 struct vfab_link_state {
@@ -168,6 +171,22 @@ int vfab_event_fd(vfab_device *dev);
 int vfab_next_event(vfab_device *dev, struct vfab_event *event);
 /* Resets the device: QPs go to the error state; destroy and create them again. */
 int vfab_reset(vfab_device *dev);
+
+/* Receive-side scaling: a frame's Toeplitz hash picks table[hash % table_len], a queue index
+ * (vfab_qp_attr.queue). table_len: a power of 2 up to rss_table_size; key: rss_key_size bytes
+ * or NULL for the usual default; hash_types 0 turns RSS off. ENOTSUP without RSS. */
+enum vfab_rss_hash {
+    VFAB_RSS_IPV4 = 1, VFAB_RSS_TCP_IPV4 = 2, VFAB_RSS_UDP_IPV4 = 4,
+    VFAB_RSS_IPV6 = 8, VFAB_RSS_TCP_IPV6 = 16, VFAB_RSS_UDP_IPV6 = 32
+};
+struct vfab_rss_config {
+    const uint8_t *key;
+    uint32_t key_len;
+    const uint16_t *table;
+    uint32_t table_len;
+    uint32_t hash_types;       /* enum vfab_rss_hash */
+};
+int vfab_configure_rss(vfab_device *dev, const struct vfab_rss_config *cfg);
 
 /* ---- memory ---- */
 
@@ -232,11 +251,20 @@ struct vfab_qp_attr {
     int state;                 /* enum vfab_qp_state */
     uint32_t qp_num;
     struct vfab_qp_caps caps;  /* what the device gave (ring sizes rounded up) */
+    uint32_t queue;            /* its index among the device's queue pairs (RSS tables name it) */
+};
+
+struct vfab_qp_stats {         /* what this queue pair sent and received */
+    uint64_t tx_packets;
+    uint64_t tx_bytes;
+    uint64_t rx_packets;
+    uint64_t rx_bytes;
 };
 
 vfab_qp *vfab_create_qp(vfab_device *dev, const struct vfab_qp_init_attr *attr);
 int vfab_destroy_qp(vfab_qp *qp);
 int vfab_query_qp(vfab_qp *qp, struct vfab_qp_attr *attr);
+int vfab_query_qp_stats(vfab_qp *qp, struct vfab_qp_stats *stats);
 /* Queue `num` WRs: 0, or the errno for the WR at index *posted (the first *posted were queued,
  * none after it was looked at): EINVAL malformed, ENOMEM queue full, EIO the QP is in the
  * error state, ENODEV it was destroyed. `posted` may be NULL. */

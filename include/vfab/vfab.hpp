@@ -86,6 +86,11 @@ public:
     virtual QpState state() const noexcept = 0;
     virtual uint32_t qp_num() const noexcept = 0;
     virtual const QpCaps& caps() const noexcept = 0;
+    // Its index among the device's queue pairs (0 to attr().max_qp - 1): RssConfig names
+    // queue pairs by it.
+    virtual uint32_t queue() const noexcept = 0;
+    // Packets and bytes this queue pair sent and received (successful completions).
+    virtual QpStats stats() const noexcept = 0;
     // Stops the queues and frees the rings; outstanding WRs are dropped (as ibv_destroy_qp).
     virtual Result<void> destroy() = 0;
 
@@ -119,6 +124,9 @@ public:
     virtual Result<CompletionQueue*> create_cq(uint32_t cqe) = 0;
     // The completion queues must come from this device's create_cq().
     virtual Result<QueuePair*> create_qp(const QpInitAttr& attr) = 0;
+    // Receive-side scaling over the queue pairs (attr().rss_table_size > 0): ENOTSUP on
+    // devices without it, EINVAL for a table, key or hash type the device cannot take.
+    virtual Result<void> configure_rss(const RssConfig& cfg) = 0;
 
     // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
     // returns it (EventType::none when there is none).

@@ -5,6 +5,7 @@
 #include "frames.hpp"
 #include "lab_env.hpp"
 #include "traffic.hpp"
+#include "vfab/vfab.h"
 #include "vfab/vfab.hpp"
 
 namespace vfab::lab {
@@ -62,6 +63,77 @@ TEST_P(VfabVirtioNet, TheProviderIsPickedByIdAndCarriesTraffic) {
     TrafficResult r = run_traffic(*a.qp, *a.cq, *b.qp, *b.cq, a.sender(), b.receiver(), 20000);
     ASSERT_TRUE(r.error.empty()) << r.error;
     EXPECT_EQ(b.dev->stats().rx_packets, 20000u);
+}
+
+// Several queue pairs and RSS through the multiplexed API, then through the C API, on the
+// multi-queue virtio-net; a device without RSS says so through both.
+TEST_P(VfabVirtioNet, QueuePairsAndRssThroughTheMultiplexedAndCApis) {
+    if (!present("virtio-net-mq")) GTEST_SKIP() << "no multi-queue virtio-net in this lab";
+    OpenOptions opts;
+    opts.backend = GetParam();
+    const uint16_t good[4] = {3, 2, 1, 0}, bad[3] = {0, 1, 2};
+    {
+        auto d = Device::open(address_of("virtio-net-mq").to_string(), opts);
+        ASSERT_TRUE(d.ok()) << d.error().message;
+        Device& dev = **d;
+        ASSERT_EQ(dev.attr().max_qp, 4u);
+        EXPECT_EQ(dev.attr().rss_table_size, 128u);
+        for (uint32_t i = 0; i < 4; ++i) {
+            auto c = dev.create_cq(64);
+            ASSERT_TRUE(c.ok()) << c.error().message;
+            QpInitAttr a;
+            a.send_cq = a.recv_cq = *c;
+            a.caps = {16, 16, 1, 1};
+            auto q = dev.create_qp(a);
+            ASSERT_TRUE(q.ok()) << q.error().message;
+            EXPECT_EQ((*q)->queue(), i);
+            EXPECT_EQ((*q)->stats().rx_packets, 0u);
+        }
+        EXPECT_TRUE(dev.configure_rss({{}, good, rss_udp_ipv4 | rss_tcp_ipv4}).ok());
+        auto r = dev.configure_rss({{}, bad, rss_udp_ipv4});
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.error().code, EINVAL);
+    }
+    vfab_open_opts copts{};
+    copts.iommu_backend = GetParam() == vfio::IommuBackend::legacy    ? VFAB_IOMMU_LEGACY
+                          : GetParam() == vfio::IommuBackend::iommufd ? VFAB_IOMMU_IOMMUFD
+                                                                      : VFAB_IOMMU_NOIOMMU;
+    vfab_device* dev = vfab_open(address_of("virtio-net-mq").to_string().c_str(), &copts);
+    ASSERT_NE(dev, nullptr) << vfab_last_error();
+    vfab_device_attr attr;
+    ASSERT_EQ(vfab_query_device(dev, &attr), 0);
+    EXPECT_EQ(attr.max_qp, 4u);
+    EXPECT_EQ(attr.rss_key_size, 40u);
+    EXPECT_TRUE(attr.rss_hash_types & VFAB_RSS_UDP_IPV4);
+    for (uint32_t i = 0; i < 2; ++i) {
+        vfab_cq* cq = vfab_create_cq(dev, 64);
+        ASSERT_NE(cq, nullptr) << vfab_last_error();
+        vfab_qp_init_attr qa{cq, cq, {16, 16, 1, 1}, 0};
+        vfab_qp* qp = vfab_create_qp(dev, &qa);
+        ASSERT_NE(qp, nullptr) << vfab_last_error();
+        vfab_qp_attr qattr;
+        ASSERT_EQ(vfab_query_qp(qp, &qattr), 0);
+        EXPECT_EQ(qattr.queue, i);
+        vfab_qp_stats st;
+        ASSERT_EQ(vfab_query_qp_stats(qp, &st), 0);
+        EXPECT_EQ(st.tx_packets, 0u);
+    }
+    const uint16_t two[2] = {1, 0};
+    vfab_rss_config rss{nullptr, 0, two, 2, VFAB_RSS_UDP_IPV4};
+    EXPECT_EQ(vfab_configure_rss(dev, &rss), 0) << vfab_last_error();
+    rss.table = good;   // names queues 2 and 3, which have no queue pair
+    rss.table_len = 4;
+    EXPECT_EQ(vfab_configure_rss(dev, &rss), EINVAL);
+    EXPECT_NE(std::string(vfab_last_error()).find("queue 3"), std::string::npos) << vfab_last_error();
+    EXPECT_EQ(vfab_configure_rss(dev, nullptr), EINVAL);
+    EXPECT_EQ(vfab_close(dev), 0);
+
+    auto e = Device::open(address_of("e1000e-0").to_string(), opts);
+    ASSERT_TRUE(e.ok()) << e.error().message;
+    EXPECT_EQ((*e)->attr().rss_table_size, 0u);
+    auto r = (*e)->configure_rss({{}, two, rss_udp_ipv4});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, ENOTSUP) << r.error().message;
 }
 
 INSTANTIATE_TEST_SUITE_P(Lab, VfabVirtioNet, ::testing::ValuesIn(backends()), BackendName());

@@ -116,6 +116,9 @@ public:
     QpState state() const noexcept { return state_.load(std::memory_order_relaxed); }
     uint32_t qp_num() const noexcept { return qp_num_; }
     const QpCaps& caps() const noexcept { return caps_; }
+    uint32_t queue() const noexcept { return 0; }   // the driver uses one queue pair
+    // The device's counters since this queue pair was created (it is the only one).
+    QpStats stats() const noexcept;
     // Outstanding work requests, for tests and diagnostics.
     uint32_t send_outstanding() const noexcept { return sq_tail_ - sq_head_; }
     uint32_t recv_outstanding() const noexcept { return rq_tail_ - rq_head_; }
@@ -156,6 +159,7 @@ private:
     // polls: atomic, read relaxed (a plain load on x86).
     std::atomic<QpState> state_{QpState::ready};
     uint32_t qp_num_ = 1;
+    DeviceStats base_;   // the device's counters when the queue pair was created
     QpCaps caps_;
     bool sq_sig_all_ = false;
     uint32_t max_frame_ = 1514;
@@ -194,6 +198,8 @@ public:
     // cannot overflow).
     Result<CompletionQueue*> create_cq(uint32_t cqe);
     Result<QueuePair*> create_qp(const QpInitAttr& attr);
+    // ENOTSUP: one queue pair, no RSS (attr().rss_table_size is 0).
+    Result<void> configure_rss(const RssConfig& cfg);
 
     // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
     // returns it (EventType::none when there is none). Put event_fd() in the application's

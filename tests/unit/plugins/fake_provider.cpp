@@ -124,6 +124,8 @@ public:
     QpState state() const noexcept { return state_; }
     uint32_t qp_num() const noexcept { return 7; }
     const QpCaps& caps() const noexcept { return caps_; }
+    uint32_t queue() const noexcept { return 0; }
+    QpStats stats() const noexcept { return {}; }
     Result<void> destroy() {
         if (state_ == QpState::destroyed) return Error{ENODEV, "this queue pair was already destroyed"};
         state_ = QpState::destroyed;
@@ -229,6 +231,7 @@ public:
         qps_.push_back(std::unique_ptr<QueuePair>(new QueuePair(*pd_, a, stats_)));
         return qps_.back().get();
     }
+    Result<void> configure_rss(const RssConfig&) { return Error{ENOTSUP, "the fake provider has no RSS"}; }
     int event_fd() const { return events_.fd; }
     Event next_event() { return {}; }
     Result<void> reset() {
