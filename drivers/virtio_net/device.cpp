@@ -129,12 +129,14 @@ Result<void> Device::handshake() {
     transport_->add_status(virtio::kStatusDriver);
     const uint64_t offered = transport_->device_features();
     const uint64_t required = feature_bit(vf::VERSION_1) | feature_bit(vf::ACCESS_PLATFORM);
-    if ((offered & required) != required)
+    if ((offered & required) != required) {
+        transport_->add_status(virtio::kStatusFailed);   // §3.1.1: the driver gives up on the device
         return Error{ENOTSUP, str_cat(where, ": the virtio-net device does not offer ",
                                       !virtio::has_feature(offered, vf::VERSION_1) ? "VIRTIO_F_VERSION_1 (a legacy device)"
                                                                                    : "VIRTIO_F_ACCESS_PLATFORM",
                                       ": vfab drives it only through the IOMMU, as a virtio 1.x device "
                                       "(in QEMU: disable-legacy=on,iommu_platform=on)")};
+    }
     // Not GUEST_CSUM: with it the device may deliver frames whose checksum is only partial
     // (NEEDS_CSUM, from a local sender), which the driver would have to complete in software.
     // CTRL_VQ only for MQ and RSS (which need it, §5.1.3.1).
@@ -143,9 +145,11 @@ Result<void> Device::handshake() {
         wanted |= feature_bit(nf::CTRL_VQ) | feature_bit(nf::MQ) | feature_bit(nf::RSS);
     if (opts_.event_idx) wanted |= feature_bit(vf::EVENT_IDX);
     if (opts_.in_order) wanted |= feature_bit(vf::IN_ORDER);
-    if (opts_.ring == RingFormat::packed && !virtio::has_feature(offered, vf::RING_PACKED))
+    if (opts_.ring == RingFormat::packed && !virtio::has_feature(offered, vf::RING_PACKED)) {
+        transport_->add_status(virtio::kStatusFailed);
         return Error{ENOTSUP, str_cat(where, ": packed virtqueues were asked for but the device does not offer "
                                              "VIRTIO_F_RING_PACKED (in QEMU: packed=on)")};
+    }
     if (opts_.ring != RingFormat::split) wanted |= feature_bit(vf::RING_PACKED);
     auto accepted = transport_->negotiate(wanted, required);
     if (!accepted) return accepted.take_error();
