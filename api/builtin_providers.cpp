@@ -1,5 +1,6 @@
 // The providers built into libvfab: one line each.
 #include "api/providers/e1000e.hpp"
+#include "api/providers/igb.hpp"
 #include "api/providers/virtio_net.hpp"
 #include "vfab/provider.hpp"
 
@@ -9,6 +10,7 @@ namespace {
 constexpr Record kBuiltin[] = {
     providers::kE1000eRecord,
     providers::kVirtioNetRecord,
+    providers::kIgbRecord,
 };
 
 }  // namespace

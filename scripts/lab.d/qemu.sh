@@ -4,7 +4,7 @@
 #   01 edu                                       02, 03 e1000e (82574L), both on hub 0
 #   04, 06 virtio-net (modern only, iommu_platform, packed rings offered)  on hub 1, with a
 #      UDP sink on 127.0.0.1; 07 a virtio-net without iommu_platform (vfab must refuse it)
-#   05 igb (82576, SR-IOV capable)               on hub 2 with a UDP sink on 127.0.0.1
+#   05, 0a igb (82576, SR-IOV capable)           on hub 2 with a UDP sink on 127.0.0.1
 #   08 virtio-net with 4 queue pairs (mq, rss) on a multi-queue tap, bridged to the tap of
 #   09 a virtio-net with one queue pair; both taps live in QEMU's own network namespace
 #      (netns-run). Where namespaces are not allowed, 08 and 09 are left out, loudly.
@@ -60,6 +60,7 @@ qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
            -device virtio-net-pci,addr=07.0,romfile=,netdev=p7,disable-legacy=on,mac=52:54:00:00:00:07
            -netdev "$(sink_netdev sink1)" -netdev hubport,id=p3,hubid=1,netdev=sink1
            -netdev hubport,id=p4,hubid=2 -device igb,addr=05.0,romfile=,netdev=p4,mac=52:54:00:00:00:05
+           -netdev hubport,id=p9,hubid=2 -device igb,addr=0a.0,romfile=,netdev=p9,mac=52:54:00:00:00:0a
            -netdev "$(sink_netdev sink2)" -netdev hubport,id=p5,hubid=2,netdev=sink2)
     if netns_available; then
         args+=(-netdev "tap,id=mq,ifname=vfabmq,script=no,downscript=no,vhost=off,queues=$LAB_TAP_QUEUES"
@@ -122,7 +123,7 @@ lab_failure() {
         elif [[ ! -s $log ]]; then
             die "QEMU failed to start (exit $rc): $(tail -n3 "$log.qemu-stderr" | tr '\n' ' ')"
         fi
-        die "the guest kernel died before init ran (exit $rc); last console lines:
+        die "the guest kernel died before init ran (QEMU exit $rc, $(wc -c < "$log") bytes of console; QEMU said: $(qemu_errors "$log")); last console lines:
 $(tail -n 15 "$log")"
     fi
     if [[ $rc -eq 125 ]]; then

@@ -145,14 +145,14 @@ TEST_F(Examples, ErrorsAreOneClearLine) {
         const char* says;
     };
     const Case cases[] = {
-        {{"pktgen", "--tx", "0000:00:09.0"}, 1, "0000:00:09.0"},
+        {{"pktgen", "--tx", "0000:00:1e.0"}, 1, "0000:00:1e.0"},
         {{"pktgen", "--tx", "zz:00.0"}, 1, "'zz:00.0' is not a PCI address"},
         {{"pktgen", "--rx", "0000:00:01.0"}, 1, "0000:00:01.0"},   // edu: not an 82574L
         {{"pktgen", "--tx", kNic0, "--rx", kNic0}, 2, "the same port"},
         {{"pktgen", "--count", "5"}, 2, "name a port"},
         {{"pktgen", "--tx", kNic0, "--size", "20"}, 2, "--size"},
         {{"pktgen", "--tx", kNic0, "--dst-mac", "nope"}, 2, "not a MAC address"},
-        {{"pingpong", "--ping", "0000:00:09.0"}, 1, "0000:00:09.0"},
+        {{"pingpong", "--ping", "0000:00:1e.0"}, 1, "0000:00:1e.0"},
         {{"pingpong"}, 2, "name a port"},
         {{"pingpong", "--ping", kNic0, "--bogus"}, 2, "pingpong: "},
     };

@@ -38,6 +38,7 @@ inline const std::vector<LabDevice>& devices() {
         {"e1000e-1", "0000:00:03.0", 0x8086, 0x10d3},
         {"virtio-net", "0000:00:04.0", 0x1af4, 0x1041},
         {"igb", "0000:00:05.0", 0x8086, 0x10c9},
+        {"igb-1", "0000:00:0a.0", 0x8086, 0x10c9},   // on hub 2 with igb
         {"virtio-net-1", "0000:00:06.0", 0x1af4, 0x1041},
         {"virtio-net-no-platform", "0000:00:07.0", 0x1af4, 0x1041},   // no VIRTIO_F_ACCESS_PLATFORM
         // On taps in QEMU's network namespace (absent where namespaces are not allowed):

@@ -13,176 +13,34 @@
 #include <vector>
 
 #include "lab_env.hpp"
+#include "mq_port.hpp"
 #include "vfab/drivers/virtio_net.hpp"
-#include "vfab/net/checksum.hpp"
-#include "vfab/net/rss.hpp"
 
 namespace vfab::lab {
 namespace {
 
 using virtio_net::RingFormat;
-constexpr uint32_t kBuf = 2048, kSlots = 128, kFlows = 64, kFrameLen = 80;
-
-// One device with `nqp` queue pairs, each with its own CQ, and an arena of buffers: per queue
-// pair kSlots receive buffers, then kSlots send buffers.
-struct Port {
-    std::unique_ptr<virtio_net::Device> dev;
-    std::vector<virtio_net::CompletionQueue*> cqs;
-    std::vector<virtio_net::QueuePair*> qps;
-    uint8_t* data = nullptr;
-    dma::MemoryRegion mr;
-
-    void open(const char* name, vfio::IommuBackend backend, RingFormat ring, uint32_t nqp) {
-        virtio_net::DeviceOptions o;
-        o.vfio.backend = backend;
-        o.ring = ring;
-        auto d = virtio_net::Device::open(address_of(name), o);
-        ASSERT_TRUE(d.ok()) << d.error().message;
-        dev = std::move(*d);
-        const size_t len = size_t(nqp) * 2 * kSlots * kBuf;
-        auto arena = dev->pd().create_arena(len);
-        ASSERT_TRUE(arena.ok()) << arena.error().message;
-        data = (*arena)->data();
-        auto m = dev->pd().register_memory(data, len, dma::Access::local_write);
-        ASSERT_TRUE(m.ok()) << m.error().message;
-        mr = *m;
-        for (uint32_t i = 0; i < nqp; ++i) add_qp();
-    }
-    void add_qp() {
-        auto c = dev->create_cq(1024);
-        ASSERT_TRUE(c.ok()) << c.error().message;
-        virtio_net::QpInitAttr a;
-        a.send_cq = a.recv_cq = *c;
-        a.caps = {kSlots, kSlots, 1, 1};
-        auto q = dev->create_qp(a);
-        ASSERT_TRUE(q.ok()) << q.error().message;
-        ASSERT_EQ((*q)->queue(), qps.size());
-        cqs.push_back(*c);
-        qps.push_back(*q);
-    }
-    uint8_t* rx_buf(uint32_t q, uint32_t slot) const { return data + (size_t(q) * 2 * kSlots + slot) * kBuf; }
-    uint8_t* tx_buf(uint32_t q, uint32_t slot) const { return rx_buf(q, kSlots + slot); }
-    void post_recv(uint32_t q, uint32_t slot) {
-        const Sge sge{reinterpret_cast<uint64_t>(rx_buf(q, slot)), kBuf, mr.lkey};
-        const RecvWr wr{slot, &sge, 1, 0};
-        ASSERT_EQ(qps[q]->post_recv({&wr, 1}).error, 0);
-    }
-    void fill_receives() {
-        for (uint32_t q = 0; q < qps.size(); ++q)
-            for (uint32_t s = 0; s < qps[q]->caps().max_recv_wr; ++s) post_recv(q, s);
-    }
+struct VirtioDriver {
+    using Device = virtio_net::Device;
+    using CompletionQueue = virtio_net::CompletionQueue;
+    using QueuePair = virtio_net::QueuePair;
+    using QpInitAttr = virtio_net::QpInitAttr;
+    using DeviceOptions = virtio_net::DeviceOptions;
 };
-
-// An IPv4/UDP frame of flow `flow` carrying `seq`; the sender's queue in byte 50.
-void build_udp(uint8_t* f, const uint8_t* dst, const uint8_t* src, uint32_t flow, uint32_t seq, uint8_t queue) {
-    std::memset(f, 0, kFrameLen);
-    std::memcpy(f, dst, 6);
-    std::memcpy(f + 6, src, 6);
-    f[12] = 0x08;
-    uint8_t* ip = f + 14;
-    ip[0] = 0x45;
-    net::store_be16(ip + 2, kFrameLen - 14);
-    ip[8] = 64;
-    ip[9] = 17;
-    const uint8_t saddr[4] = {10, 99, uint8_t(flow / 200), uint8_t(1 + flow % 200)}, daddr[4] = {10, 99, 255, 1};
-    std::memcpy(ip + 12, saddr, 4);
-    std::memcpy(ip + 16, daddr, 4);
-    net::store_be16(ip + 10, net::ipv4_header_checksum(ip));
-    uint8_t* udp = ip + 20;
-    net::store_be16(udp, uint16_t(20000 + flow * 13));
-    net::store_be16(udp + 2, 4791);
-    net::store_be16(udp + 4, kFrameLen - 34);
-    std::memcpy(udp + 8, &seq, 4);
-    udp[8 + 4] = queue;
-}
-uint32_t seq_of(const uint8_t* f) {
-    uint32_t s;
-    std::memcpy(&s, f + 42, 4);
-    return s;
-}
-
-// Sends `n` frames from `port`'s queue pair `q` (flows `first_flow`, +1, ...), waiting for
-// their send completions.
-void send_frames(Port& port, uint32_t q, const uint8_t* dst, uint32_t first_seq, uint32_t n,
-                 uint32_t (*flow_of)(uint32_t)) {
-    std::vector<Sge> sges(n);
-    std::vector<SendWr> wrs(n);
-    for (uint32_t i = 0; i < n; ++i) {
-        uint8_t* f = port.tx_buf(q, i);
-        build_udp(f, dst, port.dev->attr().mac, flow_of(first_seq + i), first_seq + i, uint8_t(q));
-        sges[i] = {reinterpret_cast<uint64_t>(f), kFrameLen, port.mr.lkey};
-        wrs[i] = {first_seq + i, &sges[i], 1, send_signaled};
-    }
-    ASSERT_EQ(port.qps[q]->post_send(wrs).error, 0);
-    uint32_t done = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    Completion wc[64];
-    while (done < n && std::chrono::steady_clock::now() < deadline) {
-        const int got = port.cqs[q]->poll(wc);
-        ASSERT_GE(got, 0);
-        for (int i = 0; i < got; ++i)
-            if (wc[i].opcode == WcOpcode::send) {
-                ASSERT_EQ(wc[i].status, WcStatus::success);
-                ++done;
-            }
-    }
-    ASSERT_EQ(done, n) << "send completions missing on queue " << q;
-}
-
-struct Arrival {
-    uint32_t queue, seq;
-    std::vector<uint8_t> frame;
-};
-// Receives until `n` frames arrived on any of `port`'s queues (re-posting each buffer).
-std::vector<Arrival> receive(Port& port, uint32_t n) {
-    std::vector<Arrival> got;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    Completion wc[64];
-    while (got.size() < n && std::chrono::steady_clock::now() < deadline)
-        for (uint32_t q = 0; q < port.qps.size(); ++q) {
-            const int k = port.cqs[q]->poll(wc);
-            EXPECT_GE(k, 0);
-            for (int i = 0; i < k; ++i) {
-                if (wc[i].opcode != WcOpcode::recv) continue;
-                EXPECT_EQ(wc[i].status, WcStatus::success);
-                const uint8_t* f = port.rx_buf(q, uint32_t(wc[i].wr_id));
-                got.push_back({q, seq_of(f), std::vector<uint8_t>(f, f + wc[i].byte_len)});
-                port.post_recv(q, uint32_t(wc[i].wr_id));
-            }
-        }
-    return got;
-}
-
-uint32_t flow_of_seq(uint32_t seq) { return seq % kFlows; }
+using Port = MqPort<VirtioDriver>;
+constexpr uint32_t kSlots = kMqSlots, kFrameLen = kMqFrameLen;
 
 class VirtioMq : public ::testing::TestWithParam<std::tuple<vfio::IommuBackend, RingFormat>> {
 protected:
     void SetUp() override {
         if (!present("virtio-net-mq")) GTEST_SKIP() << "no multi-queue virtio-net in this lab (no network namespace on the host)";
-        ASSERT_NO_FATAL_FAILURE(mq.open("virtio-net-mq", std::get<0>(GetParam()), std::get<1>(GetParam()), 4));
-        ASSERT_NO_FATAL_FAILURE(tap.open("virtio-net-tap", std::get<0>(GetParam()), std::get<1>(GetParam()), 1));
+        virtio_net::DeviceOptions o;
+        o.vfio.backend = std::get<0>(GetParam());
+        o.ring = std::get<1>(GetParam());
+        ASSERT_NO_FATAL_FAILURE(mq.open("virtio-net-mq", o, 4));
+        ASSERT_NO_FATAL_FAILURE(tap.open("virtio-net-tap", o, 1));
     }
-    // Sends `n` frames of kFlows flows from the tap side, `batch` at a time, and checks that each
-    // lands on the queue `cfg` predicts. Returns the frames per queue.
-    std::vector<uint32_t> check_rss(const RssConfig& cfg, uint32_t n) {
-        std::vector<uint32_t> per_queue(mq.qps.size(), 0);
-        uint32_t wrong = 0;
-        for (uint32_t sent = 0; sent < n; sent += 64) {
-            send_frames(tap, 0, mq.dev->attr().mac, sent, 64, flow_of_seq);
-            if (HasFatalFailure()) return per_queue;
-            auto got = receive(mq, 64);
-            EXPECT_EQ(got.size(), 64u) << "frames lost after " << sent;
-            for (const Arrival& a : got) {
-                ++per_queue[a.queue];
-                const uint16_t want = net::rss_queue(a.frame.data(), a.frame.size(), cfg);
-                if (a.queue != want && ++wrong <= 5)
-                    ADD_FAILURE() << "frame " << a.seq << " (flow " << flow_of_seq(a.seq) << ") arrived on queue " << a.queue
-                                  << ", the table says " << want;
-            }
-        }
-        EXPECT_EQ(wrong, 0u);
-        return per_queue;
-    }
+    std::vector<uint32_t> check_rss(const RssConfig& cfg, uint32_t n) { return lab::check_rss(tap, mq, cfg, n); }
     Port mq, tap;
 };
 
@@ -293,8 +151,11 @@ protected:
 
 TEST_P(VirtioMqErrors, LimitsAndBadRssTablesAreRefusedAndLeaveTheDeviceWorking) {
     Port mq, tap;
-    ASSERT_NO_FATAL_FAILURE(mq.open("virtio-net-mq", GetParam(), RingFormat::split, 3));
-    ASSERT_NO_FATAL_FAILURE(tap.open("virtio-net-tap", GetParam(), RingFormat::split, 1));
+    virtio_net::DeviceOptions o;
+    o.vfio.backend = GetParam();
+    o.ring = RingFormat::split;
+    ASSERT_NO_FATAL_FAILURE(mq.open("virtio-net-mq", o, 3));
+    ASSERT_NO_FATAL_FAILURE(tap.open("virtio-net-tap", o, 1));
     auto& dev = *mq.dev;
 
     // A completion queue already serving a queue pair.

@@ -259,16 +259,7 @@ inline int QueuePair::prepare_checksum(const Sge& first, TxContext& ctx) noexcep
     auto* frame = reinterpret_cast<uint8_t*>(mr->zero_based() ? mr->addr + first.addr : first.addr);
     net::L4Offsets o;
     if (!net::parse_l4(frame, first.length, o) || o.l4 > 255) return EINVAL;
-    // Seed what the 82574L does not compute (§7.2.5.2): IPv4 header checksum field zero, the
-    // TCP/UDP field the pseudo-header sum. The L4 length is taken from the IP header.
-    uint32_t l4_len;
-    if (o.ipv4) {
-        frame[o.l3 + 10] = frame[o.l3 + 11] = 0;
-        l4_len = net::load_be16(frame + o.l3 + 2) - (o.l4 - o.l3);
-    } else {
-        l4_len = net::load_be16(frame + o.l3 + 4);
-    }
-    net::store_be16(frame + o.csum, net::pseudo_header_sum(frame, o, l4_len));
+    net::seed_for_offload(frame, o);   // what the 82574L does not compute (§7.2.5.2)
     ctx.ipcss = uint8_t(o.l3);
     ctx.ipcso = uint8_t(o.l3 + 10);
     ctx.tucss = uint8_t(o.l4);

@@ -102,4 +102,18 @@ inline uint16_t ipv4_header_checksum(const uint8_t* ip) {
     return uint16_t(~fold(acc));
 }
 
+// What NICs with checksum offload expect of software (82574L §7.2.5.2, 82576 §7.2.5): the IPv4
+// header checksum field zero (the device fills it) and the TCP/UDP checksum field seeded with
+// the pseudo-header sum, the L4 length taken from the IP header.
+inline void seed_for_offload(uint8_t* frame, const L4Offsets& o) {
+    uint32_t l4_len;
+    if (o.ipv4) {
+        frame[o.l3 + 10] = frame[o.l3 + 11] = 0;
+        l4_len = load_be16(frame + o.l3 + 2) - (o.l4 - o.l3);
+    } else {
+        l4_len = load_be16(frame + o.l3 + 4);
+    }
+    store_be16(frame + o.csum, pseudo_header_sum(frame, o, l4_len));
+}
+
 }  // namespace vfab::net

@@ -1,0 +1,274 @@
+// 82576 physical function: bring-up (datasheet §4.5 initialization), reset, link, statistics,
+// asynchronous events.
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include <unistd.h>
+
+#include "vfab/drivers/igb.hpp"
+#include "vfab/vfio/event_wait.hpp"
+
+namespace vfab::igb {
+namespace {
+
+using namespace std::chrono_literals;
+
+enum : uint64_t { kTagOther = 1, kTagReq = 2 };
+
+bool wait_until(auto&& done, std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > end) return false;
+        std::this_thread::sleep_for(1ms);
+    }
+    return true;
+}
+
+void disable_bus_master(vfio::Device& dev) {
+    constexpr uint16_t kCommand = 0x04, kBusMaster = 0x4;
+    if (auto cmd = dev.config_read(kCommand, 2)) (void)dev.config_write(kCommand, 2, *cmd & ~kBusMaster);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+    auto vdev = vfio::Device::open(addr, opts.vfio);
+    if (!vdev) return vdev.take_error();
+    auto vendor = (*vdev)->config_read(0x00, 2), device = (*vdev)->config_read(0x02, 2);
+    if (!vendor || !device) return Error{EIO, str_cat(addr.to_string(), ": cannot read the PCI IDs from config space")};
+    bool known = false;
+    for (uint16_t id : kDeviceIds) known |= *vendor == kVendorId && *device == id;
+    if (!known)
+        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, *vendor, ":", *device,
+                                     ", not an Intel 82576 physical function (8086:10c9)",
+                                     *device == 0x10ca ? ": it is an 82576 virtual function (igbvf)" : "")};
+    auto bar = (*vdev)->region(0);
+    if (!bar) return bar.take_error();
+    if (!(*bar)->base() || (*bar)->mapped_length() < 0x20000)
+        return Error{EIO, str_cat(addr.to_string(), ": BAR 0 cannot be mmapped; the driver needs direct register access")};
+    auto events = vfio::EventWaiter::create();
+    if (!events) return events.take_error();
+    std::unique_ptr<Device> dev(new Device(std::move(*vdev), *bar, std::move(*events)));
+    if (auto r = dev->init(opts); !r) return r.take_error();
+    return dev;
+}
+
+Result<void> Device::init(const DeviceOptions& opts) {
+    opts_ = opts;
+    const std::string where = vfio_->address().to_string();
+    if (auto r = vfio_->enable_bus_master(); !r) return r;
+    if (auto r = hw_reset(); !r) return r;
+    auto info = vfio_->irq_info(vfio::IrqIndex::msix);
+    if (!info || info->count < 2)
+        return Error{ENOTSUP, str_cat(where, ": the 82576 driver needs MSI-X with at least 2 vectors")};
+    vectors_ = std::min<uint32_t>(info->count, 32);   // EIMS has one bit per vector
+    other_vector_ = vectors_ - 1;
+    auto msix = vfio_->enable_interrupts(vfio::IrqIndex::msix, vectors_);
+    if (!msix) return msix.take_error();
+    msix_ = *msix;
+    if (auto r = events_.add(msix_->eventfd(other_vector_), kTagOther); !r) return r;
+    if (auto req = vfio_->irq_info(vfio::IrqIndex::req); req && req->count > 0) {
+        if (auto irq = vfio_->enable_interrupts(vfio::IrqIndex::req, 1)) {
+            req_ = *irq;
+            if (auto r = events_.add(req_->eventfd(0), kTagReq); !r) return r;
+        }
+    }
+    hw_setup();
+
+    auto pd = dma::ProtectionDomain::create(vfio_->iommu_shared(), opts.pd);
+    if (!pd) return pd.take_error();
+    pd_ = std::move(*pd);
+
+    attr_.provider = "igb";
+    attr_.name = "Intel 82576";
+    attr_.address = vfio_->address();
+    attr_.vendor_id = kVendorId;
+    attr_.device_id = uint16_t(*vfio_->config_read(0x02, 2));
+    const uint32_t ral = bar_->read32(reg::RAL0), rah = bar_->read32(reg::RAH0);
+    for (int i = 0; i < 4; ++i) attr_.mac[i] = uint8_t(ral >> (8 * i));
+    for (int i = 0; i < 2; ++i) attr_.mac[4 + i] = uint8_t(rah >> (8 * i));
+    attr_.mtu = 1500;
+    attr_.max_cq = vectors_ - 1;
+    attr_.max_qp = std::min(reg::kRssQueues, attr_.max_cq);
+    attr_.max_qp_wr = kMaxQueueDepth;
+    attr_.max_send_sge = kMaxSendSge;
+    attr_.max_recv_sge = 1;
+    attr_.recv_buffer_size = reg::kRxBufferSize;
+    attr_.offloads = offload_tx_ip_csum | (opts.rx_checksum ? uint32_t(offload_rx_ip_csum) : 0u);
+    attr_.interrupt_vectors = vectors_;
+    attr_.rss_key_size = reg::kRssKeyBytes;
+    attr_.rss_table_size = reg::kRetaEntries;
+    attr_.rss_hash_types = rss_ipv4 | rss_tcp_ipv4 | rss_udp_ipv4 | rss_ipv6 | rss_tcp_ipv6 | rss_udp_ipv6;
+    qps_.resize(attr_.max_qp);
+
+    if (opts.link_timeout_ms > 0) wait_until([&] { return link().up; }, std::chrono::milliseconds(opts.link_timeout_ms));
+    link_up_ = link().up;
+    return {};
+}
+
+// §4.3.1 software reset: stop receive and transmit, let bus-master requests drain, CTRL.RST.
+Result<void> Device::hw_reset() {
+    const std::string where = vfio_->address().to_string();
+    bar_->write32(reg::IMC, ~0u);
+    bar_->write32(reg::EIMC, ~0u);
+    bar_->write32(reg::RCTL, 0);
+    bar_->write32(reg::TCTL, reg::TCTL_PSP);
+    (void)bar_->read32(reg::STATUS);
+    std::this_thread::sleep_for(10ms);
+    bar_->write32(reg::CTRL, bar_->read32(reg::CTRL) | reg::CTRL_GIO_MASTER_DISABLE);
+    wait_until([&] { return !(bar_->read32(reg::STATUS) & reg::STATUS_GIO_MASTER_ENABLE); }, 10ms);
+    bar_->write32(reg::CTRL, bar_->read32(reg::CTRL) | reg::CTRL_RST);
+    std::this_thread::sleep_for(2ms);
+    if (!wait_until([&] { return !(bar_->read32(reg::CTRL) & reg::CTRL_RST); }, 100ms))
+        return Error{EIO, str_cat(where, ": the 82576 did not come out of reset (CTRL.RST still set after 100 ms)")};
+    if (bar_->read32(reg::STATUS) == 0xffffffffu)
+        return Error{ENODEV, str_cat(where, ": registers read all-ones: the device is gone")};
+    bar_->write32(reg::IMC, ~0u);
+    bar_->write32(reg::EIMC, ~0u);
+    (void)bar_->read32(reg::ICR);
+    return {};
+}
+
+// Everything the driver relies on, whatever the reset left: link, address, MSI-X routing with
+// auto-clear and auto-mask (one notification per arm()), no throttling, checksums, RSS off.
+void Device::hw_setup() {
+    bar_->write32(reg::CTRL_EXT, bar_->read32(reg::CTRL_EXT) | reg::CTRL_EXT_DRV_LOAD);
+    uint32_t ctrl = bar_->read32(reg::CTRL);
+    ctrl &= ~(reg::CTRL_FRCSPD | reg::CTRL_FRCDPX | reg::CTRL_PHY_RST | reg::CTRL_RST | reg::CTRL_GIO_MASTER_DISABLE |
+              reg::CTRL_VME);
+    bar_->write32(reg::CTRL, ctrl | reg::CTRL_SLU);
+    // Restart auto-negotiation (§4.6.7.1): link comes up when it completes.
+    bar_->write32(reg::MDIC, reg::kPhyAddr << reg::MDIC_PHY_SHIFT | reg::PHY_BMCR << reg::MDIC_REG_SHIFT |
+                                 reg::MDIC_OP_WRITE | reg::BMCR_SPEED1000 | reg::BMCR_FULL_DUPLEX | reg::BMCR_AN_ENABLE |
+                                 reg::BMCR_RESTART_AN);
+    wait_until([&] { return bar_->read32(reg::MDIC) & (reg::MDIC_READY | reg::MDIC_ERROR); }, 10ms);
+    if (opts_.mac) {
+        const auto& m = *opts_.mac;
+        bar_->write32(reg::RAL0, uint32_t(m[0]) | uint32_t(m[1]) << 8 | uint32_t(m[2]) << 16 | uint32_t(m[3]) << 24);
+        bar_->write32(reg::RAH0, uint32_t(m[4]) | uint32_t(m[5]) << 8 | reg::RAH_AV);
+    }
+    for (uint32_t i = 0; i < 128; ++i) bar_->write32(reg::MTA + 4 * i, 0);
+
+    bar_->write32(reg::GPIE, reg::GPIE_MULTIPLE_MSIX | reg::GPIE_EIAME | reg::GPIE_PBA | reg::GPIE_NSICR);
+    for (uint32_t v = 0; v < vectors_; ++v) bar_->write32(reg::EITR(v), 0);
+    for (uint32_t q = 0; q < 8; ++q) bar_->write32(reg::ivar_reg(q), 0);
+    bar_->write32(reg::IVAR_MISC, (reg::IVAR_VALID | other_vector_) << 8);
+    const uint32_t queue_vectors = (1u << other_vector_) - 1;
+    bar_->write32(reg::EIAC, queue_vectors);   // queue vectors clear their cause when they fire
+    bar_->write32(reg::EIAM, queue_vectors);   // ... and mask themselves until the next arm()
+    (void)bar_->read32(reg::ICR);
+    bar_->write32(reg::IMS, reg::ICR_LSC);
+    bar_->write32(reg::EIMS, 1u << other_vector_);
+
+    uint32_t rxcsum = reg::RXCSUM_PCSD;   // the RSS hash in the write-back
+    if (opts_.rx_checksum) rxcsum |= reg::RXCSUM_IPOFLD | reg::RXCSUM_TUOFLD;
+    bar_->write32(reg::RXCSUM, rxcsum);
+    write_rss();
+    bar_->write32(reg::TCTL, reg::TCTL_EN | reg::TCTL_PSP | reg::TCTL_CT | reg::TCTL_COLD);
+    uint32_t rctl = reg::RCTL_EN | reg::RCTL_BAM | reg::RCTL_SECRC;
+    if (opts_.promiscuous) rctl |= reg::RCTL_UPE | reg::RCTL_MPE;
+    bar_->write32(reg::RCTL, rctl);
+    for (uint32_t v = 0; v < vectors_; ++v) vfio::drain_eventfd(msix_->eventfd(v));
+}
+
+LinkState Device::link() const {
+    const uint32_t status = bar_->read32(reg::STATUS);
+    LinkState l;
+    if (status == 0xffffffffu) return l;
+    l.up = status & reg::STATUS_LU;
+    const uint32_t speed = (status & reg::STATUS_SPEED_MASK) >> reg::STATUS_SPEED_SHIFT;
+    l.speed_mbps = l.up ? (speed == 0 ? 10 : speed == 1 ? 100 : 1000) : 0;
+    l.full_duplex = status & reg::STATUS_FD;
+    return l;
+}
+
+void Device::accumulate_stats() {
+    if (removed_) return;
+    auto rd = [&](uint32_t r) { return uint64_t(bar_->read32(r)); };
+    stats_.rx_packets += rd(reg::GPRC);
+    stats_.tx_packets += rd(reg::GPTC);
+    stats_.rx_bytes += rd(reg::GORCL) | rd(reg::GORCH) << 32;   // low first: reading high clears
+    stats_.tx_bytes += rd(reg::GOTCL) | rd(reg::GOTCH) << 32;
+    stats_.rx_missed += rd(reg::MPC);
+    stats_.rx_crc_errors += rd(reg::CRCERRS);
+    stats_.rx_errors += rd(reg::RXERRC);
+    stats_.rx_broadcast += rd(reg::BPRC);
+    stats_.rx_multicast += rd(reg::MPRC);
+}
+
+DeviceStats Device::stats() {
+    std::lock_guard lock(mu_);
+    accumulate_stats();
+    return stats_;
+}
+
+Event Device::next_event() {
+    std::lock_guard lock(mu_);
+    if (removed_) return {};
+    if (req_ && vfio::drain_eventfd(req_->eventfd(0))) {
+        enter_error_state();
+        removed_ = true;
+        return {EventType::device_removal};
+    }
+    const bool other = vfio::drain_eventfd(msix_->eventfd(other_vector_)) != 0;
+    if (bar_->read32(reg::STATUS) == 0xffffffffu) {
+        removed_ = true;
+        enter_error_state();
+        return {EventType::device_fatal};
+    }
+    if (other) {
+        (void)bar_->read32(reg::ICR);   // clears the causes (GPIE.NSICR)
+        bar_->write32(reg::EIMS, 1u << other_vector_);
+    }
+    const bool up = link().up;
+    if (up != link_up_) {
+        link_up_ = up;
+        return {up ? EventType::link_up : EventType::link_down};
+    }
+    return {};
+}
+
+// Every queue pair stops and goes to the error state; sleepers on channels wake.
+void Device::enter_error_state() {
+    for (auto& qp : qps_)
+        if (qp && qp->state_ == QpState::ready) {
+            qp->state_ = QpState::error;
+            if (!removed_) stop_queues(qp->queue_);
+        }
+    for (auto& cq : cqs_)
+        if (!cq->destroyed_) {
+            uint64_t one = 1;
+            (void)!::write(cq->efd_, &one, sizeof one);
+        }
+}
+
+Result<void> Device::reset() {
+    std::lock_guard lock(mu_);
+    if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
+    enter_error_state();
+    if (auto r = hw_reset(); !r) return r;
+    hw_setup();
+    return {};
+}
+
+Device::~Device() {
+    std::lock_guard lock(mu_);
+    // Quiesce before anything is freed (rings and registered memory stop being DMA targets).
+    if (!removed_) {
+        for (uint32_t q = 0; q < qps_.size(); ++q)
+            if (qps_[q]) stop_queues(q);
+        bar_->write32(reg::IMC, ~0u);
+        bar_->write32(reg::EIMC, ~0u);
+        (void)hw_reset();
+        bar_->write32(reg::CTRL_EXT, bar_->read32(reg::CTRL_EXT) & ~reg::CTRL_EXT_DRV_LOAD);
+    }
+    disable_bus_master(*vfio_);
+    (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
+    qps_.clear();
+    dead_qps_.clear();
+    cqs_.clear();
+    pd_.reset();
+}
+
+}  // namespace vfab::igb

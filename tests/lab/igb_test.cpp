@@ -1,0 +1,201 @@
+// vfab's 82576 (igb) driver on the lab's two igbs (00:05.0 and 00:0a.0, on hub 2): every queue
+// pair in use, RSS checked frame by frame against vfab's own Toeplitz hash and the table,
+// interrupt mode per queue, checksum offload, and the bad input the driver must refuse.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <array>
+#include <chrono>
+
+#include "lab_env.hpp"
+#include "mq_port.hpp"
+#include "vfab/drivers/igb.hpp"
+
+namespace vfab::lab {
+namespace {
+
+struct IgbDriver {
+    using Device = igb::Device;
+    using CompletionQueue = igb::CompletionQueue;
+    using QueuePair = igb::QueuePair;
+    using QpInitAttr = igb::QpInitAttr;
+    using DeviceOptions = igb::DeviceOptions;
+};
+using Port = MqPort<IgbDriver>;
+constexpr uint32_t kQueues = 4;
+
+class Igb : public ::testing::TestWithParam<vfio::IommuBackend> {
+protected:
+    void SetUp() override {
+        igb::DeviceOptions o;
+        o.vfio.backend = GetParam();
+        ASSERT_NO_FATAL_FAILURE(a.open("igb", o, kQueues));
+        ASSERT_NO_FATAL_FAILURE(b.open("igb-1", o, 1));
+        ASSERT_TRUE(a.dev->link().up);
+    }
+    Port a, b;
+};
+
+TEST_P(Igb, AttributesAndLink) {
+    const DeviceAttr& at = a.dev->attr();
+    EXPECT_EQ(at.provider, "igb");
+    EXPECT_EQ(at.mac[5], 0x05);
+    EXPECT_GE(at.max_qp, kQueues);
+    EXPECT_EQ(at.rss_table_size, 128u);
+    EXPECT_EQ(at.rss_key_size, 40u);
+    std::printf("igb: %u MSI-X vectors, %u queue pairs, %u CQs\n", at.interrupt_vectors, at.max_qp, at.max_cq);
+}
+
+TEST_P(Igb, RssSpreadsFlowsAsTheTableSays) {
+    std::array<uint16_t, 128> table;
+    for (uint32_t i = 0; i < table.size(); ++i) table[i] = uint16_t((i * 3 + i / 8) % kQueues);
+    const RssConfig cfg{net::kDefaultRssKey, table, rss_ipv4 | rss_udp_ipv4};
+    auto r = a.dev->configure_rss(cfg);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    a.fill_receives();
+    b.fill_receives();
+    const auto per_queue = check_rss(b, a, cfg, 1024);
+    for (uint32_t q = 0; q < kQueues; ++q) {
+        EXPECT_GT(per_queue[q], 0u) << "queue " << q << " got nothing";
+        EXPECT_EQ(a.qps[q]->stats().rx_packets, per_queue[q]);
+    }
+    std::printf("frames per queue: %u %u %u %u\n", per_queue[0], per_queue[1], per_queue[2], per_queue[3]);
+    EXPECT_EQ(a.dev->stats().rx_packets, 1024u);
+
+    // A smaller table moves the flows: half to queue 0, half to 3.
+    const uint16_t halves[2] = {0, 3};
+    const RssConfig cfg2{{}, halves, rss_udp_ipv4};
+    ASSERT_TRUE(a.dev->configure_rss(cfg2).ok());
+    const auto split = check_rss(b, a, {net::kDefaultRssKey, halves, rss_udp_ipv4}, 256);
+    EXPECT_GT(split[0], 0u);
+    EXPECT_GT(split[3], 0u);
+    EXPECT_EQ(split[1] + split[2], 0u);
+}
+
+TEST_P(Igb, EveryQueuePairTransmits) {
+    a.fill_receives();
+    b.fill_receives();
+    for (uint32_t q = 0; q < kQueues; ++q) {
+        ASSERT_NO_FATAL_FAILURE(send_frames(a, q, b.dev->attr().mac, q * 1000, 100, flow_of_seq));
+        const auto got = receive(b, 100);
+        ASSERT_EQ(got.size(), 100u) << "from queue " << q;
+        for (uint32_t i = 0; i < got.size(); ++i) {
+            EXPECT_EQ(got[i].seq, q * 1000 + i) << "order from queue " << q;
+            EXPECT_EQ(got[i].frame[46], q);
+        }
+        EXPECT_EQ(a.qps[q]->stats().tx_packets, 100u);
+    }
+}
+
+TEST_P(Igb, EachQueueWakesItsOwnChannel) {
+    const uint16_t table[kQueues] = {0, 1, 2, 3};
+    const RssConfig cfg{net::kDefaultRssKey, table, rss_udp_ipv4};
+    ASSERT_TRUE(a.dev->configure_rss(cfg).ok());
+    a.fill_receives();
+    b.fill_receives();
+    std::array<uint32_t, kQueues> flow_for{};
+    std::array<bool, kQueues> found{};
+    uint8_t probe[kMqFrameLen];
+    for (uint32_t flow = 0; flow < 1000; ++flow) {
+        build_udp(probe, a.dev->attr().mac, b.dev->attr().mac, flow, 0, 0);
+        const uint16_t q = net::rss_queue(probe, kMqFrameLen, cfg);
+        if (!found[q]) found[q] = true, flow_for[q] = flow;
+    }
+    for (uint32_t q = 0; q < kQueues; ++q) {
+        ASSERT_TRUE(found[q]);
+        for (auto* cq : a.cqs) {
+            cq->take_events();
+            ASSERT_TRUE(cq->arm().ok());
+        }
+        static uint32_t target;
+        target = flow_for[q];
+        ASSERT_NO_FATAL_FAILURE(send_frames(b, 0, a.dev->attr().mac, 5000 + q, 1, [](uint32_t) { return target; }));
+        pollfd pfd{a.cqs[q]->channel_fd(), POLLIN, 0};
+        ASSERT_GT(::poll(&pfd, 1, 5000), 0) << "queue " << q << "'s channel did not fire";
+        Completion wc[4];
+        int n = 0;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (n == 0 && std::chrono::steady_clock::now() < deadline) n = a.cqs[q]->poll(wc);
+        ASSERT_EQ(n, 1);
+        EXPECT_EQ(seq_of(a.rx_buf(q, uint32_t(wc[0].wr_id))), 5000 + q);
+        a.post_recv(q, uint32_t(wc[0].wr_id));
+        for (uint32_t i = 0; i < kQueues; ++i) {
+            if (i != q) {
+                EXPECT_EQ(a.cqs[i]->poll(wc), 0) << "queue " << i << " got queue " << q << "'s frame";
+            }
+        }
+    }
+}
+
+TEST_P(Igb, BadInputIsRefusedAndLeavesTheDeviceWorking) {
+    auto& dev = *a.dev;
+    // More queue pairs than the device has (one CQ each).
+    std::vector<igb::QueuePair*> extra;
+    Result<igb::QueuePair*> q = Error{0, ""};
+    for (uint32_t i = kQueues; i <= dev.attr().max_qp; ++i) {
+        auto c = dev.create_cq(16);
+        if (!c) {
+            EXPECT_EQ(c.error().code, ENOSPC) << c.error().message;
+            break;
+        }
+        igb::QpInitAttr at;
+        at.send_cq = at.recv_cq = *c;
+        at.caps = {16, 16, 1, 1};
+        q = dev.create_qp(at);
+        if (!q) break;
+        extra.push_back(*q);
+    }
+    ASSERT_FALSE(q.ok());
+    EXPECT_EQ(q.error().code, EBUSY) << q.error().message;
+    std::printf("one queue pair too many: %s\n", q.error().message.c_str());
+    for (auto* x : extra) ASSERT_TRUE(x->destroy().ok());
+
+    const uint16_t three[3] = {0, 1, 2}, names9[2] = {0, 9}, two[2] = {0, 1};
+    std::vector<uint16_t> huge(256, 0);
+    const uint8_t short_key[16] = {};
+    for (const RssConfig& bad : {RssConfig{{}, three, rss_udp_ipv4}, RssConfig{{}, huge, rss_udp_ipv4},
+                                 RssConfig{{}, names9, rss_udp_ipv4}, RssConfig{short_key, two, rss_udp_ipv4},
+                                 RssConfig{{}, three, 1u << 20}}) {
+        auto r = dev.configure_rss(bad);
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.error().code, EINVAL) << r.error().message;
+        std::printf("%s\n", r.error().message.c_str());
+    }
+    // A receive buffer too small, and a destroyed queue pair.
+    const Sge small{reinterpret_cast<uint64_t>(a.rx_buf(0, 0)), 1024, a.mr.lkey};
+    const RecvWr rw{1, &small, 1, 0};
+    EXPECT_EQ(a.qps[0]->post_recv({&rw, 1}).error, EINVAL);
+    ASSERT_TRUE(a.qps[3]->destroy().ok());
+    EXPECT_EQ(a.qps[3]->post_recv({&rw, 1}).error, ENODEV);
+    EXPECT_EQ(a.qps[3]->destroy().error().code, ENODEV);
+
+    // The others still carry traffic.
+    a.qps.pop_back();
+    a.cqs.pop_back();
+    const uint16_t to1[1] = {1};
+    ASSERT_TRUE(dev.configure_rss({{}, to1, rss_udp_ipv4}).ok());
+    a.fill_receives();
+    b.fill_receives();
+    ASSERT_NO_FATAL_FAILURE(send_frames(b, 0, dev.attr().mac, 0, 32, flow_of_seq));
+    const auto got = receive(a, 32);
+    EXPECT_EQ(got.size(), 32u);
+    for (const Arrival& x : got) EXPECT_EQ(x.queue, 1u);
+}
+
+TEST_P(Igb, ResetWhileBusyFlushesEveryQueuePair) {
+    a.fill_receives();
+    ASSERT_TRUE(a.dev->reset().ok());
+    for (uint32_t q = 0; q < kQueues; ++q) {
+        EXPECT_EQ(a.qps[q]->state(), QpState::error);
+        Completion wc[256];
+        uint32_t flushed = 0;
+        for (int n; (n = a.cqs[q]->poll(wc)) > 0;)
+            for (int i = 0; i < n; ++i) flushed += wc[i].status == WcStatus::wr_flush_error;
+        EXPECT_EQ(flushed, a.qps[q]->caps().max_recv_wr < kMqSlots ? a.qps[q]->caps().max_recv_wr : kMqSlots);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Lab, Igb, ::testing::ValuesIn(backends()), BackendName{});
+
+}  // namespace
+}  // namespace vfab::lab
