@@ -2,15 +2,16 @@
 # Instructions per packet of a driver's fast path (post_recv + post_send + poll of both
 # completions), counted by callgrind in the driver_* functions of the fast-path benches only
 # (their ring models are not counted).
-#   bench/fastpath_callgrind.sh [e1000e|virtio-split|virtio-packed] [BUILD_DIR]   (e1000e, build/release)
+#   bench/fastpath_callgrind.sh [e1000e|igb|virtio-split|virtio-packed] [BUILD_DIR]   (e1000e, build/release)
 set -eu
 which=${1:-e1000e}
 build=${2:-build/release}
 case $which in
 e1000e) bin=e1000e_fastpath args= ;;
+igb) bin=igb_fastpath args= ;;
 virtio-split) bin=virtio_net_fastpath args=split ;;
 virtio-packed) bin=virtio_net_fastpath args=packed ;;
-*) echo "usage: $0 [e1000e|virtio-split|virtio-packed] [BUILD_DIR]" >&2; exit 2 ;;
+*) echo "usage: $0 [e1000e|igb|virtio-split|virtio-packed] [BUILD_DIR]" >&2; exit 2 ;;
 esac
 exe=$build/bench/$bin
 [ -x "$exe" ] || { echo "no $exe: cmake --build --preset release --target $bin" >&2; exit 1; }

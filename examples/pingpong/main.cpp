@@ -1,6 +1,6 @@
 // pingpong: round-trip latency between two ports driven by vfab's e1000e driver (direct API).
 //
-//   pingpong --ping 0000:00:02.0 --pong 0000:00:03.0 --count 1000 [--size 64] [--interrupt] [--json]
+//   pingpong --ping 0000:00:02.0 --pong 0000:00:03.0 --count 1000 [--size 64] [--interrupt] [--json] [--progress]
 //   pingpong --pong 0000:00:03.0 --count 1000                      # the answering side alone
 //   pingpong --ping 0000:00:02.0 --count 1000 --peer-mac 52:54:00:00:00:02
 //
@@ -9,7 +9,7 @@
 // side answers from the receive buffer itself: it swaps the Ethernet and IP addresses and the
 // UDP ports in place (no checksum changes) and sends that buffer back, zero copy, reposting it
 // for receive once the send completed. With both ports in one process each gets its own thread.
-// Prints min / median / p99 / max of the round-trip times.
+// Prints min / median / p99 / p99.9 / max of the round-trip times; --json adds a histogram.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "port.hpp"
+#include "stats.hpp"
 
 namespace vfab::examples {
 namespace {
@@ -37,7 +38,7 @@ struct Args {
     std::string ping, pong, peer_mac;
     uint32_t count = 1000, size = 64, wait_ms = 1000;
     double timeout = 10;
-    bool interrupt = false, json = false;
+    bool interrupt = false, json = false, progress = false;
 };
 
 // Interrupt mode: how the sleeps on the completion channel ended.
@@ -157,7 +158,15 @@ PingResult ping(Port& p, const Args& a, const pkt::Mac& peer) {
     std::memcpy(payload.data(), &kMagic, 4);
     std::vector<bool> busy(p.send_slots(), false);
     Completion wc[32];
+    auto next_progress = Clock::now() + std::chrono::seconds(1);
     for (uint32_t seq = 0; seq < a.count; ++seq) {
+        if (a.progress && Clock::now() >= next_progress) {   // one line a second: consoles may drop '\r'
+            next_progress = Clock::now() + std::chrono::seconds(1);
+            std::vector<double> sorted = res.rtt_us;
+            std::sort(sorted.begin(), sorted.end());
+            std::fprintf(stderr, "ping-pong: %u / %u round trips, median %.1f us so far\n", seq, a.count,
+                         percentile(sorted, 0.5));
+        }
         const uint32_t slot = seq % p.send_slots();
         while (busy[slot]) {   // a send not completed yet (only when the wire stalls)
             const int n = next_completions(p, wc, a.interrupt, res.sleeps, res.error);
@@ -223,12 +232,6 @@ PingResult ping(Port& p, const Args& a, const pkt::Mac& peer) {
     return res;
 }
 
-double percentile(const std::vector<double>& sorted, double q) {
-    if (sorted.empty()) return 0;
-    const auto i = size_t(std::ceil(q * double(sorted.size())));   // nearest rank
-    return sorted[std::clamp<size_t>(i, 1, sorted.size()) - 1];
-}
-
 int run(int argc, char** argv) {
     CLI::App app{"pingpong: round-trip latency between two ports through vfab's e1000e driver"};
     app.name("pingpong");
@@ -246,7 +249,8 @@ int run(int argc, char** argv) {
     app.add_option("--wait-ms", a.wait_ms, "How long a ping waits for its answer")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--timeout", a.timeout, "Seconds the pong side waits for a ping")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_flag("--interrupt", a.interrupt, "Sleep on the completion channels instead of busy-polling");
-    app.add_flag("--json", a.json, "Print the results as JSON");
+    app.add_flag("--json", a.json, "Print the results as JSON (with a log-spaced histogram of the round trips)");
+    app.add_flag("--progress", a.progress, "Print a progress line (on stderr) every second");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -300,20 +304,14 @@ int run(int argc, char** argv) {
     if (pong_thread.joinable()) pong_thread.join();
 
     std::vector<double> s = res.rtt_us;
-    std::sort(s.begin(), s.end());
-    double mean = 0;
-    for (double v : s) mean += v / double(s.size());
+    const nlohmann::json rtt = summary(s);
     nlohmann::json j{{"mode", a.interrupt ? "interrupt" : "poll"},
                      {"size", a.size},
                      {"count", a.count},
                      {"completed", s.size()},
                      {"lost", res.lost},
-                     {"rtt_us",
-                      {{"min", s.empty() ? 0 : s.front()},
-                       {"median", percentile(s, 0.5)},
-                       {"p99", percentile(s, 0.99)},
-                       {"max", s.empty() ? 0 : s.back()},
-                       {"mean", mean}}}};
+                     {"rtt_us", rtt},
+                     {"histogram_us", log_histogram(s)}};
     if (ponger) j["pong"] = {{"device", ponger->name()}, {"answered", pong_res.answered}, {"ignored", pong_res.ignored}};
     if (a.interrupt) {
         j["sleeps"] = res.sleeps.to_json();
@@ -324,8 +322,9 @@ int run(int argc, char** argv) {
     } else {
         std::printf("pingpong: %s -> %s, %zu of %u round trips of %u bytes (%s)\n", pinger->name().c_str(),
                     ponger ? ponger->name().c_str() : pkt::to_string(*peer_mac).c_str(), s.size(), a.count, a.size, mode);
-        std::printf("rtt: min %.1f us, median %.1f us, p99 %.1f us, max %.1f us, mean %.1f us; lost %llu\n",
-                    s.empty() ? 0 : s.front(), percentile(s, 0.5), percentile(s, 0.99), s.empty() ? 0 : s.back(), mean,
+        std::printf("rtt: min %.1f us, median %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us, mean %.1f us; lost %llu\n",
+                    rtt["min"].get<double>(), rtt["median"].get<double>(), rtt["p99"].get<double>(),
+                    rtt["p999"].get<double>(), rtt["max"].get<double>(), rtt["mean"].get<double>(),
                     (unsigned long long)res.lost);
         if (a.interrupt)
             std::printf("sleeps (ping side): %llu woken by the channel, %llu ended by the %d ms timer, %llu of them "

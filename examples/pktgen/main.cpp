@@ -1,6 +1,7 @@
 // pktgen: a packet generator and counter on vfab's e1000e driver (direct API).
 //
 //   pktgen --tx 0000:00:02.0 --rx 0000:00:03.0 --count 100000 --size 60 [--interrupt] [--json]
+//   pktgen --tx 0000:00:02.0 --rx 0000:00:03.0 --seconds 5 --progress     # a timed run
 //   pktgen --tx 0000:00:02.0 --count 100000 --dst-mac 52:54:00:00:00:02   # generator only
 //   pktgen --rx 0000:00:03.0 --count 100000                                # counter only
 //
@@ -9,7 +10,9 @@
 // counter receives them, checks each (headers, checksums, sequence) and counts. Busy-polls by
 // default; --interrupt sleeps on the completion queues' channels when there is nothing to do.
 // With both ports, at most one receive ring of frames is in flight, so none is dropped for
-// want of a buffer.
+// want of a buffer. The report includes the CPU time the process used per frame (getrusage).
+#include <sys/resource.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -39,8 +42,8 @@ struct Args {
     std::string tx, rx, dst_mac;
     uint64_t count = 100000;
     uint32_t size = 60;
-    double timeout = 5;
-    bool interrupt = false, json = false, offload = false;
+    double timeout = 5, duration = 0;   // duration: --seconds (0: send --count frames)
+    bool interrupt = false, json = false, offload = false, progress = false;
 };
 
 struct TxCounters {
@@ -54,6 +57,14 @@ struct RxCounters {
 };
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// User + system CPU time of the whole process (every thread), in seconds.
+double cpu_seconds() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    auto s = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+    return s(u.ru_utime) + s(u.ru_stime);
+}
 
 nlohmann::json side_json(const std::string& dev, uint64_t frames, uint64_t bytes, double s) {
     return {{"device", dev},
@@ -72,7 +83,8 @@ void print_side(const char* what, const std::string& dev, uint64_t frames, uint6
 
 class Generator {
 public:
-    Generator(const Args& a, std::optional<Port>& tx, std::optional<Port>& rx) : a_(a), tx_(tx), rx_(rx) {}
+    Generator(const Args& a, std::optional<Port>& tx, std::optional<Port>& rx)
+        : a_(a), tx_(tx), rx_(rx), limit_(a.duration > 0 ? UINT64_MAX : a.count) {}
 
     int run() {
         if (rx_) {
@@ -81,7 +93,9 @@ public:
         if (tx_ && !prepare_frames()) return fail(error_);
         // Printed once the receive buffers are posted: a sender started after this line loses
         // nothing for want of a buffer (on stderr with --json, which keeps stdout to the JSON).
-        std::string what = std::to_string(a_.count) + " frames";
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%g s", a_.duration);
+        std::string what = a_.duration > 0 ? secs : std::to_string(a_.count) + " frames";
         if (tx_) what += " of " + std::to_string(a_.size) + " bytes";
         std::fprintf(a_.json ? stderr : stdout, "pktgen: %s -> %s, %s, %s\n", tx_ ? tx_->name().c_str() : "(none)",
                      rx_ ? rx_->name().c_str() : "(none)", what.c_str(), a_.interrupt ? "interrupt mode" : "busy-poll");
@@ -90,6 +104,10 @@ public:
         if (tx_) cqs.push_back(&tx_->cq());
         if (rx_) cqs.push_back(&rx_->cq());
         auto last_progress = Clock::now();
+        start_ = last_progress;
+        cpu_start_ = cpu_seconds();
+        auto next_line = start_ + std::chrono::seconds(1);
+        uint64_t line_frames = 0;
         while (!g_stop.load(std::memory_order_relaxed)) {
             bool progress = false;
             if (tx_) {
@@ -98,6 +116,19 @@ public:
             if (rx_ && !receive(progress)) return fail(error_);
             if (finished()) break;
             const auto now = Clock::now();
+            if (a_.duration > 0 && limit_ == UINT64_MAX && seconds(start_, now) >= a_.duration)
+                limit_ = tx_ ? sent_ : rx_stats_.frames;   // time is up: what was sent must still arrive
+            if (a_.progress && now >= next_line) {   // a new line each second: consoles may drop '\r'
+                const uint64_t frames = rx_ ? rx_stats_.frames : tx_stats_.frames;
+                const double kpps = double(frames - line_frames) / seconds(next_line - std::chrono::seconds(1), now) / 1e3;
+                if (a_.duration > 0)
+                    std::fprintf(stderr, "throughput: %.0f s / %.0f s, %.0f kpps\n", seconds(start_, now), a_.duration, kpps);
+                else
+                    std::fprintf(stderr, "throughput: %llu / %llu frames, %.0f kpps\n", (unsigned long long)frames,
+                                 (unsigned long long)a_.count, kpps);
+                line_frames = frames;
+                next_line = now + std::chrono::seconds(1);
+            }
             if (progress) {
                 last_progress = now;
             } else if (seconds(last_progress, now) > a_.timeout) {
@@ -141,7 +172,7 @@ private:
         Sge sges[kBatch];
         uint32_t n = 0;
         const uint64_t window = rx_ ? rx_->recv_slots() : UINT64_MAX;
-        while (n < kBatch && sent_ + n < a_.count && !free_.empty() && (sent_ + n) - rx_stats_.frames < window) {
+        while (n < kBatch && sent_ + n < limit_ && !free_.empty() && (sent_ + n) - rx_stats_.frames < window) {
             const uint32_t slot = free_.back();
             free_.pop_back();
             uint8_t* f = tx_->send_buffer(slot);
@@ -186,12 +217,21 @@ private:
         Completion wc[64];
         const int n = rx_->cq().poll(wc);
         if (n < 0) return error(rx_->name() + ": poll: " + std::strerror(-n));
+        // The buffers go back in one post: one doorbell (an MMIO write) per poll, not per frame.
+        Sge sges[64];
+        RecvWr wrs[64];
+        uint32_t k = 0;
         for (int i = 0; i < n; ++i) {
             if (wc[i].opcode != WcOpcode::recv) continue;
             const auto slot = uint32_t(wc[i].wr_id);
             if (wc[i].status == WcStatus::success) count_frame(rx_->recv_buffer(slot), wc[i].byte_len);
             else ++rx_stats_.bad;
-            if (PostResult r = rx_->post_recv(slot); !r)
+            sges[k] = {reinterpret_cast<uint64_t>(rx_->recv_buffer(slot)), Port::kBuf, rx_->lkey()};
+            wrs[k] = {slot, &sges[k], 1, 0};
+            ++k;
+        }
+        if (k) {
+            if (PostResult r = rx_->qp().post_recv({wrs, k}); !r)
                 return error(rx_->name() + ": post_recv: " + std::strerror(r.error));
         }
         if (n > 0) progress = true;
@@ -227,8 +267,8 @@ private:
     }
 
     bool finished() const {
-        const bool tx_done = !tx_ || tx_stats_.frames + tx_stats_.errors >= a_.count;
-        const bool rx_done = !rx_ || rx_stats_.frames >= a_.count;
+        const bool tx_done = !tx_ || tx_stats_.frames + tx_stats_.errors >= limit_;
+        const bool rx_done = !rx_ || rx_stats_.frames >= limit_;
         return tx_done && rx_done;
     }
 
@@ -244,12 +284,17 @@ private:
 
     int report() {
         const double tx_s = seconds(tx_stats_.first, tx_stats_.last), rx_s = seconds(rx_stats_.first, rx_stats_.last);
+        const double cpu_s = cpu_seconds() - cpu_start_;
+        const uint64_t frames = rx_ ? rx_stats_.frames : tx_stats_.frames;
+        const uint64_t target = limit_ == UINT64_MAX ? sent_ : limit_;
         uint64_t missed = 0;
         if (rx_) missed = rx_->device().stats().rx_missed;
         nlohmann::json j;
         j["mode"] = a_.interrupt ? "interrupt" : "poll";
         j["size"] = a_.size;
-        j["count"] = a_.count;
+        j["count"] = target;
+        if (a_.duration > 0) j["duration"] = a_.duration;
+        j["cpu"] = {{"seconds", cpu_s}, {"ns_per_frame", frames ? cpu_s * 1e9 / double(frames) : 0.0}};
         if (tx_) {
             j["tx"] = side_json(tx_->name(), tx_stats_.frames, tx_stats_.bytes, tx_s);
             j["tx"]["errors"] = tx_stats_.errors;
@@ -263,8 +308,8 @@ private:
             j["rx"]["other"] = rx_stats_.other;
             j["rx"]["missed"] = missed;
         }
-        bool ok = (!tx_ || (tx_stats_.frames == a_.count && tx_stats_.errors == 0)) &&
-                  (!rx_ || (rx_stats_.frames == a_.count && rx_stats_.lost == 0 && rx_stats_.bad == 0));
+        bool ok = (!tx_ || (tx_stats_.frames == target && tx_stats_.errors == 0)) &&
+                  (!rx_ || (rx_stats_.frames == target && rx_stats_.lost == 0 && rx_stats_.bad == 0));
         j["ok"] = ok;
         if (a_.json) {
             std::cout << j.dump(2) << std::endl;
@@ -280,6 +325,9 @@ private:
                             (unsigned long long)rx_stats_.bad, (unsigned long long)rx_stats_.other,
                             (unsigned long long)missed);
             }
+            std::printf("cpu: %.2f s user+system, %.0f ns per frame%s\n", cpu_s,
+                        frames ? cpu_s * 1e9 / double(frames) : 0.0,
+                        a_.interrupt ? "" : " (busy polling: the CPU is never idle, so this is about 1 / rate)");
         }
         if (g_stop) {
             std::fprintf(stderr, "pktgen: interrupted\n");
@@ -288,7 +336,7 @@ private:
         if (timed_out_) {
             std::fprintf(stderr, "pktgen: no progress for %.1f s: sent %llu, received %llu of %llu frames\n", a_.timeout,
                          (unsigned long long)tx_stats_.frames, (unsigned long long)rx_stats_.frames,
-                         (unsigned long long)a_.count);
+                         (unsigned long long)target);
             return 1;
         }
         if (!ok) std::fprintf(stderr, "pktgen: frames were lost, bad or failed to send\n");
@@ -299,7 +347,10 @@ private:
     std::optional<Port>& tx_;
     std::optional<Port>& rx_;
     std::vector<uint32_t> free_;
+    uint64_t limit_;   // frames to send (and receive); with --seconds set when time is up
     uint64_t sent_ = 0;
+    Clock::time_point start_{};
+    double cpu_start_ = 0;
     TxCounters tx_stats_;
     RxCounters rx_stats_;
     bool timed_out_ = false;
@@ -315,7 +366,10 @@ int run(int argc, char** argv) {
     Args a;
     app.add_option("--tx", a.tx, "Port that sends (PCI address bound to vfio-pci)");
     app.add_option("--rx", a.rx, "Port that receives and counts");
-    app.add_option("--count", a.count, "Frames to send / to receive")->capture_default_str()->check(CLI::PositiveNumber);
+    auto* count = app.add_option("--count", a.count, "Frames to send / to receive")->capture_default_str()->check(CLI::PositiveNumber);
+    app.add_option("--seconds", a.duration, "Send for this long instead of --count frames (0.1..3600)")
+        ->check(CLI::Range(0.1, 3600.0))
+        ->excludes(count);
     app.add_option("--size", a.size, "Frame size in bytes, without the FCS (60..1514)")
         ->capture_default_str()
         ->check(CLI::Range(60u, 1514u));
@@ -324,6 +378,7 @@ int run(int argc, char** argv) {
     app.add_flag("--interrupt", a.interrupt, "Sleep on the completion channels instead of busy-polling");
     app.add_flag("--offload", a.offload, "Let the NIC fill the IPv4 and UDP checksums");
     app.add_flag("--json", a.json, "Print the results as JSON");
+    app.add_flag("--progress", a.progress, "Print a progress line (on stderr) every second");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
