@@ -1,0 +1,594 @@
+// The igb fast path without a device: advanced descriptor encoding (82576 datasheet §7.2.2
+// transmit, §7.1.5 receive), the checksum context, completion handling, error completions,
+// flushing and the per-queue-pair counters. The model device of igb_harness.hpp checks what
+// the driver writes; the lab tests run the same code against QEMU's 82576.
+#include <gtest/gtest.h>
+
+#include "igb_harness.hpp"
+
+namespace vfab::igb {
+namespace {
+
+constexpr uint32_t kDtypMask = 0xfu << 20;
+
+struct Buffers {
+    std::vector<uint8_t> mem = std::vector<uint8_t>(256 * 2048);
+    uint8_t* ptr(size_t slot, size_t off = 0) { return mem.data() + slot * 2048 + off; }
+    uint64_t addr(size_t slot, size_t off = 0) { return reinterpret_cast<uint64_t>(ptr(slot, off)); }
+};
+
+// Ethernet (optionally 802.1Q-tagged), IPv4 with `ihl` words or IPv6, UDP or TCP, then
+// `payload` bytes. The IPv4 checksum field holds garbage the driver must clear. Returns the length.
+size_t build_frame(uint8_t* f, bool v6, bool tcp, size_t payload, bool vlan = false, int ihl = 5) {
+    for (int i = 0; i < 12; ++i) f[i] = uint8_t(0x10 + i);
+    size_t off = 12;
+    if (vlan) {
+        net::store_be16(f + 12, 0x8100);
+        net::store_be16(f + 14, 7);
+        off = 16;
+    }
+    net::store_be16(f + off, v6 ? 0x86dd : 0x0800);
+    off += 2;
+    const size_t l3 = off, l4_len = (tcp ? 20 : 8) + payload, ip_len = v6 ? 40 : size_t(ihl) * 4;
+    std::memset(f + l3, 0, ip_len + (tcp ? 20 : 8));
+    if (v6) {
+        f[l3] = 0x60;
+        net::store_be16(f + l3 + 4, uint16_t(l4_len));
+        f[l3 + 6] = tcp ? 6 : 17;
+        f[l3 + 7] = 64;
+        for (int i = 0; i < 16; ++i) f[l3 + 8 + i] = uint8_t(i), f[l3 + 24 + i] = uint8_t(0x80 + i);
+    } else {
+        f[l3] = uint8_t(0x40 | ihl);
+        net::store_be16(f + l3 + 2, uint16_t(ip_len + l4_len));
+        f[l3 + 8] = 64;
+        f[l3 + 9] = tcp ? 6 : 17;
+        f[l3 + 10] = 0xab, f[l3 + 11] = 0xcd;
+        const uint8_t addrs[8] = {10, 0, 0, 1, 10, 0, 0, 2};
+        std::memcpy(f + l3 + 12, addrs, 8);
+    }
+    off = l3 + ip_len;
+    net::store_be16(f + off, 1234);
+    net::store_be16(f + off + 2, 5678);
+    if (tcp)
+        f[off + 12] = 0x50;   // data offset: 5 words
+    else
+        net::store_be16(f + off + 4, uint16_t(l4_len));
+    for (size_t k = 0; k < payload; ++k) f[off + (tcp ? 20 : 8) + k] = uint8_t(k * 7 + 3);
+    return off + l4_len;
+}
+
+// Both checksums of a frame as it left the device verify.
+void expect_checksums_valid(const std::vector<uint8_t>& frame) {
+    const uint8_t* f = frame.data();
+    net::L4Offsets o;
+    ASSERT_TRUE(net::parse_l4(f, frame.size(), o));
+    if (o.ipv4) {
+        EXPECT_EQ(net::load_be16(f + o.l3 + 10), net::ipv4_header_checksum(f + o.l3));
+    }
+    const auto l4_len = uint32_t(frame.size() - o.l4);
+    EXPECT_EQ(net::fold(net::sum16(f + o.l4, l4_len, net::pseudo_header_sum(f, o, l4_len))), 0xffff);
+}
+
+void expect_stats(const QpStats& s, uint64_t tx_packets, uint64_t tx_bytes, uint64_t rx_packets, uint64_t rx_bytes) {
+    EXPECT_EQ(s.tx_packets, tx_packets);
+    EXPECT_EQ(s.tx_bytes, tx_bytes);
+    EXPECT_EQ(s.rx_packets, rx_packets);
+    EXPECT_EQ(s.rx_bytes, rx_bytes);
+}
+
+const Completion* find(const Completion* wc, int n, WcOpcode op) {
+    for (int i = 0; i < n; ++i)
+        if (wc[i].opcode == op) return &wc[i];
+    return nullptr;
+}
+
+TEST(IgbFastPath, EachSgeIsOneDataDescriptorPaylenFirstEopAndRsLast) {
+    for (uint32_t n = 1; n <= kMaxSendSge; ++n) {
+        SCOPED_TRACE(n);
+        FastPathHarness h(16, 16, kMaxSendSge);
+        Buffers b;
+        const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+        Sge rs{b.addr(40), 2048, lkey};
+        RecvWr rw{50, &rs, 1, 0};
+        ASSERT_TRUE(h.qp.post_recv({&rw, 1}));
+        EXPECT_EQ(h.rdt(), 1u);
+        EXPECT_EQ(h.rx_desc(0).read.pkt_addr, b.addr(40));
+        EXPECT_EQ(h.rx_desc(0).read.hdr_addr, 0u) << "bit 0 of the second qword is DD in the write-back";
+
+        Sge sges[kMaxSendSge];
+        std::vector<uint8_t> expect;
+        uint32_t total = 0;
+        for (uint32_t s = 0; s < n; ++s) {
+            sges[s] = {b.addr(s, 3 * s), 20 + 13 * s, lkey};
+            for (uint32_t k = 0; k < sges[s].length; ++k) b.ptr(s, 3 * s)[k] = uint8_t(s * 31 + k);
+            expect.insert(expect.end(), b.ptr(s, 3 * s), b.ptr(s, 3 * s) + sges[s].length);
+            total += sges[s].length;
+        }
+        SendWr w{7, sges, n, send_signaled};
+        const PostResult r = h.qp.post_send({&w, 1});
+        ASSERT_EQ(r.error, 0);
+        ASSERT_EQ(r.posted, 1u);
+        EXPECT_EQ(h.tdt(), n) << "one descriptor per SGE, no context without send_ip_csum";
+        for (uint32_t s = 0; s < n; ++s) {
+            const TxDesc& d = h.tx_desc(s);
+            const bool last = s + 1 == n;
+            EXPECT_EQ(d.buffer_addr, sges[s].addr);
+            EXPECT_EQ(d.cmd_type_len & txd::kMaxDataLen, sges[s].length);
+            EXPECT_EQ(d.cmd_type_len & kDtypMask, txd::DTYP_DATA);
+            EXPECT_TRUE(d.cmd_type_len & txd::CMD_DEXT);
+            EXPECT_TRUE(d.cmd_type_len & txd::CMD_IFCS);
+            EXPECT_EQ(bool(d.cmd_type_len & txd::CMD_EOP), last) << "EOP only on the last descriptor";
+            EXPECT_EQ(bool(d.cmd_type_len & txd::CMD_RS), last) << "RS only on the last descriptor";
+            EXPECT_EQ(d.olinfo_status, s == 0 ? total << txd::PAYLEN_SHIFT : 0u) << "PAYLEN in the first only";
+        }
+        Completion wc[4];
+        EXPECT_EQ(h.cq.poll(wc), 0) << "nothing is done before the device writes DD";
+        EXPECT_EQ(h.device_step(), 1u);
+        EXPECT_TRUE(h.violations.empty()) << h.violations.front();
+        EXPECT_TRUE(h.tx_desc(n - 1).olinfo_status & txd::STA_DD);
+        ASSERT_EQ(h.cq.poll(wc), 2);
+        const Completion* sc = find(wc, 2, WcOpcode::send);
+        const Completion* rc = find(wc, 2, WcOpcode::recv);
+        ASSERT_TRUE(sc && rc);
+        EXPECT_EQ(sc->wr_id, 7u);
+        EXPECT_EQ(sc->status, WcStatus::success);
+        EXPECT_EQ(sc->byte_len, total);
+        EXPECT_EQ(sc->qp_num, 1u);
+        EXPECT_EQ(rc->wr_id, 50u);
+        EXPECT_EQ(rc->byte_len, total);
+        EXPECT_EQ(std::memcmp(b.ptr(40), expect.data(), total), 0) << "the frame is the SGEs in order";
+        expect_stats(h.qp.stats(), 1, total, 1, total);
+        EXPECT_EQ(h.qp.send_outstanding() + h.qp.recv_outstanding(), 0u);
+    }
+}
+
+TEST(IgbFastPath, OneDoorbellPerPostUnsignaledSendsReclaimedSilently) {
+    FastPathHarness h(16, 16, 2);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    Sge two[2] = {{b.addr(0), 14, lkey}, {b.addr(1), 100, lkey}};
+    Sge one{b.addr(2), 60, lkey};
+    SendWr wrs[3] = {{10, two, 2, 0}, {11, &one, 1, send_signaled}, {12, &one, 1, 0}};
+    ASSERT_TRUE(h.qp.post_send(wrs));
+    EXPECT_EQ(h.tdt(), 4u);
+    EXPECT_EQ(h.device_step(), 3u);
+    Completion wc[4];
+    ASSERT_EQ(h.cq.poll(wc), 1);
+    EXPECT_EQ(wc[0].wr_id, 11u);
+    EXPECT_EQ(h.qp.send_outstanding(), 0u);
+    EXPECT_EQ(h.qp.stats().tx_packets, 3u) << "unsignaled sends count when reclaimed";
+    EXPECT_EQ(h.qp.stats().tx_bytes, 114u + 60 + 60);
+
+    h.signal_all();
+    ASSERT_TRUE(h.qp.post_send({&wrs[2], 1}));
+    h.device_step();
+    ASSERT_EQ(h.cq.poll(wc), 1) << "sq_sig_all: every send completes";
+    EXPECT_EQ(wc[0].wr_id, 12u);
+}
+
+TEST(IgbFastPath, DoorbellsGoToTheQueuePairsOwnTailRegisters) {
+    FastPathHarness h(16, 16, 1, 5);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    Sge rs{b.addr(8), 2048, lkey}, ts{b.addr(0), 60, lkey};
+    RecvWr rw{1, &rs, 1, 0};
+    SendWr sw{2, &ts, 1, send_signaled};
+    ASSERT_TRUE(h.qp.post_recv({&rw, 1}));
+    ASSERT_TRUE(h.qp.post_send({&sw, 1}));
+    EXPECT_EQ(h.reg(reg::TDT(5)), 1u);
+    EXPECT_EQ(h.reg(reg::RDT(5)), 1u);
+    EXPECT_EQ(h.reg(reg::TDT(0)), 0u);
+    EXPECT_EQ(h.reg(reg::RDT(0)), 0u);
+    h.device_step();
+    Completion wc[2];
+    ASSERT_EQ(h.cq.poll(wc), 2);
+    EXPECT_EQ(wc[0].qp_num, 6u) << "qp_num is the queue index + 1";
+    EXPECT_EQ(wc[1].qp_num, 6u);
+}
+
+TEST(IgbFastPath, ChecksumContextWrittenOnlyWhenOffsetsChange) {
+    FastPathHarness h(32, 32, 2);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    uint32_t tail = 0;
+    // Posts the frame in `slot`; checks what was written and that the frame left with both
+    // checksums right. Returns whether a context descriptor came first.
+    auto send = [&](size_t slot, size_t len, uint32_t flags) {
+        Sge s{b.addr(slot), uint32_t(len), lkey};
+        SendWr w{slot, &s, 1, flags};
+        const PostResult r = h.qp.post_send({&w, 1});
+        EXPECT_EQ(r.error, 0);
+        const bool ctx = h.tdt() - tail == 2;
+        const TxDesc& d = h.tx_desc(h.tdt() - 1);
+        EXPECT_EQ(d.olinfo_status >> txd::PAYLEN_SHIFT, len);
+        if (ctx) {
+            EXPECT_EQ(h.tx_desc(tail).cmd_type_len & 0xffu << 24, txd::CMD_DEXT) << "a context has DEXT only";
+        }
+        tail = h.tdt();
+        EXPECT_EQ(h.device_step(), 1u);
+        if (flags & send_ip_csum) expect_checksums_valid(h.last_frame);
+        return ctx;
+    };
+    const size_t udp4 = build_frame(b.ptr(0), false, false, 20);
+    EXPECT_TRUE(send(0, udp4, send_ip_csum | send_signaled));
+    const TxContextDesc& c = h.ctx_desc(0);
+    EXPECT_EQ(c.vlan_macip_lens, 20u | 14u << txd::MACLEN_SHIFT) << "IPLEN 8:0, MACLEN 15:9";
+    EXPECT_EQ(c.type_tucmd_mlhl, txd::DTYP_CONTEXT | txd::CMD_DEXT | txd::TUCMD_IPV4) << "IPv4, L4T UDP";
+    EXPECT_EQ(c.seqnum_seed, 0u);
+    EXPECT_EQ(c.mss_l4len_idx, 0u) << "context slot 0, no TSO";
+    constexpr uint32_t popts = txd::POPTS_IXSM | txd::POPTS_TXSM;
+    // (the device has written DD back by now: bit 0)
+    EXPECT_EQ(h.tx_desc(1).olinfo_status & ~txd::STA_DD, uint32_t(udp4) << txd::PAYLEN_SHIFT | popts);
+    EXPECT_FALSE(send(0, udp4, send_ip_csum)) << "same offsets: no second context";
+    const size_t plain = build_frame(b.ptr(1), false, false, 30);
+    EXPECT_FALSE(send(1, plain, 0));
+    EXPECT_EQ(h.tx_desc(tail - 1).olinfo_status & ~txd::STA_DD, uint32_t(plain) << txd::PAYLEN_SHIFT)
+        << "no POPTS without send_ip_csum";
+    EXPECT_FALSE(send(0, udp4, send_ip_csum)) << "the context outlives frames without offload";
+
+    const size_t tcp4 = build_frame(b.ptr(2), false, true, 33);
+    EXPECT_TRUE(send(2, tcp4, send_ip_csum));
+    EXPECT_EQ(h.ctx.type_tucmd_mlhl, txd::DTYP_CONTEXT | txd::CMD_DEXT | txd::TUCMD_IPV4 | txd::TUCMD_L4T_TCP);
+    EXPECT_EQ(h.ctx.vlan_macip_lens, 20u | 14u << txd::MACLEN_SHIFT);
+    const size_t tagged = build_frame(b.ptr(3), false, true, 5, true);
+    EXPECT_TRUE(send(3, tagged, send_ip_csum));
+    EXPECT_EQ(h.ctx.vlan_macip_lens, 20u | 18u << txd::MACLEN_SHIFT) << "MACLEN includes the 802.1Q tag";
+    const size_t options = build_frame(b.ptr(4), false, true, 5, false, 6);
+    EXPECT_TRUE(send(4, options, send_ip_csum));
+    EXPECT_EQ(h.ctx.vlan_macip_lens, 24u | 14u << txd::MACLEN_SHIFT) << "IPLEN includes IPv4 options";
+    const size_t tcp6 = build_frame(b.ptr(5), true, true, 40);
+    EXPECT_TRUE(send(5, tcp6, send_ip_csum));
+    EXPECT_EQ(h.ctx.vlan_macip_lens, 40u | 14u << txd::MACLEN_SHIFT);
+    EXPECT_EQ(h.ctx.type_tucmd_mlhl, txd::DTYP_CONTEXT | txd::CMD_DEXT | txd::TUCMD_L4T_TCP) << "IPv6: no TUCMD.IPV4";
+    EXPECT_EQ(h.tx_desc(tail - 1).olinfo_status & 0x3f00, txd::POPTS_TXSM) << "no IPv4 header to fill";
+    const size_t udp6 = build_frame(b.ptr(6), true, false, 17);
+    EXPECT_TRUE(send(6, udp6, send_ip_csum));
+    EXPECT_TRUE(send(2, tcp4, send_ip_csum)) << "back to earlier offsets: the slot holds another context";
+
+    // Headers in the first SGE, payload in the second: the context, then two data descriptors.
+    const size_t udp_big = build_frame(b.ptr(7), false, false, 300);
+    std::memcpy(b.ptr(8), b.ptr(7, 42), udp_big - 42);
+    Sge split[2] = {{b.addr(7), 42, lkey}, {b.addr(8), uint32_t(udp_big - 42), lkey}};
+    SendWr w{99, split, 2, send_ip_csum | send_signaled};
+    ASSERT_TRUE(h.qp.post_send({&w, 1}));
+    EXPECT_EQ(h.tdt() - tail, 3u);
+    EXPECT_EQ(h.tx_desc(tail + 1).olinfo_status, uint32_t(udp_big) << txd::PAYLEN_SHIFT | popts);
+    EXPECT_EQ(h.tx_desc(tail + 2).olinfo_status, 0u);
+    h.device_step();
+    expect_checksums_valid(h.last_frame);
+    EXPECT_EQ(h.seen.contexts, 8u);
+    EXPECT_TRUE(h.violations.empty()) << h.violations.front();
+    Completion wc[32];
+    EXPECT_EQ(h.cq.poll(wc), 2);
+    EXPECT_EQ(h.qp.stats().tx_packets, 11u);
+}
+
+TEST(IgbFastPath, ChecksumOffloadRefusesFramesItCannotParse) {
+    FastPathHarness h(16, 16, 2);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    const size_t good = build_frame(b.ptr(0), false, false, 10);
+    build_frame(b.ptr(1), false, false, 10);
+    net::store_be16(b.ptr(1, 12), 0x0806);   // ARP
+    build_frame(b.ptr(2), false, false, 10);
+    net::store_be16(b.ptr(2, 20), 0x2000);   // IPv4 fragment: more fragments
+    build_frame(b.ptr(3), false, false, 10);
+    b.ptr(3)[23] = 1;                        // ICMP
+    Sge g{b.addr(0), uint32_t(good), lkey};
+    Sge bad[4] = {{b.addr(1), uint32_t(good), lkey}, {b.addr(2), uint32_t(good), lkey},
+                  {b.addr(3), uint32_t(good), lkey}, {b.addr(0), 30, lkey}};   // the last: headers cut short
+    Sge rest{b.addr(0, 30), uint32_t(good - 30), lkey};
+    for (int i = 0; i < 4; ++i) {
+        SCOPED_TRACE(i);
+        const uint32_t tail = h.tdt();
+        SendWr wrs[3] = {{1, &g, 1, send_ip_csum}, {2, &bad[i], 1, send_ip_csum}, {3, &g, 1, 0}};
+        Sge pair[2] = {bad[i], rest};
+        if (i == 3) wrs[1] = {2, pair, 2, send_ip_csum};
+        const PostResult r = h.qp.post_send(wrs);
+        EXPECT_EQ(r.error, EINVAL);
+        EXPECT_EQ(r.posted, 1u);
+        EXPECT_EQ(h.tdt() - tail, i == 0 ? 2u : 1u) << "the first WR only (its context once)";
+    }
+    h.device_step();
+    EXPECT_TRUE(h.violations.empty()) << h.violations.front();
+    Completion wc[8];
+    EXPECT_EQ(h.cq.poll(wc), 0);
+    EXPECT_EQ(h.qp.send_outstanding(), 0u);
+    EXPECT_EQ(h.qp.stats().tx_packets, 4u);
+}
+
+TEST(IgbFastPath, MalformedWorkRequestsAreRefusedWithEinval) {
+    FastPathHarness h(64, 16, 4);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    Sge g{b.addr(0), 60, lkey};
+    Sge five[5] = {g, g, g, g, g};
+    Sge zero[2] = {g, {b.addr(1), 0, lkey}};
+    Sge s13{b.addr(0), 13, lkey}, s14{b.addr(0), 14, lkey}, s1515{b.addr(0), 1515, lkey}, s1514{b.addr(0), 1514, lkey};
+    Sge split1515[2] = {{b.addr(0), 1000, lkey}, {b.addr(1), 515, lkey}};
+    const SendWr bad[] = {{2, &g, 0, 0},        {2, five, 5, 0},      {2, nullptr, 1, 0},
+                          {2, zero, 2, 0},      {2, &s13, 1, 0},      {2, &s1515, 1, 0},
+                          {2, split1515, 2, 0}};
+    for (const SendWr& w : bad) {
+        const uint32_t tail = h.tdt();
+        const SendWr wrs[3] = {{1, &g, 1, 0}, w, {3, &g, 1, 0}};
+        const PostResult r = h.qp.post_send(wrs);
+        EXPECT_EQ(r.error, EINVAL);
+        EXPECT_EQ(r.posted, 1u);
+        EXPECT_EQ(h.tdt() - tail, 1u);
+    }
+    const SendWr edges[2] = {{4, &s14, 1, 0}, {5, &s1514, 1, 0}};
+    EXPECT_TRUE(h.qp.post_send(edges)) << "14 and 1514 bytes are frames";
+
+    Sge r{b.addr(8), 2048, lkey}, small{b.addr(8), 2047, lkey};
+    Sge rr[2] = {r, r};
+    const RecvWr rbad[] = {{2, &r, 0, 0}, {2, rr, 2, 0}, {2, nullptr, 1, 0}, {2, &small, 1, 0}};
+    for (const RecvWr& w : rbad) {
+        const uint32_t tail = h.rdt();
+        const RecvWr wrs[3] = {{1, &r, 1, 0}, w, {3, &r, 1, 0}};
+        const PostResult pr = h.qp.post_recv(wrs);
+        EXPECT_EQ(pr.error, EINVAL);
+        EXPECT_EQ(pr.posted, 1u);
+        EXPECT_EQ(h.rdt() - tail, 1u);
+    }
+    h.device_step();
+    EXPECT_TRUE(h.violations.empty()) << h.violations.front();
+}
+
+TEST(IgbFastPath, FullQueuesAndRingsReturnEnomem) {
+    Buffers b;
+    Completion wc[32];
+    {
+        FastPathHarness h(8, 8, 1);
+        const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+        Sge g{b.addr(0), 60, lkey};
+        std::vector<SendWr> wrs(9, SendWr{1, &g, 1, 0});
+        PostResult r = h.qp.post_send(wrs);
+        EXPECT_EQ(r.error, ENOMEM);
+        EXPECT_EQ(r.posted, 8u) << "the send queue holds 8";
+        Sge rs{b.addr(8), 2048, lkey};
+        std::vector<RecvWr> rws(16, RecvWr{1, &rs, 1, 0});
+        r = h.qp.post_recv(rws);
+        EXPECT_EQ(r.error, ENOMEM);
+        EXPECT_EQ(r.posted, 15u) << "16 descriptors, one kept empty";
+        h.device_step();
+        h.cq.poll(wc);
+        EXPECT_TRUE(h.qp.post_send({wrs.data(), 1})) << "room again once reaped";
+    }
+    {
+        FastPathHarness h(8, 8, 8, 0, 16);   // 15 usable transmit descriptors
+        const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+        Sge eight[8];
+        for (auto& s : eight) s = {b.addr(0), 60, lkey};
+        const SendWr w[2] = {{1, eight, 8, send_signaled}, {2, eight, 7, send_ip_csum | send_signaled}};
+        build_frame(b.ptr(0), false, false, 18);
+        PostResult r = h.qp.post_send(w);
+        EXPECT_EQ(r.error, ENOMEM);
+        EXPECT_EQ(r.posted, 1u) << "7 data descriptors + a context do not fit in the 7 left";
+        EXPECT_EQ(h.tdt(), 8u);
+        h.device_step();
+        ASSERT_EQ(h.cq.poll(wc), 1);
+        r = h.qp.post_send({&w[1], 1});
+        EXPECT_TRUE(r) << "the ring wraps once the first is reaped";
+        EXPECT_EQ(h.tdt(), 0u);
+        h.device_step();
+        ASSERT_EQ(h.cq.poll(wc), 1);
+        EXPECT_EQ(wc[0].wr_id, 2u);
+        EXPECT_TRUE(h.violations.empty()) << h.violations.front();
+    }
+}
+
+TEST(IgbFastPath, BadKeysCompleteInOrderWithoutTouchingDescriptors) {
+    FastPathHarness h(16, 16, 2);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), 64 * 2048);
+    const uint32_t ro = h.register_memory(b.ptr(64), 4096, dma::Access::none);
+    const size_t len = build_frame(b.ptr(0), false, false, 10);
+    Sge good{b.addr(0), uint32_t(len), lkey}, stale{b.addr(0), uint32_t(len), lkey + 0x1000};
+    Sge second_bad[2] = {good, {b.addr(1), 20, 999}};
+    Sge outside{b.addr(63, 2000), 100, lkey};   // runs past the region's end
+    const SendWr wrs[6] = {{1, &good, 1, send_signaled}, {2, &stale, 1, 0},
+                           {3, second_bad, 2, send_signaled}, {4, &outside, 1, 0},
+                           {5, &stale, 1, send_ip_csum}, {6, &good, 1, send_signaled}};
+    ASSERT_TRUE(h.qp.post_send(wrs));
+    EXPECT_EQ(h.tdt(), 2u) << "only the good WRs got descriptors";
+    for (uint32_t i = 2; i < h.tx_ring_size(); ++i) EXPECT_EQ(h.tx_desc(i).cmd_type_len, 0u);
+    Completion wc[8];
+    EXPECT_EQ(h.cq.poll(wc), 0) << "the errors wait behind the first send";
+    h.device_step();
+    EXPECT_EQ(h.seen.contexts, 0u);
+    ASSERT_EQ(h.cq.poll(wc), 6) << "errors complete even unsignaled";
+    for (int i = 0; i < 6; ++i) {
+        EXPECT_EQ(wc[i].wr_id, uint64_t(i + 1));
+        EXPECT_EQ(wc[i].status, i == 0 || i == 5 ? WcStatus::success : WcStatus::local_protection_error);
+    }
+    expect_stats(h.qp.stats(), 2, 2 * len, 0, 0);
+
+    Sge r{b.addr(10), 2048, lkey}, nowrite{b.addr(64), 2048, ro}, badr{b.addr(10), 2048, 12345};
+    const RecvWr rws[4] = {{11, &r, 1, 0}, {12, &nowrite, 1, 0}, {13, &badr, 1, 0}, {14, &r, 1, 0}};
+    ASSERT_TRUE(h.qp.post_recv(rws));
+    EXPECT_EQ(h.rdt(), 2u);
+    const SendWr two[2] = {{20, &good, 1, 0}, {21, &good, 1, 0}};
+    ASSERT_TRUE(h.qp.post_send(two));
+    h.device_step();
+    ASSERT_EQ(h.cq.poll(wc), 4);
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(wc[i].wr_id, uint64_t(11 + i));
+        EXPECT_EQ(wc[i].opcode, WcOpcode::recv);
+        EXPECT_EQ(wc[i].status, i == 0 || i == 3 ? WcStatus::success : WcStatus::local_protection_error);
+    }
+    EXPECT_EQ(h.qp.stats().rx_packets, 2u);
+}
+
+TEST(IgbFastPath, ErrorStateFlushesWhatTheDeviceDidNotFinish) {
+    FastPathHarness h(16, 16, 3);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    Sge s{b.addr(8), 2048, lkey};
+    const RecvWr rw[4] = {{0, &s, 1, 0}, {1, &s, 1, 0}, {2, &s, 1, 0}, {3, &s, 1, 0}};
+    ASSERT_TRUE(h.qp.post_recv(rw));
+    const size_t len = build_frame(b.ptr(0), false, true, 100);
+    Sge t{b.addr(0), uint32_t(len), lkey}, bad{b.addr(0), 60, 777};
+    Sge three[3] = {{b.addr(0), 54, lkey}, {b.addr(0, 54), 50, lkey}, {b.addr(0, 104), uint32_t(len - 104), lkey}};
+    const SendWr first{10, &t, 1, send_signaled};
+    ASSERT_TRUE(h.qp.post_send({&first, 1}));
+    h.device_step();   // one frame lands in receive buffer 0
+    const SendWr later[3] = {{11, three, 3, send_ip_csum}, {12, &bad, 1, 0}, {13, &t, 1, 0}};
+    ASSERT_TRUE(h.qp.post_send(later));
+    h.set_state(QpState::error);
+    EXPECT_TRUE(h.cq_ready());
+    EXPECT_EQ(h.qp.post_send({&later[2], 1}).error, EIO);
+    EXPECT_EQ(h.qp.post_recv({rw, 1}).error, EIO);
+    Completion wc[2];
+    std::vector<Completion> all;
+    for (int n; (n = h.cq.poll(wc)) > 0;) all.insert(all.end(), wc, wc + n);
+    ASSERT_EQ(all.size(), 8u) << "4 receives, the finished send, 3 errors (unsignaled ones too)";
+    std::vector<uint64_t> recv_ids, send_ids;
+    for (const Completion& c : all) {
+        const bool rx = c.opcode == WcOpcode::recv;
+        (rx ? recv_ids : send_ids).push_back(c.wr_id);
+        const bool ok = (rx && c.wr_id == 0) || (!rx && c.wr_id == 10);
+        const WcStatus want = ok ? WcStatus::success
+                              : c.wr_id == 12 ? WcStatus::local_protection_error : WcStatus::wr_flush_error;
+        EXPECT_EQ(c.status, want) << c.wr_id;
+    }
+    EXPECT_EQ(recv_ids, (std::vector<uint64_t>{0, 1, 2, 3}));
+    EXPECT_EQ(send_ids, (std::vector<uint64_t>{10, 11, 12, 13}));
+    EXPECT_EQ(h.cq.poll(wc), 0);
+    EXPECT_FALSE(h.cq_ready());
+    EXPECT_EQ(h.qp.send_outstanding() + h.qp.recv_outstanding(), 0u);
+    expect_stats(h.qp.stats(), 1, len, 1, len);   // flushed and failed WRs are not counted
+    h.set_state(QpState::destroyed);
+    EXPECT_EQ(h.qp.post_send({&later[2], 1}).error, ENODEV);
+    EXPECT_EQ(h.qp.post_recv({rw, 1}).error, ENODEV);
+    h.destroy_cq();
+    EXPECT_EQ(h.cq.poll(wc), -ENODEV);
+}
+
+TEST(IgbFastPath, ReceiveStatusAndChecksumFlags) {
+    struct Case { uint32_t status; bool eop; WcStatus want; uint16_t flags; };
+    constexpr uint32_t both = rxd::IPCS | rxd::L4CS;
+    const Case cases[] = {
+        {0, true, WcStatus::success, 0},
+        {rxd::IPCS, true, WcStatus::success, 0},
+        {rxd::L4CS, true, WcStatus::success, 0},
+        {both, true, WcStatus::success, wc_ip_csum_ok},
+        {both | rxd::UDPCS, true, WcStatus::success, wc_ip_csum_ok},
+        {both | rxd::ERR_IPE, true, WcStatus::success, 0},
+        {both | rxd::ERR_L4E, true, WcStatus::success, 0},
+        {rxd::ERR_IPE | rxd::ERR_L4E, true, WcStatus::success, 0},
+        {both | 1u << 24, true, WcStatus::general_error, 0},   // CE
+        {both | 1u << 25, true, WcStatus::general_error, 0},   // SE
+        {both | 1u << 26, true, WcStatus::general_error, 0},   // SEQ
+        {both | 1u << 28, true, WcStatus::general_error, 0},   // CXE
+        {both | 1u << 31, true, WcStatus::general_error, 0},   // RXE
+        {both, false, WcStatus::local_length_error, 0},        // no EOP: did not fit one buffer
+    };
+    FastPathHarness h(16, 16, 1);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    uint64_t rx_packets = 0, rx_bytes = 0;
+    for (uint32_t i = 0; i < std::size(cases); ++i) {
+        SCOPED_TRACE(i);
+        h.rx_status_extra = cases[i].status;
+        h.rx_eop = cases[i].eop;
+        Sge rs{b.addr(8), 2048, lkey}, ts{b.addr(0), 60 + i, lkey};
+        RecvWr rw{i, &rs, 1, 0};
+        SendWr sw{i, &ts, 1, 0};
+        ASSERT_TRUE(h.qp.post_recv({&rw, 1}));
+        ASSERT_TRUE(h.qp.post_send({&sw, 1}));
+        h.device_step();
+        Completion wc[2];
+        ASSERT_EQ(h.cq.poll(wc), 1);
+        EXPECT_EQ(wc[0].wr_id, i);
+        EXPECT_EQ(wc[0].opcode, WcOpcode::recv);
+        EXPECT_EQ(wc[0].status, cases[i].want);
+        EXPECT_EQ(wc[0].flags, cases[i].flags);
+        EXPECT_EQ(wc[0].byte_len, 60 + i);
+        if (cases[i].want == WcStatus::success) ++rx_packets, rx_bytes += 60 + i;
+        expect_stats(h.qp.stats(), i + 1, 60 * (i + 1) + i * (i + 1) / 2, rx_packets, rx_bytes);
+    }
+}
+
+TEST(IgbFastPath, RingsWrapOverManyThousandPackets) {
+    FastPathHarness h(32, 32, kMaxSendSge);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    constexpr uint32_t kPackets = 20000, kMaxBatch = 16;
+    size_t csum_len[2];
+    csum_len[0] = build_frame(b.ptr(200), false, false, 64);
+    csum_len[1] = build_frame(b.ptr(201), false, true, 90);
+    for (uint32_t s = 0; s < kMaxSendSge; ++s)
+        for (uint32_t k = 0; k < 2048; ++k) b.ptr(100 + s)[k] = uint8_t(k + s);
+    std::vector<uint32_t> length(kPackets);
+    uint64_t next_send = 0, next_recv = 0, tx_bytes = 0, rx_bytes = 0, signaled = 0;
+    uint32_t i = 0;
+    Completion wc[8];
+    for (uint32_t round = 0; i < kPackets; ++round) {
+        const uint32_t batch = std::min(1 + round % kMaxBatch, kPackets - i);
+        std::vector<Sge> sges(size_t(batch) * kMaxSendSge), rsges(batch);
+        std::vector<SendWr> sw(batch);
+        std::vector<RecvWr> rw(batch);
+        for (uint32_t j = 0; j < batch; ++j, ++i) {
+            uint8_t* first = b.ptr(64 + i % kMaxBatch);
+            Sge* sg = &sges[size_t(j) * kMaxSendSge];
+            uint32_t n = 1 + i % kMaxSendSge, flags = i % 5 == 0 ? 0u : uint32_t(send_signaled);
+            if (i % 4 == 3) {   // alternating UDP and TCP: the context changes every time
+                const size_t len = csum_len[(i / 4) % 2];
+                std::memcpy(first, b.ptr(200 + (i / 4) % 2), len);
+                sg[0] = {reinterpret_cast<uint64_t>(first), uint32_t(len), lkey};
+                n = 1;
+                flags |= send_ip_csum;
+            } else {
+                sg[0] = {reinterpret_cast<uint64_t>(first), 14 + i % 50, lkey};
+                for (uint32_t s = 1; s < n; ++s) sg[s] = {b.addr(100 + s, s * 5), 1 + (i * 7 + s) % 60, lkey};
+            }
+            std::memcpy(first, &i, sizeof i);   // a tag in the destination MAC
+            length[i] = 0;
+            for (uint32_t s = 0; s < n; ++s) length[i] += sg[s].length;
+            sw[j] = {i, sg, n, flags};
+            signaled += flags & send_signaled ? 1 : 0;
+            rsges[j] = {b.addr(128 + i % kMaxBatch), 2048, lkey};
+            rw[j] = {i, &rsges[j], 1, 0};
+        }
+        ASSERT_TRUE(h.qp.post_recv(rw));
+        ASSERT_TRUE(h.qp.post_send(sw));
+        ASSERT_EQ(h.device_step(), batch);
+        while (h.qp.send_outstanding() + h.qp.recv_outstanding() > 0) {
+            const uint32_t before = h.qp.send_outstanding() + h.qp.recv_outstanding();
+            const int n = h.cq.poll(wc);
+            // 0 is fine when only unsignaled sends were reclaimed
+            ASSERT_TRUE(n > 0 || h.qp.send_outstanding() + h.qp.recv_outstanding() < before);
+            for (int k = 0; k < n; ++k) {
+                ASSERT_EQ(wc[k].status, WcStatus::success);
+                if (wc[k].opcode == WcOpcode::send) {
+                    while (next_send % 5 == 0 && next_send < wc[k].wr_id) tx_bytes += length[next_send++];
+                    ASSERT_EQ(wc[k].wr_id, next_send) << "sends complete in order";
+                    ASSERT_EQ(wc[k].byte_len, length[next_send]);
+                    tx_bytes += length[next_send++];
+                    continue;
+                }
+                const uint64_t id = next_recv++;
+                ASSERT_EQ(wc[k].wr_id, id) << "receives complete in order";
+                ASSERT_EQ(wc[k].byte_len, length[id]);
+                const uint8_t* got = b.ptr(128 + id % kMaxBatch);
+                uint32_t tag;
+                std::memcpy(&tag, got, sizeof tag);
+                ASSERT_EQ(tag, id);
+                if (id % 4 == 3) expect_checksums_valid(std::vector<uint8_t>(got, got + length[id]));
+                rx_bytes += length[id];
+            }
+        }
+    }
+    while (next_send < kPackets) tx_bytes += length[next_send++];   // trailing unsignaled sends
+    EXPECT_TRUE(h.violations.empty()) << h.violations.front();
+    EXPECT_EQ(h.seen.frames, kPackets);
+    EXPECT_EQ(h.seen.contexts, kPackets / 4) << "one context per checksum frame: offsets alternate";
+    EXPECT_GT(h.seen.data, 10u * h.tx_ring_size()) << "the transmit ring wrapped many times";
+    EXPECT_EQ(next_recv, kPackets);
+    EXPECT_GT(signaled, 0u);
+    expect_stats(h.qp.stats(), kPackets, tx_bytes, kPackets, rx_bytes);
+}
+
+}  // namespace
+}  // namespace vfab::igb
