@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "../intel/intel_common.hpp"
 #include "vfab/drivers/e1000e.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
@@ -18,14 +19,7 @@ constexpr uint16_t kIntel = kVendorId;
 // Event tags in the device's epoll set.
 enum : uint64_t { kTagOther = 1, kTagReq = 2, kTagErr = 3 };
 
-bool wait_until(auto&& done, std::chrono::milliseconds timeout) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (!done()) {
-        if (std::chrono::steady_clock::now() > end) return false;
-        std::this_thread::sleep_for(1ms);
-    }
-    return true;
-}
+using intel::wait_until;
 
 }  // namespace
 
@@ -111,17 +105,7 @@ Result<void> Device::hw_reset() {
     bar_->write32(reg::IMC, ~0u);
     bar_->write32(reg::RCTL, 0);
     bar_->write32(reg::TCTL, reg::TCTL_PSP);
-    (void)bar_->read32(reg::STATUS);   // flush the posted writes
-    std::this_thread::sleep_for(10ms);
-    bar_->write32(reg::CTRL, bar_->read32(reg::CTRL) | reg::CTRL_GIO_MASTER_DISABLE);
-    wait_until([&] { return !(bar_->read32(reg::STATUS) & reg::STATUS_GIO_MASTER_ENABLE); }, 10ms);
-    bar_->write32(reg::CTRL, bar_->read32(reg::CTRL) | reg::CTRL_RST);
-    std::this_thread::sleep_for(1ms);
-    if (!wait_until([&] { return !(bar_->read32(reg::CTRL) & reg::CTRL_RST); }, 100ms))
-        return Error{EIO, str_cat(vfio_->address().to_string(), ": the 82574L did not come out of software reset "
-                                                                "(CTRL.RST still set after 100 ms)")};
-    if (bar_->read32(reg::STATUS) == 0xffffffffu)
-        return Error{ENODEV, str_cat(vfio_->address().to_string(), ": registers read all-ones: the device is gone")};
+    if (auto r = intel::software_reset(*bar_, vfio_->address().to_string(), "82574L"); !r) return r;
     bar_->write32(reg::IMC, ~0u);
     bar_->write32(reg::ICR, ~0u);   // write 1 to clear: reads do not clear it under MSI-X
     return {};
@@ -166,29 +150,10 @@ void Device::program_ivar() {
     bar_->write32(reg::IVAR, ivar);
 }
 
-LinkState Device::link() const {
-    const uint32_t status = bar_->read32(reg::STATUS);
-    LinkState l;
-    if (status == 0xffffffffu) return l;
-    l.up = status & reg::STATUS_LU;
-    const uint32_t speed = (status & reg::STATUS_SPEED_MASK) >> reg::STATUS_SPEED_SHIFT;
-    l.speed_mbps = l.up ? (speed == 0 ? 10 : speed == 1 ? 100 : 1000) : 0;
-    l.full_duplex = status & reg::STATUS_FD;
-    return l;
-}
+LinkState Device::link() const { return intel::link_from_status(bar_->read32(reg::STATUS)); }
 
 void Device::accumulate_stats() {
-    if (removed_) return;
-    auto rd = [&](uint32_t r) { return uint64_t(bar_->read32(r)); };
-    stats_.rx_packets += rd(reg::GPRC);
-    stats_.tx_packets += rd(reg::GPTC);
-    stats_.rx_bytes += rd(reg::GORCL) | rd(reg::GORCH) << 32;   // low first: reading high clears
-    stats_.tx_bytes += rd(reg::GOTCL) | rd(reg::GOTCH) << 32;
-    stats_.rx_missed += rd(reg::MPC);
-    stats_.rx_crc_errors += rd(reg::CRCERRS);
-    stats_.rx_errors += rd(reg::RXERRC) + rd(reg::SYMERRS) + rd(reg::ALGNERRC) + rd(reg::SEC) + rd(reg::RLEC);
-    stats_.rx_broadcast += rd(reg::BPRC);
-    stats_.rx_multicast += rd(reg::MPRC);
+    if (!removed_) intel::accumulate_stats(*bar_, stats_);
 }
 
 DeviceStats Device::stats() {
@@ -242,10 +207,7 @@ void Device::enter_error_state() {
         }
 }
 
-void Device::disable_bus_master() {
-    constexpr uint16_t kCommand = 0x04, kBusMaster = 0x4;
-    if (auto cmd = vfio_->config_read(kCommand, 2)) (void)vfio_->config_write(kCommand, 2, *cmd & ~kBusMaster);
-}
+void Device::disable_bus_master() { intel::disable_bus_master(*vfio_); }
 
 Result<void> Device::reset() {
     std::lock_guard lock(mu_);

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include "../intel/intel_common.hpp"
 #include "vfab/drivers/igb.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
@@ -16,19 +17,8 @@ using namespace std::chrono_literals;
 
 enum : uint64_t { kTagOther = 1, kTagReq = 2 };
 
-bool wait_until(auto&& done, std::chrono::milliseconds timeout) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (!done()) {
-        if (std::chrono::steady_clock::now() > end) return false;
-        std::this_thread::sleep_for(1ms);
-    }
-    return true;
-}
-
-void disable_bus_master(vfio::Device& dev) {
-    constexpr uint16_t kCommand = 0x04, kBusMaster = 0x4;
-    if (auto cmd = dev.config_read(kCommand, 2)) (void)dev.config_write(kCommand, 2, *cmd & ~kBusMaster);
-}
+using intel::disable_bus_master;
+using intel::wait_until;
 
 }  // namespace
 
@@ -114,16 +104,7 @@ Result<void> Device::hw_reset() {
     bar_->write32(reg::EIMC, ~0u);
     bar_->write32(reg::RCTL, 0);
     bar_->write32(reg::TCTL, reg::TCTL_PSP);
-    (void)bar_->read32(reg::STATUS);
-    std::this_thread::sleep_for(10ms);
-    bar_->write32(reg::CTRL, bar_->read32(reg::CTRL) | reg::CTRL_GIO_MASTER_DISABLE);
-    wait_until([&] { return !(bar_->read32(reg::STATUS) & reg::STATUS_GIO_MASTER_ENABLE); }, 10ms);
-    bar_->write32(reg::CTRL, bar_->read32(reg::CTRL) | reg::CTRL_RST);
-    std::this_thread::sleep_for(2ms);
-    if (!wait_until([&] { return !(bar_->read32(reg::CTRL) & reg::CTRL_RST); }, 100ms))
-        return Error{EIO, str_cat(where, ": the 82576 did not come out of reset (CTRL.RST still set after 100 ms)")};
-    if (bar_->read32(reg::STATUS) == 0xffffffffu)
-        return Error{ENODEV, str_cat(where, ": registers read all-ones: the device is gone")};
+    if (auto r = intel::software_reset(*bar_, where, "82576"); !r) return r;
     bar_->write32(reg::IMC, ~0u);
     bar_->write32(reg::EIMC, ~0u);
     (void)bar_->read32(reg::ICR);
@@ -150,6 +131,11 @@ void Device::hw_setup() {
     }
     for (uint32_t i = 0; i < 128; ++i) bar_->write32(reg::MTA + 4 * i, 0);
 
+    // Every queue off until a queue pair starts it (the reset leaves queue 0 enabled, §8.10.10).
+    for (uint32_t q = 0; q < reg::kMaxQueues; ++q) {
+        bar_->write32(reg::RXDCTL(q), 0);
+        bar_->write32(reg::TXDCTL(q), 0);
+    }
     bar_->write32(reg::GPIE, reg::GPIE_MULTIPLE_MSIX | reg::GPIE_EIAME | reg::GPIE_PBA | reg::GPIE_NSICR);
     for (uint32_t v = 0; v < vectors_; ++v) bar_->write32(reg::EITR(v), 0);
     for (uint32_t q = 0; q < 8; ++q) bar_->write32(reg::ivar_reg(q), 0);
@@ -172,29 +158,10 @@ void Device::hw_setup() {
     for (uint32_t v = 0; v < vectors_; ++v) vfio::drain_eventfd(msix_->eventfd(v));
 }
 
-LinkState Device::link() const {
-    const uint32_t status = bar_->read32(reg::STATUS);
-    LinkState l;
-    if (status == 0xffffffffu) return l;
-    l.up = status & reg::STATUS_LU;
-    const uint32_t speed = (status & reg::STATUS_SPEED_MASK) >> reg::STATUS_SPEED_SHIFT;
-    l.speed_mbps = l.up ? (speed == 0 ? 10 : speed == 1 ? 100 : 1000) : 0;
-    l.full_duplex = status & reg::STATUS_FD;
-    return l;
-}
+LinkState Device::link() const { return intel::link_from_status(bar_->read32(reg::STATUS)); }
 
 void Device::accumulate_stats() {
-    if (removed_) return;
-    auto rd = [&](uint32_t r) { return uint64_t(bar_->read32(r)); };
-    stats_.rx_packets += rd(reg::GPRC);
-    stats_.tx_packets += rd(reg::GPTC);
-    stats_.rx_bytes += rd(reg::GORCL) | rd(reg::GORCH) << 32;   // low first: reading high clears
-    stats_.tx_bytes += rd(reg::GOTCL) | rd(reg::GOTCH) << 32;
-    stats_.rx_missed += rd(reg::MPC);
-    stats_.rx_crc_errors += rd(reg::CRCERRS);
-    stats_.rx_errors += rd(reg::RXERRC);
-    stats_.rx_broadcast += rd(reg::BPRC);
-    stats_.rx_multicast += rd(reg::MPRC);
+    if (!removed_) intel::accumulate_stats(*bar_, stats_);
 }
 
 DeviceStats Device::stats() {

@@ -1,0 +1,90 @@
+// What vfab's drivers for Intel's e1000 family (82574L: e1000e, 82576: igb) share on the
+// control path: the register layout they have in common (device status, the software reset
+// handshake, the clear-on-read statistics, datasheets §8/§10 of either), and small helpers.
+// Internal to drivers/; the fast paths stay in each driver's header (their descriptors differ).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "vfab/result.hpp"
+#include "vfab/types.hpp"
+#include "vfab/vfio/device.hpp"
+#include "vfab/vfio/region.hpp"
+
+namespace vfab::intel {
+
+namespace reg {
+inline constexpr uint32_t CTRL = 0x0000;
+inline constexpr uint32_t STATUS = 0x0008;
+inline constexpr uint32_t CTRL_GIO_MASTER_DISABLE = 1u << 2;
+inline constexpr uint32_t CTRL_RST = 1u << 26;
+inline constexpr uint32_t STATUS_FD = 1u << 0;
+inline constexpr uint32_t STATUS_LU = 1u << 1;
+inline constexpr uint32_t STATUS_SPEED_SHIFT = 6;   // 00: 10, 01: 100, 1x: 1000 Mb/s
+inline constexpr uint32_t STATUS_GIO_MASTER_ENABLE = 1u << 19;
+// Statistics, clear on read; the 64-bit octet counters clear when their high half is read.
+inline constexpr uint32_t CRCERRS = 0x4000, ALGNERRC = 0x4004, SYMERRS = 0x4008, RXERRC = 0x400c, MPC = 0x4010,
+                          SEC = 0x4038, RLEC = 0x4040, GPRC = 0x4074, BPRC = 0x4078, MPRC = 0x407c, GPTC = 0x4080,
+                          GORCL = 0x4088, GORCH = 0x408c, GOTCL = 0x4090, GOTCH = 0x4094;
+}  // namespace reg
+
+inline bool wait_until(auto&& done, std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (!done()) {
+        if (std::chrono::steady_clock::now() > end) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
+inline void disable_bus_master(vfio::Device& dev) {
+    constexpr uint16_t kCommand = 0x04, kBusMaster = 0x4;
+    if (auto cmd = dev.config_read(kCommand, 2)) (void)dev.config_write(kCommand, 2, *cmd & ~kBusMaster);
+}
+
+inline LinkState link_from_status(uint32_t status) {
+    LinkState l;
+    if (status == 0xffffffffu) return l;   // the device is gone
+    l.up = status & reg::STATUS_LU;
+    const uint32_t speed = (status >> reg::STATUS_SPEED_SHIFT) & 3;
+    l.speed_mbps = l.up ? (speed == 0 ? 10 : speed == 1 ? 100 : 1000) : 0;
+    l.full_duplex = status & reg::STATUS_FD;
+    return l;
+}
+
+// Adds the clear-on-read counters to `s`.
+inline void accumulate_stats(vfio::Region& bar, DeviceStats& s) {
+    auto rd = [&](uint32_t r) { return uint64_t(bar.read32(r)); };
+    s.rx_packets += rd(reg::GPRC);
+    s.tx_packets += rd(reg::GPTC);
+    s.rx_bytes += rd(reg::GORCL) | rd(reg::GORCH) << 32;   // low first: reading high clears both
+    s.tx_bytes += rd(reg::GOTCL) | rd(reg::GOTCH) << 32;
+    s.rx_missed += rd(reg::MPC);
+    s.rx_crc_errors += rd(reg::CRCERRS);
+    s.rx_errors += rd(reg::RXERRC) + rd(reg::SYMERRS) + rd(reg::ALGNERRC) + rd(reg::SEC) + rd(reg::RLEC);
+    s.rx_broadcast += rd(reg::BPRC);
+    s.rx_multicast += rd(reg::MPRC);
+}
+
+// The software reset both devices take (82574L §4.6.3, 82576 §4.3.1), once interrupts are
+// masked and receive and transmit stopped: let bus-master requests drain, CTRL.RST, wait for
+// it to clear. `name` goes into the error ("82574L").
+inline Result<void> software_reset(vfio::Region& bar, const std::string& where, const char* name) {
+    using namespace std::chrono_literals;
+    (void)bar.read32(reg::STATUS);   // flush the posted writes
+    std::this_thread::sleep_for(10ms);
+    bar.write32(reg::CTRL, bar.read32(reg::CTRL) | reg::CTRL_GIO_MASTER_DISABLE);
+    wait_until([&] { return !(bar.read32(reg::STATUS) & reg::STATUS_GIO_MASTER_ENABLE); }, 10ms);
+    bar.write32(reg::CTRL, bar.read32(reg::CTRL) | reg::CTRL_RST);
+    std::this_thread::sleep_for(1ms);
+    if (!wait_until([&] { return !(bar.read32(reg::CTRL) & reg::CTRL_RST); }, 100ms))
+        return Error{EIO, str_cat(where, ": the ", name, " did not come out of software reset (CTRL.RST still set after 100 ms)")};
+    if (bar.read32(reg::STATUS) == 0xffffffffu)
+        return Error{ENODEV, str_cat(where, ": registers read all-ones: the device is gone")};
+    return {};
+}
+
+}  // namespace vfab::intel
