@@ -16,13 +16,28 @@
 # Environment: DPDK_PPS_TX, DPDK_PPS_RX (BDFs; 0000:00:02.0, 0000:00:03.0),
 # DPDK_PPS_TXPKTS (frame length without FCS, 64), DPDK_PPS_VERBOSE=1 (print testpmd's output),
 # DPDK_PPS_EAL (more EAL arguments for both processes, e.g. --iova-mode=pa), DPDK_PPS_TESTPMD
-# (more testpmd arguments for both, e.g. --rxd=1024 --txd=1024; default 256 descriptors each).
+# (more testpmd arguments for both, e.g. --rxd=1024 --txd=1024; default 256 descriptors each),
+# DPDK_PPS_NAME (the line's first word; dpdk-e1000).
+# DPDK_PPS_QUEUES=N (unset: one queue, as above): N queues on each port (--rxq=N --txq=N: testpmd
+# makes min(rxq, txq) streams per port), the sender's flows spread by --txonly-multi-flow (it
+# varies the IPv4 source address) and the receiver's by RSS on UDP (--rss-udp), both forwarding
+# lcores polling all N queues round-robin; 8192 mbufs (N receive rings are filled on both
+# sides). The line then ends with queues=N rx_queues=a,b,... (packets per receive queue over
+# the whole run, from testpmd's per-stream statistics).
 # Exit status 0 when both ports counted packets, 1 otherwise (testpmd's output is printed).
 secs=${1:-5}
 tx_bdf=${DPDK_PPS_TX:-0000:00:02.0}
 rx_bdf=${DPDK_PPS_RX:-0000:00:03.0}
 txpkts=${DPDK_PPS_TXPKTS:-64}
+name=${DPDK_PPS_NAME:-dpdk-e1000}
+queues=${DPDK_PPS_QUEUES:-}
 case $secs in ''|*[!0-9]*|0) echo "usage: dpdk-pps [SECONDS>0]" >&2; exit 2 ;; esac
+case $queues in ''|[1-9]|1[0-6]) ;; *) echo "dpdk-pps: DPDK_PPS_QUEUES must be 1..16" >&2; exit 2 ;; esac
+tx_args="" rx_args=""
+if [ -n "$queues" ]; then
+    tx_args="--rxq=$queues --txq=$queues --total-num-mbufs=8192 --txonly-multi-flow"
+    rx_args="--rxq=$queues --txq=$queues --total-num-mbufs=8192 --rss-udp"
+fi
 
 work=$(mktemp -d /tmp/dpdk-pps.XXXXXX)
 mkdir -p /var/run
@@ -63,7 +78,7 @@ cmd() {
     wait_prompts "$1" $((n + 1)) 30
 }
 
-# testpmd SIDE BDF MAIN_LCORE MODE: starts an interactive testpmd reading SIDE.in.
+# testpmd SIDE BDF MAIN_LCORE MODE [ARGS]: starts an interactive testpmd reading SIDE.in.
 # -l 0,1: the main lcore only reads commands; the other one polls. --no-lsc-interrupt: the
 # em PMD on QEMU's e1000e takes a link-status interrupt per received burst (hundreds a
 # second, each a "link state change event" line), which only costs the receiver time.
@@ -72,14 +87,14 @@ testpmd() {
     # shellcheck disable=SC2086
     dpdk-testpmd -l 0,1 --main-lcore "$3" -n 1 --in-memory --file-prefix "dpdk-pps-$1" \
         -a "$2" ${DPDK_PPS_EAL:-} -- -i --forward-mode="$4" --total-num-mbufs=4096 \
-        --txpkts="$txpkts" --no-lsc-interrupt ${DPDK_PPS_TESTPMD:-} <"$work/$1.in" >"$work/$1.log" 2>&1 &
+        --txpkts="$txpkts" --no-lsc-interrupt ${5:-} ${DPDK_PPS_TESTPMD:-} <"$work/$1.in" >"$work/$1.log" 2>&1 &
 }
 uptime_cs() { awk '{ split($1, a, "."); print a[1] * 100 + a[2] }' /proc/uptime; }
 
 # The receiver first: its forwarding lcore on CPU 0, the sender's on CPU 1.
-testpmd rx "$rx_bdf" 1 rxonly; rx_pid=$!
+testpmd rx "$rx_bdf" 1 rxonly "$rx_args"; rx_pid=$!
 exec 4>"$work/rx.in"
-testpmd tx "$tx_bdf" 0 txonly; tx_pid=$!
+testpmd tx "$tx_bdf" 0 txonly "$tx_args"; tx_pid=$!
 exec 5>"$work/tx.in"
 wait_prompts rx 1 120
 wait_prompts tx 1 120
@@ -119,10 +134,20 @@ set -- $(counter rx RX-packets); rx0=${1:-0} rx1=${2:-0}
 set -- $(counter rx RX-missed); missed0=${1:-0} missed1=${2:-0}
 }
 line=$(awk -v tx0="$tx0" -v tx1="$tx1" -v rx0="$rx0" -v rx1="$rx1" -v m0="$missed0" \
-           -v m1="$missed1" -v t0="$t0" -v t1="$t1" 'BEGIN {
+           -v m1="$missed1" -v t0="$t0" -v t1="$t1" -v name="$name" 'BEGIN {
     s = (t1 - t0) / 100; if (s <= 0) s = 0.01
-    printf "dpdk-e1000 tx_pps=%d rx_pps=%d seconds=%.2f tx_packets=%d rx_packets=%d rx_missed=%d\n",
+    printf name " tx_pps=%d rx_pps=%d seconds=%.2f tx_packets=%d rx_packets=%d rx_missed=%d\n",
            (tx1 - tx0) / s, (rx1 - rx0) / s, s, tx1 - tx0, rx1 - rx0, m1 - m0 }')
+if [ -n "$queues" ]; then
+    # testpmd's "stop" prints a block per stream when a port has several ("Forward Stats for
+    # RX Port= 0/Queue= 1 -> ...", then "RX-packets: N"), and the port's total after them.
+    per_queue=$(awk '/Forward Stats for RX Port=/ { on = 1; next }
+        /Forward statistics for port/ { port = 1; next }
+        on && /RX-packets:/ { q = q sep $2; sep = ","; on = 0 }
+        port && /RX-packets:/ { total = $2; port = 0 }
+        END { print (q != "" ? q : total) }' "$work/rx.log")
+    line="$line queues=$queues rx_queues=$per_queue"
+fi
 echo "$line"
 case $line in
     *" tx_packets=0 "*|*" rx_packets=0 "*) fail "no packets counted" ;;
