@@ -175,7 +175,9 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
         }
         qps_[index] = std::move(qp);
         if (auto r = start_device(); !r) {
-            qps_[index].reset();
+            // Freed on return, after handshake() has reset the device: it may have been given
+            // the new rings already.
+            std::unique_ptr<QueuePair> failed = std::move(qps_[index]);
             if (auto again = handshake(); again) (void)start_device();   // the others carry on
             return r.take_error();
         }
