@@ -53,7 +53,7 @@ function(vfab_lab_finalize)
     if(dpdk)
       list(APPEND opts --dpdk)
     endif()
-    add_test(NAME lab.${suite} COMMAND ${PROJECT_SOURCE_DIR}/scripts/lab ${opts} run ${bins})
+    add_test(NAME lab.${suite} COMMAND ${PROJECT_SOURCE_DIR}/scripts/lab.d/ctest-run ${opts} run ${bins})
     # The first iommufd run may build its kernel (~10 min on 2 cores); boots share the cores.
     set_tests_properties(lab.${suite} PROPERTIES LABELS lab TIMEOUT 2400 RUN_SERIAL TRUE)
   endforeach()

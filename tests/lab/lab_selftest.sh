@@ -5,6 +5,7 @@
 #   lab_selftest.sh PASS_BIN FAIL_BIN CRASH_BIN EMPTY_BIN HANG_BIN STALL_BIN
 set -uo pipefail
 lab=$(dirname "$0")/../../scripts/lab
+ctest_run=$(dirname "$0")/../../scripts/lab.d/ctest-run
 pass=$1 fail=$2 crash=$3 empty=$4 hang=$5 stall=$6
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 bad=0
@@ -15,7 +16,7 @@ expect() {
     local patterns=()
     while [[ $1 != -- ]]; do patterns+=("$1"); shift; done
     shift
-    "$lab" "$@" >"$out" 2>&1
+    "${runner:-$lab}" "$@" >"$out" 2>&1
     local rc=$? p
     if [[ $rc -ne $want_rc ]]; then
         echo "FAIL: scripts/lab $* exited $rc, expected $want_rc"; tail -n 20 "$out"; bad=1; return
@@ -28,10 +29,19 @@ expect() {
     echo "ok: scripts/lab $* -> exit $rc, as expected"
 }
 
-expect 1 "$(basename "$pass") passed" "$(basename "$fail") FAILED \(exit 1\)" \
+# Through the wrapper ctest uses, which must print why first: the verdicts that are not
+# "passed" come before the lab's own output.
+runner=$ctest_run expect 1 "^== Why this lab run is red" "$(basename "$pass") passed" "$(basename "$fail") FAILED \(exit 1\)" \
          "$(basename "$crash") CRASHED \(signal 11, SIGSEGV\)" \
          "$(basename "$empty") RAN NO TEST" "no_such_binary MISSING" \
     -- --timeout 600 run "$pass" "$fail" "$crash" "$empty" /nonexistent/no_such_binary
+why_end=$(grep -n -m1 "^== The lab run's output" "$out" | cut -d: -f1)
+fail_at=$(grep -n -m1 "$(basename "$fail") FAILED" "$out" | cut -d: -f1)
+if [[ -z $why_end || -z $fail_at || $fail_at -gt $why_end ]]; then
+    echo "FAIL: ctest-run did not print the failed verdict before the lab's output"; head -n 20 "$out"; bad=1
+else
+    echo "ok: ctest-run prints why first"
+fi
 expect 2 "the guest hung: still running after 40 s, in test $(basename "$hang")" \
     -- --timeout 40 run "$hang"
 expect 2 "booting once more" "the guest kernel stalled .* in test $(basename "$stall")" \
