@@ -1,6 +1,7 @@
 // The providers built into libvfab: one line each.
 #include "api/providers/e1000e.hpp"
 #include "api/providers/igb.hpp"
+#include "api/providers/igbvf.hpp"
 #include "api/providers/virtio_net.hpp"
 #include "vfab/provider.hpp"
 
@@ -11,6 +12,7 @@ constexpr Record kBuiltin[] = {
     providers::kE1000eRecord,
     providers::kVirtioNetRecord,
     providers::kIgbRecord,
+    providers::kIgbvfRecord,
 };
 
 }  // namespace

@@ -66,7 +66,8 @@ static_assert(VFAB_QPS_READY == int(QpState::ready) && VFAB_QPS_ERROR == int(QpS
 static_assert(VFAB_EVENT_NONE == int(EventType::none) && VFAB_EVENT_LINK_UP == int(EventType::link_up) &&
               VFAB_EVENT_LINK_DOWN == int(EventType::link_down) &&
               VFAB_EVENT_DEVICE_FATAL == int(EventType::device_fatal) &&
-              VFAB_EVENT_DEVICE_REMOVAL == int(EventType::device_removal));
+              VFAB_EVENT_DEVICE_REMOVAL == int(EventType::device_removal) &&
+              VFAB_EVENT_DEVICE_RESET == int(EventType::device_reset));
 
 template <size_t N>
 void copy_string(char (&out)[N], const std::string& s) {

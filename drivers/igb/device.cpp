@@ -54,6 +54,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
         return Error{ENOTSUP, str_cat(where, ": the 82576 driver needs MSI-X with at least 2 vectors")};
     vectors_ = std::min<uint32_t>(info->count, 32);   // EIMS has one bit per vector
     other_vector_ = vectors_ - 1;
+    cq_vectors_ = other_vector_;
     auto msix = vfio_->enable_interrupts(vfio::IrqIndex::msix, vectors_);
     if (!msix) return msix.take_error();
     msix_ = *msix;
@@ -196,20 +197,6 @@ Event Device::next_event() {
     return {};
 }
 
-// Every queue pair stops and goes to the error state; sleepers on channels wake.
-void Device::enter_error_state() {
-    for (auto& qp : qps_)
-        if (qp && qp->state_ == QpState::ready) {
-            qp->state_ = QpState::error;
-            if (!removed_) stop_queues(qp->queue_);
-        }
-    for (auto& cq : cqs_)
-        if (!cq->destroyed_) {
-            uint64_t one = 1;
-            (void)!::write(cq->efd_, &one, sizeof one);
-        }
-}
-
 Result<void> Device::reset() {
     std::lock_guard lock(mu_);
     if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
@@ -232,10 +219,7 @@ Device::~Device() {
     }
     disable_bus_master(*vfio_);
     (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
-    qps_.clear();
-    dead_qps_.clear();
-    cqs_.clear();
-    pd_.reset();
+    release_all();
 }
 
 }  // namespace vfab::igb

@@ -1,5 +1,6 @@
-// 82576 completion queues and queue pairs: ring memory, per-queue start and stop (datasheet
-// §4.5.9 receive and §4.5.10 transmit initialization), MSI-X routing (IVAR), arming, RSS.
+// 82576 completion queues and queue pairs, for the physical and the virtual functions: ring
+// memory, per-queue start and stop (datasheet §4.5.9 receive and §4.5.10 transmit
+// initialization), MSI-X routing (IVAR), arming.
 #include <bit>
 #include <cerrno>
 #include <chrono>
@@ -7,8 +8,7 @@
 
 #include <unistd.h>
 
-#include "vfab/drivers/igb.hpp"
-#include "vfab/net/rss.hpp"
+#include "vfab/drivers/igb/queues.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::igb {
@@ -31,17 +31,17 @@ bool wait_for(auto&& done) {
 
 // ---- completion queues -----------------------------------------------------------------------
 
-Result<CompletionQueue*> Device::create_cq(uint32_t cqe) {
+Result<CompletionQueue*> QueueSet::create_cq(uint32_t cqe) {
     std::lock_guard lock(mu_);
     if (cqe == 0 || cqe > 2 * kMaxQueueDepth)
         return Error{EINVAL, str_cat("create_cq(", cqe, "): the capacity must be 1 to ", 2 * kMaxQueueDepth)};
-    std::vector<bool> used(other_vector_, false);
+    std::vector<bool> used(cq_vectors_, false);
     for (auto& cq : cqs_)
         if (!cq->destroyed_) used[cq->vector_] = true;
     uint32_t vector = 0;
-    while (vector < other_vector_ && used[vector]) ++vector;
-    if (vector == other_vector_)
-        return Error{ENOSPC, str_cat(attr_.address.to_string(), ": all ", other_vector_,
+    while (vector < cq_vectors_ && used[vector]) ++vector;
+    if (vector == cq_vectors_)
+        return Error{ENOSPC, str_cat(attr_.address.to_string(), ": all ", cq_vectors_,
                                      " completion queues are in use (one MSI-X vector each); destroy one first")};
     const int efd = msix_->eventfd(vector);
     vfio::drain_eventfd(efd);
@@ -81,7 +81,7 @@ uint64_t CompletionQueue::take_events() noexcept {
 
 // ---- queue pairs -----------------------------------------------------------------------------
 
-Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
+Result<QueuePair*> QueueSet::create_qp(const QpInitAttr& attr) {
     std::lock_guard lock(mu_);
     const std::string where = attr_.address.to_string();
     if (removed_) return Error{ENODEV, str_cat(where, ": the device was removed; close it")};
@@ -129,8 +129,8 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
     qp->rq_mask_ = rx - 1;
     qp->bar_ = bar_->base();
     qp->mrs_ = &pd_->table();
-    qp->tdt_ = reg::TDT(index);
-    qp->rdt_ = reg::RDT(index);
+    qp->tdt_ = layout_.tx(index, reg::Q_TAIL);
+    qp->rdt_ = layout_.rx(index, reg::Q_TAIL);
 
     qps_[index] = std::move(qp);
     QueuePair& q = *qps_[index];
@@ -145,51 +145,54 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
 
 // §4.5.9 / §4.5.10: ring base and length, head = tail = 0, descriptor type, then enable and
 // wait for the enable bit to read back. Each queue's causes go to its CQ's vector.
-Result<void> Device::start_queues(QueuePair& qp) {
+Result<void> QueueSet::start_queues(QueuePair& qp) {
     const uint32_t q = qp.queue_;
     const uint64_t rx_iova = qp.rings_->iova_of(qp.rx_).value, tx_iova = qp.rings_->iova_of(qp.tx_).value;
-    bar_->write32(reg::RXDCTL(q), 0);
-    bar_->write32(reg::RDBAL(q), uint32_t(rx_iova));
-    bar_->write32(reg::RDBAH(q), uint32_t(rx_iova >> 32));
-    bar_->write32(reg::RDLEN(q), (qp.rx_mask_ + 1) * sizeof(RxDesc));
-    bar_->write32(reg::SRRCTL(q), (reg::kRxBufferSize / 1024) << reg::SRRCTL_BSIZEPKT_SHIFT |
+    bar_->write32(layout_.rx(q, reg::Q_DCTL), 0);
+    bar_->write32(layout_.rx(q, reg::Q_BAL), uint32_t(rx_iova));
+    bar_->write32(layout_.rx(q, reg::Q_BAH), uint32_t(rx_iova >> 32));
+    bar_->write32(layout_.rx(q, reg::Q_LEN), (qp.rx_mask_ + 1) * sizeof(RxDesc));
+    bar_->write32(layout_.rx(q, reg::Q_SRRCTL), (reg::kRxBufferSize / 1024) << reg::SRRCTL_BSIZEPKT_SHIFT |
                                       reg::SRRCTL_DESCTYPE_ADV_ONEBUF | reg::SRRCTL_DROP_EN);
-    bar_->write32(reg::RDH(q), 0);
-    bar_->write32(reg::RDT(q), 0);
-    bar_->write32(reg::TXDCTL(q), 0);
-    bar_->write32(reg::TDBAL(q), uint32_t(tx_iova));
-    bar_->write32(reg::TDBAH(q), uint32_t(tx_iova >> 32));
-    bar_->write32(reg::TDLEN(q), (qp.tx_mask_ + 1) * sizeof(TxDesc));
-    bar_->write32(reg::TDH(q), 0);
-    bar_->write32(reg::TDT(q), 0);
+    bar_->write32(layout_.rx(q, reg::Q_HEAD), 0);
+    bar_->write32(layout_.rx(q, reg::Q_TAIL), 0);
+    bar_->write32(layout_.tx(q, reg::Q_DCTL), 0);
+    bar_->write32(layout_.tx(q, reg::Q_BAL), uint32_t(tx_iova));
+    bar_->write32(layout_.tx(q, reg::Q_BAH), uint32_t(tx_iova >> 32));
+    bar_->write32(layout_.tx(q, reg::Q_LEN), (qp.tx_mask_ + 1) * sizeof(TxDesc));
+    bar_->write32(layout_.tx(q, reg::Q_HEAD), 0);
+    bar_->write32(layout_.tx(q, reg::Q_TAIL), 0);
     uint32_t ivar = bar_->read32(reg::ivar_reg(q));
     ivar &= ~(0xffu << reg::ivar_rx_shift(q) | 0xffu << reg::ivar_tx_shift(q));
     ivar |= (reg::IVAR_VALID | qp.recv_cq_->vector_) << reg::ivar_rx_shift(q);
     ivar |= (reg::IVAR_VALID | qp.send_cq_->vector_) << reg::ivar_tx_shift(q);
     bar_->write32(reg::ivar_reg(q), ivar);
-    bar_->write32(reg::RXDCTL(q), reg::XDCTL_ENABLE);
-    bar_->write32(reg::TXDCTL(q), reg::XDCTL_ENABLE);
-    if (!wait_for([&] { return (bar_->read32(reg::RXDCTL(q)) & bar_->read32(reg::TXDCTL(q))) & reg::XDCTL_ENABLE; }))
+    bar_->write32(layout_.rx(q, reg::Q_DCTL), reg::XDCTL_ENABLE);
+    bar_->write32(layout_.tx(q, reg::Q_DCTL), reg::XDCTL_ENABLE);
+    const uint32_t rxdctl = layout_.rx(q, reg::Q_DCTL), txdctl = layout_.tx(q, reg::Q_DCTL);
+    if (!wait_for([&] { return (bar_->read32(rxdctl) & bar_->read32(txdctl)) & reg::XDCTL_ENABLE; }))
         return Error{EIO, str_cat(attr_.address.to_string(), ": queue ", q, " did not enable (RXDCTL/TXDCTL.ENABLE)")};
     return {};
 }
 
 // Disable both queues and wait until the device says so (§4.5.9.1): it then no longer
 // fetches from or writes to the rings or buffers.
-void Device::stop_queues(uint32_t q) {
+void QueueSet::stop_queues(uint32_t q) {
     if (removed_) return;
-    bar_->write32(reg::RXDCTL(q), 0);
-    bar_->write32(reg::TXDCTL(q), 0);
-    (void)wait_for([&] { return !((bar_->read32(reg::RXDCTL(q)) | bar_->read32(reg::TXDCTL(q))) & reg::XDCTL_ENABLE); });
+    const uint32_t rxdctl = layout_.rx(q, reg::Q_DCTL), txdctl = layout_.tx(q, reg::Q_DCTL);
+    bar_->write32(rxdctl, 0);
+    bar_->write32(txdctl, 0);
+    (void)wait_for([&] { return !((bar_->read32(rxdctl) | bar_->read32(txdctl)) & reg::XDCTL_ENABLE); });
     uint32_t ivar = bar_->read32(reg::ivar_reg(q));
     ivar &= ~(0xffu << reg::ivar_rx_shift(q) | 0xffu << reg::ivar_tx_shift(q));
     bar_->write32(reg::ivar_reg(q), ivar);
-    for (uint32_t r : {reg::RDBAL(q), reg::RDBAH(q), reg::RDLEN(q), reg::RDH(q), reg::RDT(q), reg::TDBAL(q), reg::TDBAH(q),
-                       reg::TDLEN(q), reg::TDH(q), reg::TDT(q)})
-        bar_->write32(r, 0);
+    for (uint32_t r : {reg::Q_BAL, reg::Q_BAH, reg::Q_LEN, reg::Q_HEAD, reg::Q_TAIL}) {
+        bar_->write32(layout_.rx(q, r), 0);
+        bar_->write32(layout_.tx(q, r), 0);
+    }
 }
 
-void Device::release_qp(QueuePair& qp) {
+void QueueSet::release_qp(QueuePair& qp) {
     stop_queues(qp.queue_);
     if (qp.send_cq_->send_qp_ == &qp) qp.send_cq_->send_qp_ = nullptr;
     if (qp.recv_cq_->recv_qp_ == &qp) qp.recv_cq_->recv_qp_ = nullptr;
@@ -208,61 +211,27 @@ Result<void> QueuePair::destroy() {
     return {};
 }
 
-// ---- RSS -------------------------------------------------------------------------------------
-
-Result<void> Device::configure_rss(const RssConfig& cfg) {
-    std::lock_guard lock(mu_);
-    if (cfg.hash_types & ~attr_.rss_hash_types)
-        return Error{EINVAL, str_cat("configure_rss: hash types 0x", std::hex, cfg.hash_types & ~attr_.rss_hash_types,
-                                     " are not supported (the 82576 hashes 0x", attr_.rss_hash_types, ")")};
-    if (cfg.hash_types == 0) {
-        rss_table_.clear();
-        rss_types_ = 0;
-        write_rss();
-        return {};
-    }
-    const size_t n = cfg.table.size();
-    if (n == 0 || !std::has_single_bit(n) || n > reg::kRetaEntries)
-        return Error{EINVAL, str_cat("configure_rss: the redirection table has ", n,
-                                     " entries; it must be a power of 2 from 1 to ", reg::kRetaEntries)};
-    for (size_t i = 0; i < n; ++i)
-        if (cfg.table[i] >= qps_.size() || !qps_[cfg.table[i]] || qps_[cfg.table[i]]->state() != QpState::ready)
-            return Error{EINVAL, str_cat("configure_rss: table entry ", i, " names queue ", cfg.table[i],
-                                         ", which has no ready queue pair (create it first; queues are 0 to ", qps_.size() - 1, ")")};
-    if (!cfg.key.empty() && cfg.key.size() != reg::kRssKeyBytes)
-        return Error{EINVAL, str_cat("configure_rss: the key has ", cfg.key.size(), " bytes; the 82576 takes ",
-                                     reg::kRssKeyBytes, " (or pass none for the usual default)")};
-    const auto key = cfg.key.empty() ? std::span<const uint8_t>(net::kDefaultRssKey) : cfg.key;
-    std::copy(key.begin(), key.end(), rss_key_.begin());
-    rss_table_.assign(cfg.table.begin(), cfg.table.end());
-    rss_types_ = cfg.hash_types;
-    write_rss();
-    return {};
+void QueueSet::enter_error_state() {
+    for (auto& qp : qps_)
+        if (qp && qp->state_ == QpState::ready) {
+            qp->state_ = QpState::error;
+            if (!removed_) stop_queues(qp->queue_);
+        }
+    for (auto& cq : cqs_)
+        if (!cq->destroyed_) {
+            uint64_t one = 1;
+            (void)!::write(cq->efd_, &one, sizeof one);
+        }
 }
 
-// RSSRK holds the key with byte 0 in the low byte of the first register; the 128 RETA entries
-// repeat the table, so entry hash % 128 names table[hash % size] (§7.1.2.8.1).
-void Device::write_rss() {
-    if (rss_types_ == 0) {
-        bar_->write32(reg::MRQC, 0);
-        return;
-    }
-    for (uint32_t i = 0; i < reg::kRssKeyBytes / 4; ++i)
-        bar_->write32(reg::RSSRK + 4 * i, uint32_t(rss_key_[4 * i]) | uint32_t(rss_key_[4 * i + 1]) << 8 |
-                                              uint32_t(rss_key_[4 * i + 2]) << 16 | uint32_t(rss_key_[4 * i + 3]) << 24);
-    for (uint32_t i = 0; i < reg::kRetaEntries / 4; ++i) {
-        uint32_t v = 0;
-        for (uint32_t j = 0; j < 4; ++j) v |= uint32_t(rss_table_[(4 * i + j) % rss_table_.size()]) << (8 * j);
-        bar_->write32(reg::RETA + 4 * i, v);
-    }
-    uint32_t mrqc = reg::MRQC_RSS;
-    if (rss_types_ & rss_ipv4) mrqc |= reg::MRQC_IPV4;
-    if (rss_types_ & rss_tcp_ipv4) mrqc |= reg::MRQC_TCP_IPV4;
-    if (rss_types_ & rss_udp_ipv4) mrqc |= reg::MRQC_UDP_IPV4;
-    if (rss_types_ & rss_ipv6) mrqc |= reg::MRQC_IPV6;
-    if (rss_types_ & rss_tcp_ipv6) mrqc |= reg::MRQC_TCP_IPV6;
-    if (rss_types_ & rss_udp_ipv6) mrqc |= reg::MRQC_UDP_IPV6;
-    bar_->write32(reg::MRQC, mrqc);
+void QueueSet::release_all() {
+    if (!removed_)
+        for (uint32_t q = 0; q < qps_.size(); ++q)
+            if (qps_[q]) stop_queues(q);
+    qps_.clear();
+    dead_qps_.clear();
+    cqs_.clear();
+    pd_.reset();
 }
 
 }  // namespace vfab::igb

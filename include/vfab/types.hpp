@@ -188,6 +188,9 @@ enum class EventType : uint8_t {
                        // every queue pair is in the error state; close the device
     device_removal,    // the kernel asks for the device back (unbind, hot unplug): queues are
                        // in the error state; close the device to let the removal finish
+    device_reset,      // the device's owner reset it (a VF's PF went down or restarted): queue
+                       // pairs are in the error state; reset() once it is back, then create
+                       // them again
 };
 constexpr const char* to_string(EventType e) noexcept {
     switch (e) {
@@ -196,6 +199,7 @@ constexpr const char* to_string(EventType e) noexcept {
     case EventType::link_down: return "link down";
     case EventType::device_fatal: return "device fatal error";
     case EventType::device_removal: return "device removal requested";
+    case EventType::device_reset: return "device reset by its owner";
     }
     return "unknown event";
 }

@@ -152,6 +152,8 @@ enum vfab_event_type {
     VFAB_EVENT_LINK_DOWN = 2,
     VFAB_EVENT_DEVICE_FATAL = 3,    /* every QP is in the error state: close the device */
     VFAB_EVENT_DEVICE_REMOVAL = 4,  /* the kernel wants the device back: close it */
+    VFAB_EVENT_DEVICE_RESET = 5,    /* its owner (a VF's PF) reset it: vfab_reset() once it
+                                       is back, then create the QPs again */
 };
 
 struct vfab_event {

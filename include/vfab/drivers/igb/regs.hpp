@@ -119,6 +119,9 @@ constexpr uint32_t TDLEN(uint32_t n) { return 0xe008 + 0x40 * n; }
 constexpr uint32_t TDH(uint32_t n) { return 0xe010 + 0x40 * n; }
 constexpr uint32_t TDT(uint32_t n) { return 0xe018 + 0x40 * n; }
 constexpr uint32_t TXDCTL(uint32_t n) { return 0xe028 + 0x40 * n; }
+// The same registers as offsets in a queue's block, wherever the device has it (QueueLayout).
+inline constexpr uint32_t Q_BAL = 0x00, Q_BAH = 0x04, Q_LEN = 0x08, Q_SRRCTL = 0x0c, Q_HEAD = 0x10, Q_TAIL = 0x18,
+                          Q_DCTL = 0x28;
 inline constexpr uint32_t XDCTL_ENABLE = 1u << 25;   // RXDCTL / TXDCTL queue enable
 inline constexpr uint32_t SRRCTL_BSIZEPKT_SHIFT = 0;  // in 1 KB units
 inline constexpr uint32_t SRRCTL_DESCTYPE_ADV_ONEBUF = 1u << 25;

@@ -1,0 +1,357 @@
+// 82576 virtual function: bring-up through the PF (the reset handshake of datasheet
+// §7.8.2.9 and the Linux igb/igbvf message set), link, statistics, the PF's news.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "../intel/intel_common.hpp"
+#include "mailbox.hpp"
+#include "vfab/drivers/igbvf.hpp"
+#include "vfab/drivers/igbvf/regs.hpp"
+
+namespace vfab::igbvf {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+enum : uint64_t { kTagMailbox = 1, kTagReq = 2 };
+constexpr uint32_t kCqVector = 0;
+constexpr uint32_t kMailboxVectors = 0b110;   // 1 (QEMU's model) and 2 (hardware)
+constexpr uint32_t kMaxFrame = 1522;          // 1500 + Ethernet header + FCS + one VLAN tag
+
+std::string mac_string(const MacAddress& m) {
+    char s[18];
+    std::snprintf(s, sizeof s, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+    return s;
+}
+
+bool valid_unicast(const MacAddress& m) {
+    return !(m[0] & 1) && (m[0] | m[1] | m[2] | m[3] | m[4] | m[5]) != 0;
+}
+
+std::string link_name(const fs::path& p) {
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(p, ec);
+    return ec ? std::string() : target.filename().string();
+}
+
+}  // namespace
+
+Device::Device(std::unique_ptr<vfio::Device> vdev, vfio::Region* bar, vfio::EventWaiter events)
+    : QueueSet(std::move(vdev), bar), mbx_(std::make_unique<Mailbox>(*bar)), events_(std::move(events)) {}
+
+Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+    if (opts.mac && !valid_unicast(*opts.mac))
+        return Error{EINVAL, str_cat("igbvf: ", mac_string(*opts.mac), " is not a unicast address")};
+    if (opts.pf_timeout_ms <= 0) return Error{EINVAL, "igbvf: pf_timeout_ms must be positive"};
+    auto vdev = vfio::Device::open(addr, opts.vfio);
+    if (!vdev) return vdev.take_error();
+    auto vendor = (*vdev)->config_read(0x00, 2), device = (*vdev)->config_read(0x02, 2);
+    if (!vendor || !device) return Error{EIO, str_cat(addr.to_string(), ": cannot read the PCI IDs from config space")};
+    bool known = false;
+    for (uint16_t id : kDeviceIds) known |= *vendor == kVendorId && *device == id;
+    if (!known)
+        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, *vendor, ":", *device,
+                                     ", not an Intel 82576 or I350 virtual function (8086:10ca, 8086:1520)",
+                                     *device == 0x10c9 ? ": it is an 82576 physical function (igb)" : "")};
+    auto bar = (*vdev)->region(0);
+    if (!bar) return bar.take_error();
+    if (!(*bar)->base() || (*bar)->mapped_length() < 0x4000)
+        return Error{EIO, str_cat(addr.to_string(), ": BAR 0 cannot be mmapped; the driver needs direct register access")};
+    auto events = vfio::EventWaiter::create();
+    if (!events) return events.take_error();
+    std::unique_ptr<Device> dev(new Device(std::move(*vdev), *bar, std::move(*events)));
+    if (auto r = dev->init(opts); !r) return r.take_error();
+    return dev;
+}
+
+Result<void> Device::init(const DeviceOptions& opts) {
+    opts_ = opts;
+    const std::string where = vfio_->address().to_string();
+    pf_ = link_name(fs::path(opts.vfio.sysfs_root) / "bus/pci/devices" / where / "physfn");
+    if (auto r = vfio_->enable_bus_master(); !r) return r;
+    auto info = vfio_->irq_info(vfio::IrqIndex::msix);
+    if (!info || info->count < reg::kVectors)
+        return Error{ENOTSUP, str_cat(where, ": the VF driver needs its 3 MSI-X vectors")};
+    auto msix = vfio_->enable_interrupts(vfio::IrqIndex::msix, reg::kVectors);
+    if (!msix) return msix.take_error();
+    msix_ = *msix;
+    for (uint32_t v = 1; v < reg::kVectors; ++v)
+        if (auto r = events_.add(msix_->eventfd(v), kTagMailbox); !r) return r;
+    if (auto req = vfio_->irq_info(vfio::IrqIndex::req); req && req->count > 0) {
+        if (auto irq = vfio_->enable_interrupts(vfio::IrqIndex::req, 1)) {
+            req_ = *irq;
+            if (auto r = events_.add(req_->eventfd(0), kTagReq); !r) return r;
+        }
+    }
+    auto pd = dma::ProtectionDomain::create(vfio_->iommu_shared(), opts.pd);
+    if (!pd) return pd.take_error();
+    pd_ = std::move(*pd);
+
+    attr_.provider = "igbvf";
+    attr_.name = "Intel 82576 virtual function";
+    attr_.address = vfio_->address();
+    attr_.vendor_id = kVendorId;
+    attr_.device_id = uint16_t(*vfio_->config_read(0x02, 2));
+    attr_.mtu = 1500;
+    attr_.max_cq = 1;
+    attr_.max_qp = 1;
+    attr_.max_qp_wr = igb::kMaxQueueDepth;
+    attr_.max_send_sge = igb::kMaxSendSge;
+    attr_.max_recv_sge = 1;
+    attr_.recv_buffer_size = igb::reg::kRxBufferSize;
+    attr_.offloads = offload_tx_ip_csum;   // receive checksums are the PF's to turn on
+    attr_.interrupt_vectors = reg::kVectors;
+    cq_vectors_ = 1;
+    layout_ = {0x2800, 0x3800, 0x100};
+    qps_.resize(1);
+
+    if (auto r = handshake(); !r) return r;
+    for (uint32_t i = 0; i < 5; ++i)
+        raw_[i] = bar_->read32(std::array{reg::VFGPRC, reg::VFGPTC, reg::VFGORC, reg::VFGOTC, reg::VFMPRC}[i]);
+    if (opts.link_timeout_ms > 0) intel::wait_until([&] { return link().up; }, std::chrono::milliseconds(opts.link_timeout_ms));
+    link_up_ = link().up;
+    return {};
+}
+
+// What the PF's side looks like, for an error that says what to do about it.
+std::string Device::pf_state() const {
+    if (pf_.empty()) return "this VF's PF is not visible here (a VF passed into a VM?): its driver must be running and its interface up";
+    const fs::path dir = fs::path(opts_.vfio.sysfs_root) / "bus/pci/devices" / pf_;
+    const std::string driver = link_name(dir / "driver");
+    if (driver.empty()) return str_cat("the PF ", pf_, " has no driver: load the kernel's igb (`modprobe igb`) — a VF needs its PF driven");
+    if (driver == "vfio-pci") return str_cat("the PF ", pf_, " is bound to vfio-pci: a VF needs its PF driven by the kernel's igb");
+    std::string netdev;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir / "net", ec)) netdev = e.path().filename().string();
+    return str_cat("the PF ", pf_, " is driven by ", driver, netdev.empty() ? "" : str_cat(" as ", netdev),
+                   ": bring its interface up (`ip link set ", netdev.empty() ? "DEV" : netdev, " up`)");
+}
+
+// One request and its reply's first words; a PF control message arriving first is handled and
+// skipped. Returns the reply's word 0 (ACK or NACK for the caller to judge).
+Result<uint32_t> Device::request(std::span<const uint32_t> words, std::span<uint32_t> reply, const char* what) {
+    const auto timeout = std::chrono::milliseconds(opts_.pf_timeout_ms);
+    const std::string where = vfio_->address().to_string();
+    if (auto r = mbx_->send(words, timeout); !r)
+        return Error{r.error().code == ECONNRESET ? ECONNRESET : ETIMEDOUT, str_cat(where, ": ", what, ": ", r.error().message, " — ", pf_state())};
+    for (int i = 0; i < 4; ++i) {
+        if (auto r = mbx_->receive(reply, timeout); !r)
+            return Error{r.error().code == ECONNRESET ? ECONNRESET : ETIMEDOUT, str_cat(where, ": ", what, ": ", r.error().message, " — ", pf_state())};
+        if ((reply[0] & msg::TYPE_MASK) == (words[0] & msg::TYPE_MASK)) return reply[0];
+        if ((reply[0] & msg::TYPE_MASK) == msg::PF_CONTROL && !(reply[0] & msg::CTS)) cts_ = false;
+    }
+    return Error{EPROTO, str_cat(where, ": ", what, ": the PF's replies are for other requests")};
+}
+
+// The VF reset handshake (Linux igbvf e1000_reset_hw_vf): reset the VF, wait until the PF is
+// not resetting (RSTI clear), VF_RESET (the PF answers with the MAC it assigned and clears the
+// VF to send), then this driver's settings: MAC, frame size, multicast, promiscuous modes.
+Result<void> Device::handshake() {
+    const std::string where = vfio_->address().to_string();
+    const auto timeout = std::chrono::milliseconds(opts_.pf_timeout_ms);
+    cts_ = false;
+    bar_->write32(reg::VTEIMC, (1u << reg::kVectors) - 1);
+    bar_->write32(reg::VTCTRL, reg::VTCTRL_RST);
+    std::this_thread::sleep_for(1ms);
+    mbx_->clear();
+    if (!intel::wait_until([&] { return !(mbx_->bits() & reg::MBX_RSTI); }, timeout))
+        return Error{EAGAIN, str_cat(where, ": the PF is resetting (VMAILBOX.RSTI) and did not finish within ", timeout.count(),
+                                     " ms — ", pf_state())};
+    (void)mbx_->take(reg::MBX_RSTD);
+
+    uint32_t reply[3] = {};
+    const uint32_t reset_msg[] = {msg::VF_RESET};
+    auto w0 = request(reset_msg, reply, "VF reset request");
+    if (!w0) return w0.take_error();
+    MacAddress assigned{};
+    if (*w0 & msg::ACK) {
+        for (int i = 0; i < 4; ++i) assigned[i] = uint8_t(reply[1] >> (8 * i));
+        for (int i = 0; i < 2; ++i) assigned[4 + i] = uint8_t(reply[2] >> (8 * i));
+    } else if (!(*w0 & msg::NACK)) {
+        return Error{EPROTO, str_cat(where, ": the PF answered the VF reset request with neither ACK nor NACK (0x", std::hex, *w0, ")")};
+    }
+    cts_ = true;
+
+    MacAddress mac = assigned;
+    if (opts_.mac) {
+        mac = *opts_.mac;
+    } else if (!valid_unicast(assigned)) {   // no address assigned: a random, locally administered one
+        std::random_device rd;
+        for (auto& b : mac) b = uint8_t(rd());
+        mac[0] = uint8_t((mac[0] & 0xfe) | 0x02);
+    }
+    if (mac != assigned) {
+        const uint32_t set_mac[] = {msg::SET_MAC_ADDR,
+                                    uint32_t(mac[0]) | uint32_t(mac[1]) << 8 | uint32_t(mac[2]) << 16 | uint32_t(mac[3]) << 24,
+                                    uint32_t(mac[4]) | uint32_t(mac[5]) << 8};
+        auto r = request(set_mac, std::span(reply, 1), "set MAC address");
+        if (!r) return r.take_error();
+        if (!(*r & msg::ACK))
+            return Error{EPERM, str_cat(where, ": the PF refused MAC address ", mac_string(mac),
+                                        valid_unicast(assigned) ? str_cat(" (it assigned ", mac_string(assigned), ")") : std::string(),
+                                        ": its administrator may have fixed this VF's address (`ip link set PF vf N mac ...`); "
+                                        "open without DeviceOptions::mac to use the PF's")};
+    }
+    std::copy(mac.begin(), mac.end(), attr_.mac);
+
+    const uint32_t lpe[] = {msg::SET_LPE, kMaxFrame};
+    if (auto r = request(lpe, std::span(reply, 1), "set frame size"); !r) return r.take_error();
+    if (!multicast_.empty()) {
+        uint32_t m[1 + msg::kMaxMulticast / 2] = {msg::SET_MULTICAST | uint32_t(multicast_.size()) << msg::INFO_SHIFT};
+        for (size_t i = 0; i < multicast_.size(); ++i) m[1 + i / 2] |= uint32_t(multicast_[i]) << (16 * (i % 2));
+        if (auto r = request(std::span(m, 1 + (multicast_.size() + 1) / 2), std::span(reply, 1), "set multicast"); !r) return r.take_error();
+    }
+    if (promisc_) {
+        const uint32_t p[] = {msg::SET_PROMISC | promisc_};
+        if (auto r = request(p, std::span(reply, 1), "set promiscuous mode"); !r) return r.take_error();
+    }
+    setup_interrupts();
+    reset_reported_ = false;
+    return {};
+}
+
+// Vector 0 for the completion queue: auto-clear and auto-mask, one notification per arm().
+// The mailbox on the vector QEMU raises (1) and the one hardware raises (2); IVAR_MISC's
+// field is a vector number on hardware and a bit mask in QEMU, and 2 means one of those two.
+void Device::setup_interrupts() {
+    for (uint32_t v = 0; v < reg::kVectors; ++v) bar_->write32(reg::VTEITR0 + 4 * v, 0);
+    bar_->write32(reg::VTIVAR_MISC, reg::IVAR_VALID | 2);
+    bar_->write32(reg::VTEIAC, (1u << reg::kVectors) - 1);
+    bar_->write32(reg::VTEIAM, 1u << kCqVector);
+    for (uint32_t v = 0; v < reg::kVectors; ++v) vfio::drain_eventfd(msix_->eventfd(v));
+    bar_->write32(reg::VTEIMS, kMailboxVectors);
+}
+
+LinkState Device::link() const {
+    LinkState l = intel::link_from_status(bar_->read32(reg::VTSTATUS));
+    if (!cts_) l = {};
+    return l;
+}
+
+DeviceStats Device::stats() {
+    std::lock_guard lock(mu_);
+    if (!removed_) {
+        uint64_t* fields[] = {&stats_.rx_packets, &stats_.tx_packets, &stats_.rx_bytes, &stats_.tx_bytes, &stats_.rx_multicast};
+        const uint32_t regs[] = {reg::VFGPRC, reg::VFGPTC, reg::VFGORC, reg::VFGOTC, reg::VFMPRC};
+        for (int i = 0; i < 5; ++i) {
+            const uint32_t now = bar_->read32(regs[i]);
+            *fields[i] += uint32_t(now - raw_[i]);   // they wrap at 32 bits
+            raw_[i] = now;
+        }
+    }
+    return stats_;
+}
+
+Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
+    std::lock_guard lock(mu_);
+    if (groups.size() > msg::kMaxMulticast)
+        return Error{EINVAL, str_cat("set_multicast: ", groups.size(), " groups; a VF can ask for up to ", msg::kMaxMulticast)};
+    for (const auto& g : groups)
+        if (!(g[0] & 1)) return Error{EINVAL, str_cat("set_multicast: ", mac_string(g), " is not a multicast address")};
+    if (removed_ || !cts_) return Error{EAGAIN, "set_multicast: the PF has not cleared this VF to run; reset() first"};
+    // The PF's 4096-bit hash filter (§8.10.13, MO = 0): bits 47:36 of the address.
+    std::vector<uint16_t> hashes;
+    for (const auto& g : groups) hashes.push_back(uint16_t(((g[4] >> 4) | (uint16_t(g[5]) << 4)) & 0xfff));
+    uint32_t m[1 + msg::kMaxMulticast / 2] = {msg::SET_MULTICAST | uint32_t(hashes.size()) << msg::INFO_SHIFT};
+    for (size_t i = 0; i < hashes.size(); ++i) m[1 + i / 2] |= uint32_t(hashes[i]) << (16 * (i % 2));
+    uint32_t reply[1];
+    auto r = request(std::span(m, 1 + (hashes.size() + 1) / 2), reply, "set multicast");
+    if (!r) return r.take_error();
+    if (!(*r & msg::ACK)) return Error{EPERM, str_cat(vfio_->address().to_string(), ": the PF refused the multicast list")};
+    multicast_ = std::move(hashes);
+    return {};
+}
+
+Result<void> Device::set_promiscuous(bool unicast, bool all_multicast) {
+    std::lock_guard lock(mu_);
+    if (removed_ || !cts_) return Error{EAGAIN, "set_promiscuous: the PF has not cleared this VF to run; reset() first"};
+    const uint32_t modes = (unicast ? msg::PROMISC_UNICAST : 0) | (all_multicast ? msg::PROMISC_MULTICAST : 0);
+    const uint32_t p[] = {msg::SET_PROMISC | modes};
+    uint32_t reply[1];
+    auto r = request(p, reply, "set promiscuous mode");
+    if (!r) return r.take_error();
+    if (!(*r & msg::ACK))
+        return Error{EPERM, str_cat(vfio_->address().to_string(), ": the PF refused ", unicast ? "unicast" : "",
+                                    unicast && all_multicast ? " and " : "", all_multicast ? "all-multicast" : "",
+                                    unicast || all_multicast ? "" : "leaving", " promiscuous mode",
+                                    unicast ? " (Linux's igb grants VFs all-multicast only)" : "")};
+    promisc_ = modes;
+    return {};
+}
+
+Result<void> Device::configure_rss(const RssConfig&) {
+    return Error{ENOTSUP, str_cat(vfio_->address().to_string(), ": a VF has one queue pair here; RSS is the PF's to configure")};
+}
+
+// The PF took back this VF's clearance (it is going down or resetting): the queues stop.
+void Device::lose_pf() {
+    cts_ = false;
+    enter_error_state();
+}
+
+Event Device::next_event() {
+    std::lock_guard lock(mu_);
+    if (removed_) return {};
+    if (req_ && vfio::drain_eventfd(req_->eventfd(0))) {
+        enter_error_state();
+        removed_ = true;
+        return {EventType::device_removal};
+    }
+    for (uint32_t v = 1; v < reg::kVectors; ++v) vfio::drain_eventfd(msix_->eventfd(v));
+    if (bar_->read32(reg::VTSTATUS) == 0xffffffffu) {
+        removed_ = true;
+        enter_error_state();
+        return {EventType::device_fatal};
+    }
+    uint32_t w0 = 0;
+    while (mbx_->receive_pending(w0))
+        if (((w0 & msg::TYPE_MASK) == msg::PF_CONTROL && !(w0 & msg::CTS)) || (w0 & msg::NACK)) cts_ = false;
+    if (mbx_->bits() & (reg::MBX_RSTI | reg::MBX_RSTD)) cts_ = false;
+    bar_->write32(reg::VTEIMS, kMailboxVectors);
+    if (!cts_) {
+        if (!reset_reported_) {
+            reset_reported_ = true;
+            link_up_ = false;
+            lose_pf();
+            return {EventType::device_reset};
+        }
+        return {};
+    }
+    const bool up = link().up;
+    if (up != link_up_) {
+        link_up_ = up;
+        return {up ? EventType::link_up : EventType::link_down};
+    }
+    return {};
+}
+
+Result<void> Device::reset() {
+    std::lock_guard lock(mu_);
+    if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
+    enter_error_state();
+    if (auto r = handshake(); !r) return r;
+    if (opts_.link_timeout_ms > 0) intel::wait_until([&] { return link().up; }, std::chrono::milliseconds(opts_.link_timeout_ms));
+    link_up_ = link().up;
+    return {};
+}
+
+Device::~Device() {
+    std::lock_guard lock(mu_);
+    // Quiesce before anything is freed; the VF reset also tells the PF this VF is gone.
+    if (!removed_) {
+        for (uint32_t q = 0; q < qps_.size(); ++q)
+            if (qps_[q]) stop_queues(q);
+        bar_->write32(reg::VTEIMC, (1u << reg::kVectors) - 1);
+        bar_->write32(reg::VTCTRL, reg::VTCTRL_RST);
+    }
+    intel::disable_bus_master(*vfio_);
+    (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
+    release_all();
+}
+
+}  // namespace vfab::igbvf
