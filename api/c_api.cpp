@@ -46,15 +46,18 @@ static_assert(same_shape<vfab_device_stats, DeviceStats> && sizeof(DeviceStats) 
 static_assert(same_shape<vfab_qp_caps, QpCaps> && offsetof(vfab_qp_caps, max_recv_sge) == offsetof(QpCaps, max_recv_sge));
 
 // The constants are the C++ ones.
-static_assert(int(VFAB_SEND_SIGNALED) == int(send_signaled) && int(VFAB_SEND_IP_CSUM) == int(send_ip_csum));
+static_assert(int(VFAB_SEND_SIGNALED) == int(send_signaled) && int(VFAB_SEND_IP_CSUM) == int(send_ip_csum) &&
+              int(VFAB_SEND_TIMESTAMP) == int(send_timestamp));
 static_assert(VFAB_WC_SUCCESS == int(WcStatus::success) && VFAB_WC_LOC_LEN_ERR == int(WcStatus::local_length_error) &&
               VFAB_WC_LOC_QP_OP_ERR == int(WcStatus::local_qp_op_error) &&
               VFAB_WC_LOC_PROT_ERR == int(WcStatus::local_protection_error) &&
               VFAB_WC_WR_FLUSH_ERR == int(WcStatus::wr_flush_error) && VFAB_WC_GENERAL_ERR == int(WcStatus::general_error));
 static_assert(VFAB_WC_SEND == int(WcOpcode::send) && VFAB_WC_RECV == int(WcOpcode::recv));
-static_assert(int(VFAB_WC_IP_CSUM_OK) == int(wc_ip_csum_ok));
+static_assert(int(VFAB_WC_IP_CSUM_OK) == int(wc_ip_csum_ok) && int(VFAB_WC_TIMESTAMPED) == int(wc_timestamped));
 static_assert(int(VFAB_OFFLOAD_TX_IP_CSUM) == int(offload_tx_ip_csum) &&
-              int(VFAB_OFFLOAD_RX_IP_CSUM) == int(offload_rx_ip_csum));
+              int(VFAB_OFFLOAD_RX_IP_CSUM) == int(offload_rx_ip_csum) &&
+              int(VFAB_OFFLOAD_TX_TIMESTAMP) == int(offload_tx_timestamp) &&
+              int(VFAB_OFFLOAD_RX_TIMESTAMP) == int(offload_rx_timestamp));
 static_assert(VFAB_ACCESS_LOCAL_WRITE == uint32_t(dma::Access::local_write) &&
               VFAB_ACCESS_REMOTE_WRITE == uint32_t(dma::Access::remote_write) &&
               VFAB_ACCESS_REMOTE_READ == uint32_t(dma::Access::remote_read) &&

@@ -86,7 +86,8 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.max_send_sge = kMaxSendSge;
     attr_.max_recv_sge = 1;
     attr_.recv_buffer_size = reg::kRxBufferSize;
-    attr_.offloads = offload_tx_ip_csum | (opts.rx_checksum ? uint32_t(offload_rx_ip_csum) : 0u);
+    attr_.offloads = offload_tx_ip_csum | (opts.rx_checksum ? uint32_t(offload_rx_ip_csum) : 0u) | offload_tx_timestamp |
+                     offload_rx_timestamp;
     attr_.interrupt_vectors = vectors_;
     attr_.rss_key_size = reg::kRssKeyBytes;
     attr_.rss_table_size = reg::kRetaEntries;
@@ -152,6 +153,7 @@ void Device::hw_setup() {
     if (opts_.rx_checksum) rxcsum |= reg::RXCSUM_IPOFLD | reg::RXCSUM_TUOFLD;
     bar_->write32(reg::RXCSUM, rxcsum);
     write_rss();
+    write_timestamps();
     bar_->write32(reg::TCTL, reg::TCTL_EN | reg::TCTL_PSP | reg::TCTL_CT | reg::TCTL_COLD);
     uint32_t rctl = reg::RCTL_EN | reg::RCTL_BAM | reg::RCTL_SECRC;
     if (opts_.promiscuous) rctl |= reg::RCTL_UPE | reg::RCTL_MPE;

@@ -29,6 +29,8 @@ enum SendFlags : uint32_t {
     send_signaled = 1u << 1,   // IBV_SEND_SIGNALED: report a completion for this WR
     send_ip_csum = 1u << 4,    // IBV_SEND_IP_CSUM: the device fills the IPv4 header checksum
                                // and the TCP/UDP checksum (the driver seeds the pseudo-header)
+    send_timestamp = 1u << 8,  // the device latches its clock when the frame leaves (IEEE 1588;
+                               // where offload_tx_timestamp: igb's take_tx_timestamp())
 };
 
 // A frame to transmit: the concatenation of its SGEs (Ethernet header first, no FCS).
@@ -72,6 +74,8 @@ enum class WcOpcode : uint8_t { send = 0, recv = 128 };   // IBV_WC_SEND, IBV_WC
 
 enum CompletionFlags : uint16_t {
     wc_ip_csum_ok = 1u << 2,   // IBV_WC_IP_CSUM_OK: IPv4 header and TCP/UDP checksums verified
+    wc_timestamped = 1u << 8,  // the device latched its clock when the frame arrived (IEEE 1588;
+                               // where offload_rx_timestamp: igb's take_rx_timestamp())
 };
 
 struct Completion {
@@ -112,6 +116,8 @@ struct LinkState {
 enum Offloads : uint32_t {
     offload_tx_ip_csum = 1u << 0,   // send_ip_csum works
     offload_rx_ip_csum = 1u << 1,   // receive completions carry wc_ip_csum_ok
+    offload_tx_timestamp = 1u << 2,  // send_timestamp works
+    offload_rx_timestamp = 1u << 3,  // PTP event frames are timestamped (wc_timestamped)
 };
 
 struct DeviceAttr {

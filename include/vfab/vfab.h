@@ -54,6 +54,7 @@ struct vfab_sge {
 enum vfab_send_flags {
     VFAB_SEND_SIGNALED = 2,   /* report a completion for this WR */
     VFAB_SEND_IP_CSUM = 16,   /* the device fills the IPv4 and TCP/UDP checksums */
+    VFAB_SEND_TIMESTAMP = 256, /* the device latches its clock when the frame leaves (IEEE 1588) */
 };
 
 struct vfab_send_wr {          /* a frame: the concatenation of its SGEs, no FCS */
@@ -81,7 +82,7 @@ enum vfab_wc_status {          /* values of enum ibv_wc_status */
 
 enum vfab_wc_opcode { VFAB_WC_SEND = 0, VFAB_WC_RECV = 128 };
 
-enum vfab_wc_flags { VFAB_WC_IP_CSUM_OK = 4 };
+enum vfab_wc_flags { VFAB_WC_IP_CSUM_OK = 4, VFAB_WC_TIMESTAMPED = 256 };
 
 struct vfab_completion {
     uint64_t wr_id;
@@ -105,7 +106,12 @@ struct vfab_open_opts {
     const char *sysfs_root;    /* NULL: /sys (tests point it at a fake tree) */
 };
 
-enum vfab_offloads { VFAB_OFFLOAD_TX_IP_CSUM = 1, VFAB_OFFLOAD_RX_IP_CSUM = 2 };
+enum vfab_offloads {
+    VFAB_OFFLOAD_TX_IP_CSUM = 1,
+    VFAB_OFFLOAD_RX_IP_CSUM = 2,
+    VFAB_OFFLOAD_TX_TIMESTAMP = 4,
+    VFAB_OFFLOAD_RX_TIMESTAMP = 8,
+};
 
 struct vfab_device_attr {
     char provider[32];         /* "e1000e" */

@@ -483,6 +483,8 @@ TEST(IgbFastPath, ReceiveStatusAndChecksumFlags) {
         {both | 1u << 28, true, WcStatus::general_error, 0},   // CXE
         {both | 1u << 31, true, WcStatus::general_error, 0},   // RXE
         {both, false, WcStatus::local_length_error, 0},        // no EOP: did not fit one buffer
+        {rxd::TS, true, WcStatus::success, wc_timestamped},    // IEEE 1588: the arrival was latched
+        {both | rxd::TS, true, WcStatus::success, uint16_t(wc_ip_csum_ok | wc_timestamped)},
     };
     FastPathHarness h(16, 16, 1);
     Buffers b;
@@ -508,6 +510,25 @@ TEST(IgbFastPath, ReceiveStatusAndChecksumFlags) {
         if (cases[i].want == WcStatus::success) ++rx_packets, rx_bytes += 60 + i;
         expect_stats(h.qp.stats(), i + 1, 60 * (i + 1) + i * (i + 1) / 2, rx_packets, rx_bytes);
     }
+}
+
+// send_timestamp marks the packet's first data descriptor (TSTAMP), whatever else it carries.
+TEST(IgbFastPath, SendTimestampMarksTheFirstDescriptorOnly) {
+    FastPathHarness h(16, 16, kMaxSendSge);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    const size_t len = build_frame(b.ptr(0), false, true, 100);
+    Sge one{b.addr(0), uint32_t(len), lkey};
+    Sge three[3] = {{b.addr(0), 60, lkey}, {b.addr(0) + 60, 30, lkey}, {b.addr(0) + 90, uint32_t(len - 90), lkey}};
+    const SendWr wrs[] = {
+        {1, &one, 1, send_signaled | send_timestamp},
+        {2, three, 3, send_signaled | send_timestamp | send_ip_csum},
+        {3, &one, 1, send_signaled},
+    };
+    ASSERT_TRUE(h.qp.post_send(wrs));
+    EXPECT_EQ(h.device_step(), 3u);
+    EXPECT_EQ(h.seen.timestamped, 2u);
+    EXPECT_TRUE(h.violations.empty()) << h.violations.front();
 }
 
 TEST(IgbFastPath, RingsWrapOverManyThousandPackets) {

@@ -45,6 +45,7 @@ struct FastPathHarness {
         uint64_t frames = 0;          // EOPs
         uint64_t dropped = 0;         // frames with no receive descriptor
         uint64_t csum_frames = 0;     // frames with IXSM or TXSM
+        uint64_t timestamped = 0;     // frames whose first descriptor asks for a timestamp
     } seen;
     std::vector<std::string> violations;
     std::vector<uint8_t> frame;      // the transmit frame being gathered
@@ -143,9 +144,11 @@ struct FastPathHarness {
                 first_olinfo = d.olinfo_status;
                 paylen = first_olinfo >> txd::PAYLEN_SHIFT;
                 if (first_olinfo & 0xff) violation("STA/IDX bits set in a data descriptor");
+                if (cmd & txd::CMD_TSTAMP) ++seen.timestamped;
             } else if (d.olinfo_status != 0) {
                 violation("olinfo_status set in a packet's later descriptor");
             }
+            if (!first && (cmd & txd::CMD_TSTAMP)) violation("TSTAMP in a packet's later descriptor (§7.2.2.3: first only)");
             first = false;
             const auto* src = reinterpret_cast<const uint8_t*>(d.buffer_addr);
             frame.insert(frame.end(), src, src + len);

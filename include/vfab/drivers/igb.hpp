@@ -38,6 +38,20 @@ struct DeviceOptions {
     dma::PdOptions pd;
 };
 
+// IEEE 1588 hardware timestamps (datasheet §7.9): the device's clock, in nanoseconds, and the
+// times frames left and arrived on that clock.
+struct TimestampConfig {
+    bool tx = true;   // WRs with send_timestamp latch their departure time (one latch: take it before the next)
+    bool rx = true;   // PTPv2 frames over Ethernet (EtherType 0x88F7) latch their arrival time
+    // Which PTP message: the header's first byte, transportSpecific << 4 | messageType (0: Sync).
+    uint8_t rx_message = 0;
+};
+struct RxTimestamp {
+    uint64_t ns = 0;            // when the frame arrived
+    uint64_t source = 0;        // bytes 22-27 of the PTP header (the end of sourcePortIdentity's clock)
+    uint16_t sequence_id = 0;   // the header's sequenceId, as the device reads it (docs/igb.md)
+};
+
 class Device final : public QueueSet {
 public:
     static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
@@ -50,6 +64,15 @@ public:
     // repeated over the device's 128 entries), a 40-byte key (empty: net::kDefaultRssKey),
     // RssHash types. Frames RSS does not hash go to table[0]. hash_types 0: all to queue 0.
     Result<void> configure_rss(const RssConfig& cfg);
+
+    // Starts the clock counting nanoseconds (SYSTIM; on QEMU, the virtual time) and the latches
+    // cfg asks for; kept across reset(). A receive completion whose frame latched has
+    // wc_timestamped.
+    Result<void> enable_timestamps(const TimestampConfig& cfg);
+    uint64_t clock_ns();
+    // The latched time, if one is waiting; taking it frees the latch for the next frame.
+    std::optional<uint64_t> take_tx_timestamp();
+    std::optional<RxTimestamp> take_rx_timestamp();
 
     int event_fd() const { return events_.fd(); }
     Event next_event();
@@ -64,6 +87,7 @@ private:
     void hw_setup();
     void accumulate_stats();
     void write_rss();
+    void write_timestamps();
 
     vfio::Interrupts* req_ = nullptr;
     vfio::EventWaiter events_;
@@ -74,6 +98,7 @@ private:
     std::array<uint8_t, reg::kRssKeyBytes> rss_key_{};
     std::vector<uint16_t> rss_table_;
     uint32_t rss_types_ = 0;
+    std::optional<TimestampConfig> timestamps_;
 };
 
 }  // namespace vfab::igb

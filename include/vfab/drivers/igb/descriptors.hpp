@@ -28,6 +28,7 @@ inline constexpr uint32_t EOP = 1u << 1;
 inline constexpr uint32_t UDPCS = 1u << 4;
 inline constexpr uint32_t L4CS = 1u << 5;    // TCP/UDP checksum checked
 inline constexpr uint32_t IPCS = 1u << 6;    // IPv4 header checksum checked
+inline constexpr uint32_t TS = 1u << 16;     // IEEE 1588: the arrival time was latched
 inline constexpr uint32_t ERR_FRAME = (1u << 24) | (1u << 25) | (1u << 26) | (1u << 28) | (1u << 31);
 inline constexpr uint32_t ERR_L4E = 1u << 29;
 inline constexpr uint32_t ERR_IPE = 1u << 30;
@@ -56,6 +57,7 @@ static_assert(sizeof(TxContextDesc) == 16);
 namespace txd {
 inline constexpr uint32_t DTYP_DATA = 3u << 20;
 inline constexpr uint32_t DTYP_CONTEXT = 2u << 20;
+inline constexpr uint32_t CMD_TSTAMP = 1u << 19;   // IEEE 1588: latch the departure time
 inline constexpr uint32_t CMD_EOP = 1u << 24;
 inline constexpr uint32_t CMD_IFCS = 1u << 25;
 inline constexpr uint32_t CMD_RS = 1u << 27;

@@ -260,6 +260,7 @@ inline PostResult QueuePair::post_send(std::span<const SendWr> wrs) noexcept {
             continue;
         }
         uint32_t popts = 0;
+        const uint32_t tstamp = (wr.flags & send_timestamp) ? txd::CMD_TSTAMP : 0;
         if (csum) {
             TxContext ctx;
             if (prepare_checksum(wr.sg_list[0], ctx, popts) != 0) {
@@ -279,7 +280,7 @@ inline PostResult QueuePair::post_send(std::span<const SendWr> wrs) noexcept {
             TxDesc& d = tx_[tx_tail_ & tx_mask_];
             d.buffer_addr = iova[s];
             d.cmd_type_len = wr.sg_list[s].length | txd::DTYP_DATA | txd::CMD_DEXT | txd::CMD_IFCS |
-                             (last ? txd::CMD_EOP | txd::CMD_RS : 0);
+                             (last ? txd::CMD_EOP | txd::CMD_RS : 0) | (s == 0 ? tstamp : 0);
             // PAYLEN and the offload options go in the packet's first data descriptor.
             d.olinfo_status = s == 0 ? uint32_t(total) << txd::PAYLEN_SHIFT | popts : 0;
             ++tx_tail_;
@@ -380,6 +381,8 @@ inline uint32_t QueuePair::poll_recv(Completion* out, uint32_t max) noexcept {
                     c.status = WcStatus::general_error;
                 else if ((se & (rxd::IPCS | rxd::L4CS)) == (rxd::IPCS | rxd::L4CS) && !(se & (rxd::ERR_IPE | rxd::ERR_L4E)))
                     c.flags = wc_ip_csum_ok;
+                if (se & rxd::TS) [[unlikely]]
+                    c.flags |= wc_timestamped;
                 if (c.status == WcStatus::success) ++done, bytes += c.byte_len;
             }
             ++rx_head_;

@@ -104,6 +104,20 @@ inline constexpr uint32_t RSSRK = 0x5c80;   // 10 registers: the 40-byte key, by
 inline constexpr uint32_t kRetaEntries = 128;
 inline constexpr uint32_t kRssKeyBytes = 40;
 
+// IEEE 1588 (§7.9, §8.16): the clock (SYSTIM counts TIMINCA.INCVALUE every INCPERIOD x 16 ns),
+// the latched departure and arrival times, and the EtherType filter that picks PTP frames.
+inline constexpr uint32_t SYSTIML = 0xb600, SYSTIMH = 0xb604, TIMINCA = 0xb608;
+inline constexpr uint32_t TSYNCTXCTL = 0xb614, TXSTMPL = 0xb618, TXSTMPH = 0xb61c;
+inline constexpr uint32_t TSYNCRXCTL = 0xb620, RXSTMPL = 0xb624, RXSTMPH = 0xb628, RXSATRL = 0xb62c, RXSATRH = 0xb630;
+inline constexpr uint32_t TSYNCRXCFG = 0x5f50;   // bits 15:8: the PTPv2 message to timestamp
+inline constexpr uint32_t TSYNC_VALID = 1u << 0, TSYNC_EN = 1u << 4;
+inline constexpr uint32_t TSYNCRXCTL_TYPE_L2_V2 = 2u << 1;
+inline constexpr uint32_t TIMINCA_1NS = 1u << 24 | 16;   // INCPERIOD 1 (16 ns), INCVALUE 16: SYSTIM in ns
+constexpr uint32_t ETQF(uint32_t n) { return 0x5cb0 + 4 * n; }
+inline constexpr uint32_t ETQF_FILTER_ENABLE = 1u << 26, ETQF_1588 = 1u << 30;
+inline constexpr uint32_t kEtherTypePtp = 0x88f7;
+inline constexpr uint32_t kPtpEtqf = 3;   // the filter the driver uses (Linux's igb uses 3 too)
+
 // Per queue n (§8.10.2-8): the rx queues at 0xc000, the tx queues at 0xe000, 0x40 apart.
 constexpr uint32_t RDBAL(uint32_t n) { return 0xc000 + 0x40 * n; }
 constexpr uint32_t RDBAH(uint32_t n) { return 0xc004 + 0x40 * n; }

@@ -1,0 +1,53 @@
+// 82576 IEEE 1588 support (datasheet §7.9): SYSTIM counting nanoseconds, the transmit latch
+// (TSYNCTXCTL / TXSTMP, armed by a descriptor's TSTAMP bit) and the receive latch (TSYNCRXCTL /
+// RXSTMP, for frames an ETQF filter marks as 1588 and TSYNCRXCFG's message type). Each latch
+// holds one time until it is read.
+#include "vfab/drivers/igb.hpp"
+
+namespace vfab::igb {
+
+Result<void> Device::enable_timestamps(const TimestampConfig& cfg) {
+    std::lock_guard lock(mu_);
+    if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
+    timestamps_ = cfg;
+    write_timestamps();
+    return {};
+}
+
+void Device::write_timestamps() {
+    if (!timestamps_) return;
+    const TimestampConfig& cfg = *timestamps_;
+    if (bar_->read32(reg::TIMINCA) != reg::TIMINCA_1NS) bar_->write32(reg::TIMINCA, reg::TIMINCA_1NS);
+    bar_->write32(reg::TSYNCTXCTL, cfg.tx ? reg::TSYNC_EN : 0);
+    bar_->write32(reg::TSYNCRXCFG, uint32_t(cfg.rx_message) << 8);
+    bar_->write32(reg::ETQF(reg::kPtpEtqf), cfg.rx ? reg::kEtherTypePtp | reg::ETQF_FILTER_ENABLE | reg::ETQF_1588 : 0);
+    bar_->write32(reg::TSYNCRXCTL, cfg.rx ? reg::TSYNC_EN | reg::TSYNCRXCTL_TYPE_L2_V2 : 0);
+    // Empty both latches: a time left from before would block the next one.
+    (void)take_tx_timestamp();
+    (void)take_rx_timestamp();
+}
+
+// SYSTIML first: reading it latches SYSTIMH (§8.16.2).
+uint64_t Device::clock_ns() {
+    const uint64_t lo = bar_->read32(reg::SYSTIML);
+    return lo | uint64_t(bar_->read32(reg::SYSTIMH)) << 32;
+}
+
+std::optional<uint64_t> Device::take_tx_timestamp() {
+    if (removed_ || !(bar_->read32(reg::TSYNCTXCTL) & reg::TSYNC_VALID)) return std::nullopt;
+    const uint64_t lo = bar_->read32(reg::TXSTMPL);
+    return lo | uint64_t(bar_->read32(reg::TXSTMPH)) << 32;   // reading the high half frees the latch
+}
+
+std::optional<RxTimestamp> Device::take_rx_timestamp() {
+    if (removed_ || !(bar_->read32(reg::TSYNCRXCTL) & reg::TSYNC_VALID)) return std::nullopt;
+    RxTimestamp t;
+    const uint64_t lo = bar_->read32(reg::RXSTMPL);
+    t.ns = lo | uint64_t(bar_->read32(reg::RXSTMPH)) << 32;
+    const uint32_t satrl = bar_->read32(reg::RXSATRL), satrh = bar_->read32(reg::RXSATRH);   // frees the latch
+    t.source = satrl | uint64_t(satrh & 0xffff) << 32;
+    t.sequence_id = uint16_t(satrh >> 16);
+    return t;
+}
+
+}  // namespace vfab::igb
