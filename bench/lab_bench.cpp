@@ -32,14 +32,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kFrame = 64;   // as dpdk-pps (testpmd's --txpkts=64)
 
-struct VirtioDriver {
-    using Device = virtio_net::Device;
-    using DeviceOptions = virtio_net::DeviceOptions;
-    using CompletionQueue = virtio_net::CompletionQueue;
-    using QueuePair = virtio_net::QueuePair;
-    using QpInitAttr = virtio_net::QpInitAttr;
-};
-
 struct Args {
     std::string driver = "e1000e", tx, rx;
     uint32_t batch = 32, count = 500;
@@ -323,8 +315,8 @@ int run(int argc, char** argv) {
     }
     const std::string which = pps_cmd->parsed() ? "pps" : "wakeup";
     // virtio-net: each WR is a two-descriptor chain, so 128 WRs fill a 256-entry virtqueue.
-    if (virtio) return run_driver<VirtioDriver>(which, a, {.send_slots = 128, .recv_slots = 127});
-    return run_driver<E1000eDriver>(which, a, {.send_slots = 512, .recv_slots = 511});
+    if (virtio) return run_driver<virtio_net::Driver>(which, a, {.send_slots = 128, .recv_slots = 127});
+    return run_driver<e1000e::Driver>(which, a, {.send_slots = 512, .recv_slots = 511});
 }
 
 }  // namespace

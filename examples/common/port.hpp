@@ -22,15 +22,6 @@
 
 namespace vfab::examples {
 
-// A driver's direct-API types, for BasicPort (every vfab driver has the same names).
-struct E1000eDriver {
-    using Device = e1000e::Device;
-    using DeviceOptions = e1000e::DeviceOptions;
-    using CompletionQueue = e1000e::CompletionQueue;
-    using QueuePair = e1000e::QueuePair;
-    using QpInitAttr = e1000e::QpInitAttr;
-};
-
 struct PortOptions {
     uint32_t send_slots = 256;   // send buffers (and send queue depth)
     uint32_t recv_slots = 511;   // receive buffers (and receive queue depth)
@@ -125,7 +116,7 @@ private:
     uint32_t send_slots_ = 0, recv_slots_ = 0;
 };
 
-using Port = BasicPort<E1000eDriver>;
+using Port = BasicPort<e1000e::Driver>;
 
 // Interrupt mode: arm every completion queue, then sleep until one of their channels fires
 // (or timeout_ms passes). arm() signals at once when a completion is already waiting, so no

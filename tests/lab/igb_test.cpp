@@ -17,14 +17,7 @@
 namespace vfab::lab {
 namespace {
 
-struct IgbDriver {
-    using Device = igb::Device;
-    using CompletionQueue = igb::CompletionQueue;
-    using QueuePair = igb::QueuePair;
-    using QpInitAttr = igb::QpInitAttr;
-    using DeviceOptions = igb::DeviceOptions;
-};
-using Port = MqPort<IgbDriver>;
+using Port = MqPort<igb::Driver>;
 constexpr uint32_t kQueues = 4;
 
 class Igb : public ::testing::TestWithParam<vfio::IommuBackend> {

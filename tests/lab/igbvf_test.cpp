@@ -26,14 +26,7 @@ namespace vfab::lab {
 namespace {
 using namespace std::chrono_literals;
 
-struct IgbvfDriver {
-    using Device = igbvf::Device;
-    using DeviceOptions = igbvf::DeviceOptions;
-    using CompletionQueue = igbvf::CompletionQueue;
-    using QueuePair = igbvf::QueuePair;
-    using QpInitAttr = igbvf::QpInitAttr;
-};
-using VfPort = examples::BasicPort<IgbvfDriver>;
+using VfPort = examples::BasicPort<igbvf::Driver>;
 using VfPeer = BasicNetPeer<VfPort>;
 
 constexpr uint32_t kPfIp = pkt::ipv4(10, 79, 0, 1);

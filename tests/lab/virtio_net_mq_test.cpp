@@ -20,14 +20,7 @@ namespace vfab::lab {
 namespace {
 
 using virtio_net::RingFormat;
-struct VirtioDriver {
-    using Device = virtio_net::Device;
-    using CompletionQueue = virtio_net::CompletionQueue;
-    using QueuePair = virtio_net::QueuePair;
-    using QpInitAttr = virtio_net::QpInitAttr;
-    using DeviceOptions = virtio_net::DeviceOptions;
-};
-using Port = MqPort<VirtioDriver>;
+using Port = MqPort<virtio_net::Driver>;
 constexpr uint32_t kSlots = kMqSlots, kFrameLen = kMqFrameLen;
 
 class VirtioMq : public ::testing::TestWithParam<std::tuple<vfio::IommuBackend, RingFormat>> {

@@ -25,14 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 using virtio_net::RingFormat;
 
-struct VirtioNetDriver {
-    using Device = virtio_net::Device;
-    using DeviceOptions = virtio_net::DeviceOptions;
-    using CompletionQueue = virtio_net::CompletionQueue;
-    using QueuePair = virtio_net::QueuePair;
-    using QpInitAttr = virtio_net::QpInitAttr;
-};
-using VirtioPort = examples::BasicPort<VirtioNetDriver>;
+using VirtioPort = examples::BasicPort<virtio_net::Driver>;
 using VirtioPeer = BasicNetPeer<VirtioPort>;
 
 constexpr const char* kVfabNic = "0000:00:04.0";

@@ -476,4 +476,14 @@ inline bool CompletionQueue::has_ready() const noexcept {
     return (send_qp_ && send_qp_->send_ready()) || (recv_qp_ && recv_qp_->recv_ready());
 }
 
+// The driver's classes by role, for code written once for every driver
+// (examples::BasicPort<e1000e::Driver>, the lab's MqPort).
+struct Driver {
+    using Device = e1000e::Device;
+    using DeviceOptions = e1000e::DeviceOptions;
+    using CompletionQueue = e1000e::CompletionQueue;
+    using QueuePair = e1000e::QueuePair;
+    using QpInitAttr = e1000e::QpInitAttr;
+};
+
 }  // namespace vfab::e1000e

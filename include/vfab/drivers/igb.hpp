@@ -101,4 +101,14 @@ private:
     std::optional<TimestampConfig> timestamps_;
 };
 
+// The driver's classes by role, for code written once for every driver
+// (examples::BasicPort<igb::Driver>, the lab's MqPort).
+struct Driver {
+    using Device = igb::Device;
+    using DeviceOptions = igb::DeviceOptions;
+    using CompletionQueue = igb::CompletionQueue;
+    using QueuePair = igb::QueuePair;
+    using QpInitAttr = igb::QpInitAttr;
+};
+
 }  // namespace vfab::igb

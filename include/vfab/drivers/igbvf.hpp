@@ -99,4 +99,14 @@ private:
     uint32_t promisc_ = 0;
 };
 
+// The driver's classes by role, for code written once for every driver
+// (examples::BasicPort<igbvf::Driver>, the lab's MqPort).
+struct Driver {
+    using Device = igbvf::Device;
+    using DeviceOptions = igbvf::DeviceOptions;
+    using CompletionQueue = igbvf::CompletionQueue;
+    using QueuePair = igbvf::QueuePair;
+    using QpInitAttr = igbvf::QpInitAttr;
+};
+
 }  // namespace vfab::igbvf

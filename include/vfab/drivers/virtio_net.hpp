@@ -549,4 +549,14 @@ inline bool CompletionQueue::has_ready() const noexcept {
     return (send_qp_ && send_qp_->send_ready()) || (recv_qp_ && recv_qp_->recv_ready());
 }
 
+// The driver's classes by role, for code written once for every driver
+// (examples::BasicPort<virtio_net::Driver>, the lab's MqPort).
+struct Driver {
+    using Device = virtio_net::Device;
+    using DeviceOptions = virtio_net::DeviceOptions;
+    using CompletionQueue = virtio_net::CompletionQueue;
+    using QueuePair = virtio_net::QueuePair;
+    using QpInitAttr = virtio_net::QpInitAttr;
+};
+
 }  // namespace vfab::virtio_net
