@@ -260,7 +260,8 @@ inline PostResult QueuePair::post_send(std::span<const SendWr> wrs) noexcept {
             continue;
         }
         uint32_t popts = 0;
-        const uint32_t tstamp = (wr.flags & send_timestamp) ? txd::CMD_TSTAMP : 0;
+        static_assert(txd::CMD_TSTAMP == uint32_t(send_timestamp) << 11);
+        uint32_t tstamp = (wr.flags & send_timestamp) << 11;   // the packet's first descriptor only
         if (csum) {
             TxContext ctx;
             if (prepare_checksum(wr.sg_list[0], ctx, popts) != 0) {
@@ -280,7 +281,8 @@ inline PostResult QueuePair::post_send(std::span<const SendWr> wrs) noexcept {
             TxDesc& d = tx_[tx_tail_ & tx_mask_];
             d.buffer_addr = iova[s];
             d.cmd_type_len = wr.sg_list[s].length | txd::DTYP_DATA | txd::CMD_DEXT | txd::CMD_IFCS |
-                             (last ? txd::CMD_EOP | txd::CMD_RS : 0) | (s == 0 ? tstamp : 0);
+                             (last ? txd::CMD_EOP | txd::CMD_RS : 0) | tstamp;
+            tstamp = 0;
             // PAYLEN and the offload options go in the packet's first data descriptor.
             d.olinfo_status = s == 0 ? uint32_t(total) << txd::PAYLEN_SHIFT | popts : 0;
             ++tx_tail_;
