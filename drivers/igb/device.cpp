@@ -23,23 +23,10 @@ using intel::wait_until;
 }  // namespace
 
 Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
-    auto vdev = vfio::Device::open(addr, opts.vfio);
-    if (!vdev) return vdev.take_error();
-    auto vendor = (*vdev)->config_read(0x00, 2), device = (*vdev)->config_read(0x02, 2);
-    if (!vendor || !device) return Error{EIO, str_cat(addr.to_string(), ": cannot read the PCI IDs from config space")};
-    bool known = false;
-    for (uint16_t id : kDeviceIds) known |= *vendor == kVendorId && *device == id;
-    if (!known)
-        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, *vendor, ":", *device,
-                                     ", not an Intel 82576 physical function (8086:10c9)",
-                                     *device == 0x10ca ? ": it is an 82576 virtual function (igbvf)" : "")};
-    auto bar = (*vdev)->region(0);
-    if (!bar) return bar.take_error();
-    if (!(*bar)->base() || (*bar)->mapped_length() < 0x20000)
-        return Error{EIO, str_cat(addr.to_string(), ": BAR 0 cannot be mmapped; the driver needs direct register access")};
-    auto events = vfio::EventWaiter::create();
-    if (!events) return events.take_error();
-    std::unique_ptr<Device> dev(new Device(std::move(*vdev), *bar, std::move(*events)));
+    auto f = intel::open_function(addr, opts.vfio, kDeviceIds, "an Intel 82576 physical function (8086:10c9)", 0x20000,
+                                  [](uint16_t id) { return id == 0x10ca ? ": it is an 82576 virtual function (igbvf)" : ""; });
+    if (!f) return f.take_error();
+    std::unique_ptr<Device> dev(new Device(std::move(f->dev), f->bar, std::move(*f->events)));
     if (auto r = dev->init(opts); !r) return r.take_error();
     return dev;
 }

@@ -48,23 +48,10 @@ Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const Devic
     if (opts.mac && !valid_unicast(*opts.mac))
         return Error{EINVAL, str_cat("igbvf: ", mac_string(*opts.mac), " is not a unicast address")};
     if (opts.pf_timeout_ms <= 0) return Error{EINVAL, "igbvf: pf_timeout_ms must be positive"};
-    auto vdev = vfio::Device::open(addr, opts.vfio);
-    if (!vdev) return vdev.take_error();
-    auto vendor = (*vdev)->config_read(0x00, 2), device = (*vdev)->config_read(0x02, 2);
-    if (!vendor || !device) return Error{EIO, str_cat(addr.to_string(), ": cannot read the PCI IDs from config space")};
-    bool known = false;
-    for (uint16_t id : kDeviceIds) known |= *vendor == kVendorId && *device == id;
-    if (!known)
-        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, *vendor, ":", *device,
-                                     ", not an Intel 82576 or I350 virtual function (8086:10ca, 8086:1520)",
-                                     *device == 0x10c9 ? ": it is an 82576 physical function (igb)" : "")};
-    auto bar = (*vdev)->region(0);
-    if (!bar) return bar.take_error();
-    if (!(*bar)->base() || (*bar)->mapped_length() < 0x4000)
-        return Error{EIO, str_cat(addr.to_string(), ": BAR 0 cannot be mmapped; the driver needs direct register access")};
-    auto events = vfio::EventWaiter::create();
-    if (!events) return events.take_error();
-    std::unique_ptr<Device> dev(new Device(std::move(*vdev), *bar, std::move(*events)));
+    auto f = intel::open_function(addr, opts.vfio, kDeviceIds, "an Intel 82576 or I350 virtual function (8086:10ca, 8086:1520)",
+                                  0x4000, [](uint16_t id) { return id == 0x10c9 ? ": it is an 82576 physical function (igb)" : ""; });
+    if (!f) return f.take_error();
+    std::unique_ptr<Device> dev(new Device(std::move(f->dev), f->bar, std::move(*f->events)));
     if (auto r = dev->init(opts); !r) return r.take_error();
     return dev;
 }

@@ -6,12 +6,16 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 
 #include "vfab/result.hpp"
 #include "vfab/types.hpp"
 #include "vfab/vfio/device.hpp"
+#include "vfab/vfio/event_wait.hpp"
 #include "vfab/vfio/region.hpp"
 
 namespace vfab::intel {
@@ -85,6 +89,36 @@ inline Result<void> software_reset(vfio::Region& bar, const std::string& where, 
     if (bar.read32(reg::STATUS) == 0xffffffffu)
         return Error{ENODEV, str_cat(where, ": registers read all-ones: the device is gone")};
     return {};
+}
+
+// What the Intel drivers' open() share: the function through VFIO, its IDs checked against the
+// driver's (else ENODEV: "<addr> is 8086:10ca, not <what><hint(device id)>"), BAR 0 mmapped
+// (the drivers touch registers directly; at least `min_bar` bytes) and an event waiter.
+struct OpenedFunction {
+    std::unique_ptr<vfio::Device> dev;
+    vfio::Region* bar = nullptr;
+    std::optional<vfio::EventWaiter> events;
+};
+template <class Hint>
+Result<OpenedFunction> open_function(const PciAddress& addr, const vfio::DeviceOptions& opts, std::span<const uint16_t> ids,
+                                     const char* what, uint64_t min_bar, Hint&& hint) {
+    constexpr uint16_t kIntel = 0x8086;
+    auto vdev = vfio::Device::open(addr, opts);
+    if (!vdev) return vdev.take_error();
+    auto vendor = (*vdev)->config_read(0x00, 2), device = (*vdev)->config_read(0x02, 2);
+    if (!vendor || !device) return Error{EIO, str_cat(addr.to_string(), ": cannot read the PCI IDs from config space")};
+    bool known = false;
+    for (uint16_t id : ids) known |= *vendor == kIntel && *device == id;
+    if (!known)
+        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, *vendor, ":", *device, std::dec, ", not ", what,
+                                     hint(uint16_t(*device)))};
+    auto bar = (*vdev)->region(0);
+    if (!bar) return bar.take_error();
+    if (!(*bar)->base() || (*bar)->mapped_length() < min_bar)
+        return Error{EIO, str_cat(addr.to_string(), ": BAR 0 cannot be mmapped; the driver needs direct register access")};
+    auto events = vfio::EventWaiter::create();
+    if (!events) return events.take_error();
+    return OpenedFunction{std::move(*vdev), *bar, std::move(*events)};
 }
 
 }  // namespace vfab::intel
