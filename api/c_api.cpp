@@ -187,6 +187,40 @@ int vfab_configure_rss(vfab_device* dev, const vfab_rss_config* cfg) {
     return 0;
 }
 
+int vfab_enable_timestamps(vfab_device* dev, const vfab_timestamp_config* cfg) {
+    if (!dev) return null_arg("vfab_enable_timestamps", "dev");
+    if (!cfg) return null_arg("vfab_enable_timestamps", "cfg");
+    if (auto r = dev->dev->enable_timestamps({cfg->tx != 0, cfg->rx != 0, cfg->rx_message}); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_clock_ns(vfab_device* dev, uint64_t* ns) {
+    if (!dev) return null_arg("vfab_clock_ns", "dev");
+    if (!ns) return null_arg("vfab_clock_ns", "ns");
+    auto t = dev->dev->clock_ns();
+    if (!t) return fail(t.error());
+    *ns = *t;
+    return 0;
+}
+
+int vfab_take_tx_timestamp(vfab_device* dev, uint64_t* ns) {
+    if (!dev) return null_arg("vfab_take_tx_timestamp", "dev");
+    if (!ns) return null_arg("vfab_take_tx_timestamp", "ns");
+    auto t = dev->dev->take_tx_timestamp();
+    if (!t) return fail(EAGAIN, "vfab_take_tx_timestamp: no departure time is latched");
+    *ns = *t;
+    return 0;
+}
+
+int vfab_take_rx_timestamp(vfab_device* dev, vfab_rx_timestamp* out) {
+    if (!dev) return null_arg("vfab_take_rx_timestamp", "dev");
+    if (!out) return null_arg("vfab_take_rx_timestamp", "out");
+    auto t = dev->dev->take_rx_timestamp();
+    if (!t) return fail(EAGAIN, "vfab_take_rx_timestamp: no arrival time is latched");
+    *out = {t->ns, t->source, t->sequence_id};
+    return 0;
+}
+
 int vfab_link(vfab_device* dev, vfab_link_state* out) {
     if (!dev) return null_arg("vfab_link", "dev");
     if (!out) return null_arg("vfab_link", "link");

@@ -39,7 +39,7 @@ namespace vfab::provider {
 // Bumped whenever a plugin built from older headers could misbehave with this libvfab: the
 // Record, OpenOptions, the multiplexed classes' virtual functions, types.hpp, Result/Error,
 // the dma:: classes the device hands out.
-inline constexpr uint32_t kAbiVersion = 2;   // 2: queue(), stats(), configure_rss()
+inline constexpr uint32_t kAbiVersion = 3;   // 2: queue(), stats(), configure_rss(); 3: timestamps
 
 struct PciId {
     uint16_t vendor = 0;
@@ -54,7 +54,7 @@ using OpenFn = Result<std::unique_ptr<vfab::Device>> (*)(const PciAddress& addr,
 constexpr uint32_t layout_fingerprint() {
     uint32_t h = 2166136261u;   // FNV-1a over the sizes
     for (size_t v : {sizeof(OpenOptions), sizeof(QpInitAttr), sizeof(DeviceAttr), sizeof(DeviceStats),
-                     sizeof(LinkState), sizeof(QpCaps), sizeof(RssConfig), sizeof(QpStats), sizeof(Completion), sizeof(SendWr), sizeof(RecvWr),
+                     sizeof(LinkState), sizeof(QpCaps), sizeof(RssConfig), sizeof(QpStats), sizeof(TimestampConfig), sizeof(RxTimestamp), sizeof(Completion), sizeof(SendWr), sizeof(RecvWr),
                      sizeof(Sge), sizeof(Event), sizeof(PostResult), sizeof(Error),
                      sizeof(Result<std::unique_ptr<vfab::Device>>), sizeof(dma::ProtectionDomain),
                      sizeof(dma::MrTable), sizeof(dma::MemoryRegion), sizeof(dma::DmaArena), sizeof(std::string),
@@ -203,6 +203,34 @@ public:
     Event next_event() override { return dev_->next_event(); }
     Result<void> reset() override { return dev_->reset(); }
     Result<void> configure_rss(const RssConfig& cfg) override { return dev_->configure_rss(cfg); }
+
+    // Timestamps are optional in the direct API: forwarded where the provider has them.
+    Result<void> enable_timestamps(const TimestampConfig& cfg) override {
+        if constexpr (requires { dev_->enable_timestamps(cfg); })
+            return dev_->enable_timestamps(cfg);
+        else
+            return Error{ENOTSUP, str_cat(dev_->attr().address.to_string(), ": the ", dev_->attr().provider,
+                                          " provider has no hardware timestamps")};
+    }
+    Result<uint64_t> clock_ns() override {
+        if constexpr (requires { dev_->clock_ns(); })
+            return dev_->clock_ns();
+        else
+            return Error{ENOTSUP, str_cat(dev_->attr().address.to_string(), ": the ", dev_->attr().provider,
+                                          " provider has no hardware clock")};
+    }
+    std::optional<uint64_t> take_tx_timestamp() override {
+        if constexpr (requires { dev_->take_tx_timestamp(); })
+            return dev_->take_tx_timestamp();
+        else
+            return std::nullopt;
+    }
+    std::optional<RxTimestamp> take_rx_timestamp() override {
+        if constexpr (requires { dev_->take_rx_timestamp(); })
+            return dev_->take_rx_timestamp();
+        else
+            return std::nullopt;
+    }
 
     Result<vfab::CompletionQueue*> create_cq(uint32_t cqe) override {
         std::lock_guard lock(mu_);

@@ -185,6 +185,21 @@ struct DeviceStats {
     uint64_t rx_multicast = 0;
 };
 
+// IEEE 1588 hardware timestamps (where attr().offloads has offload_tx_timestamp /
+// offload_rx_timestamp): the device's clock in nanoseconds, and the times frames left and
+// arrived on it.
+struct TimestampConfig {
+    bool tx = true;   // WRs with send_timestamp latch their departure time (one latch: take it before the next)
+    bool rx = true;   // PTPv2 frames over Ethernet (EtherType 0x88F7) latch their arrival time
+    // Which PTP message: the header's first byte, transportSpecific << 4 | messageType (0: Sync).
+    uint8_t rx_message = 0;
+};
+struct RxTimestamp {
+    uint64_t ns = 0;            // when the frame arrived
+    uint64_t source = 0;        // the 6 bytes before the sequence id (the end of sourcePortIdentity)
+    uint16_t sequence_id = 0;   // the PTP header's sequenceId, as the device reads it
+};
+
 // Asynchronous events, read from Device::event_fd() with next_event() (like ibv_get_async_event).
 enum class EventType : uint8_t {
     none,

@@ -196,6 +196,26 @@ struct vfab_rss_config {
 };
 int vfab_configure_rss(vfab_device *dev, const struct vfab_rss_config *cfg);
 
+/* IEEE 1588 hardware timestamps, where vfab_device_attr.offloads has VFAB_OFFLOAD_TX_TIMESTAMP /
+ * VFAB_OFFLOAD_RX_TIMESTAMP (ENOTSUP elsewhere): the device's clock in nanoseconds, and the
+ * times frames left (WRs with VFAB_SEND_TIMESTAMP) and arrived (completions with
+ * VFAB_WC_TIMESTAMPED). Each latch holds one time: take it before the next. */
+struct vfab_timestamp_config {
+    int tx;                    /* latch the departure time of VFAB_SEND_TIMESTAMP WRs */
+    int rx;                    /* latch the arrival time of PTPv2 frames (EtherType 0x88F7) */
+    uint8_t rx_message;        /* which: transportSpecific << 4 | messageType (0: Sync) */
+};
+struct vfab_rx_timestamp {
+    uint64_t ns;
+    uint64_t source;           /* the 6 bytes before the sequence id */
+    uint16_t sequence_id;      /* as the device reads it */
+};
+int vfab_enable_timestamps(vfab_device *dev, const struct vfab_timestamp_config *cfg);
+int vfab_clock_ns(vfab_device *dev, uint64_t *ns);
+/* 0 and the time, or EAGAIN when none is waiting. */
+int vfab_take_tx_timestamp(vfab_device *dev, uint64_t *ns);
+int vfab_take_rx_timestamp(vfab_device *dev, struct vfab_rx_timestamp *out);
+
 /* ---- memory ---- */
 
 enum vfab_access {             /* values of enum ibv_access_flags */

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -135,6 +136,15 @@ public:
 
     // Resets the device; queue pairs go to the error state: destroy and create them again.
     virtual Result<void> reset() = 0;
+
+    // IEEE 1588 timestamps (attr().offloads & offload_tx_timestamp / offload_rx_timestamp):
+    // ENOTSUP where the device has none; the take_ calls then return nothing.
+    virtual Result<void> enable_timestamps(const TimestampConfig& cfg) = 0;
+    virtual Result<uint64_t> clock_ns() = 0;
+    // The latched time of the last send_timestamp WR / timestamped frame, once; nothing if
+    // none is waiting.
+    virtual std::optional<uint64_t> take_tx_timestamp() = 0;
+    virtual std::optional<RxTimestamp> take_rx_timestamp() = 0;
 
 protected:
     Device() = default;

@@ -1,6 +1,7 @@
 // The multiplexed API picks the virtio-net provider by PCI ID (1af4:1041) and carries the same
 // verified traffic as the direct API, 00:04.0 -> 00:06.0; the igb provider likewise (8086:10c9,
-// 00:05.0 -> 00:0a.0); queue pairs and RSS through the multiplexed and C APIs.
+// 00:05.0 -> 00:0a.0); queue pairs, RSS and IEEE 1588 timestamps through the multiplexed and C
+// APIs.
 #include <gtest/gtest.h>
 
 #include "frames.hpp"
@@ -157,6 +158,52 @@ TEST_P(VfabVirtioNet, TheIgbProviderCarriesTrafficAndTakesRss) {
     ASSERT_TRUE(t.error.empty()) << t.error;
     EXPECT_EQ(b.qp->stats().rx_packets, 20000u);
     EXPECT_EQ(a.qp->stats().tx_packets, 20000u);
+}
+
+// IEEE 1588 through the multiplexed API where the provider has it (igb), and ENOTSUP where it
+// does not (virtio-net); then through the C API.
+TEST_P(VfabVirtioNet, TimestampsWhereTheProviderHasThem) {
+    OpenOptions opts;
+    opts.backend = GetParam();
+    {
+        auto igb = Device::open(address_of("igb").to_string(), opts);
+        ASSERT_TRUE(igb.ok()) << igb.error().message;
+        EXPECT_TRUE((*igb)->attr().offloads & offload_tx_timestamp);
+        auto r = (*igb)->enable_timestamps({});
+        ASSERT_TRUE(r.ok()) << r.error().message;
+        auto t0 = (*igb)->clock_ns(), t1 = (*igb)->clock_ns();
+        ASSERT_TRUE(t0.ok() && t1.ok());
+        EXPECT_GT(*t1, *t0);
+        EXPECT_FALSE((*igb)->take_tx_timestamp());
+        EXPECT_FALSE((*igb)->take_rx_timestamp());
+    }
+    {
+        auto virtio = Device::open(address_of("virtio-net").to_string(), opts);
+        ASSERT_TRUE(virtio.ok()) << virtio.error().message;
+        EXPECT_FALSE((*virtio)->attr().offloads & offload_tx_timestamp);
+        auto r = (*virtio)->enable_timestamps({});
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.error().code, ENOTSUP) << r.error().message;
+        EXPECT_EQ((*virtio)->clock_ns().error().code, ENOTSUP);
+        EXPECT_FALSE((*virtio)->take_tx_timestamp());
+    }
+    vfab_open_opts copts{};
+    copts.iommu_backend = GetParam() == vfio::IommuBackend::legacy    ? VFAB_IOMMU_LEGACY
+                          : GetParam() == vfio::IommuBackend::iommufd ? VFAB_IOMMU_IOMMUFD
+                                                                      : VFAB_IOMMU_NOIOMMU;
+    vfab_device* dev = vfab_open(address_of("igb").to_string().c_str(), &copts);
+    ASSERT_NE(dev, nullptr) << vfab_last_error();
+    const vfab_timestamp_config cfg{1, 1, 0};
+    EXPECT_EQ(vfab_enable_timestamps(dev, &cfg), 0) << vfab_last_error();
+    uint64_t a = 0, b = 0;
+    EXPECT_EQ(vfab_clock_ns(dev, &a), 0);
+    EXPECT_EQ(vfab_clock_ns(dev, &b), 0);
+    EXPECT_GT(b, a);
+    EXPECT_EQ(vfab_take_tx_timestamp(dev, &a), EAGAIN);
+    vfab_rx_timestamp rx;
+    EXPECT_EQ(vfab_take_rx_timestamp(dev, &rx), EAGAIN);
+    EXPECT_EQ(vfab_enable_timestamps(dev, nullptr), EINVAL);
+    EXPECT_EQ(vfab_close(dev), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Lab, VfabVirtioNet, ::testing::ValuesIn(backends()), BackendName());

@@ -38,19 +38,7 @@ struct DeviceOptions {
     dma::PdOptions pd;
 };
 
-// IEEE 1588 hardware timestamps (datasheet §7.9): the device's clock, in nanoseconds, and the
-// times frames left and arrived on that clock.
-struct TimestampConfig {
-    bool tx = true;   // WRs with send_timestamp latch their departure time (one latch: take it before the next)
-    bool rx = true;   // PTPv2 frames over Ethernet (EtherType 0x88F7) latch their arrival time
-    // Which PTP message: the header's first byte, transportSpecific << 4 | messageType (0: Sync).
-    uint8_t rx_message = 0;
-};
-struct RxTimestamp {
-    uint64_t ns = 0;            // when the frame arrived
-    uint64_t source = 0;        // bytes 22-27 of the PTP header (the end of sourcePortIdentity's clock)
-    uint16_t sequence_id = 0;   // the header's sequenceId, as the device reads it (docs/igb.md)
-};
+// IEEE 1588 (datasheet §7.9): TimestampConfig and RxTimestamp are vfab's (types.hpp).
 
 class Device final : public QueueSet {
 public:
