@@ -203,6 +203,12 @@ int vfab_clock_ns(vfab_device* dev, uint64_t* ns) {
     return 0;
 }
 
+int vfab_set_clock_ns(vfab_device* dev, uint64_t ns) {
+    if (!dev) return null_arg("vfab_set_clock_ns", "dev");
+    if (auto r = dev->dev->set_clock_ns(ns); !r) return fail(r.error());
+    return 0;
+}
+
 int vfab_take_tx_timestamp(vfab_device* dev, uint64_t* ns) {
     if (!dev) return null_arg("vfab_take_tx_timestamp", "dev");
     if (!ns) return null_arg("vfab_take_tx_timestamp", "ns");

@@ -2,6 +2,10 @@
 // (TSYNCTXCTL / TXSTMP, armed by a descriptor's TSTAMP bit) and the receive latch (TSYNCRXCTL /
 // RXSTMP, for frames an ETQF filter marks as 1588 and TSYNCRXCFG's message type). Each latch
 // holds one time until it is read.
+//
+// The epoch is kept in software, as Linux's igb does for the 82576: SYSTIM runs free and
+// set_clock_ns() records an offset that every time read goes through. TIMADJ would step SYSTIM
+// itself, but QEMU adds it as two's complement where the 82576 takes sign and magnitude.
 #include "vfab/drivers/igb.hpp"
 
 namespace vfab::igb {
@@ -30,20 +34,26 @@ void Device::write_timestamps() {
 // SYSTIML first: reading it latches SYSTIMH (§8.16.2).
 uint64_t Device::clock_ns() {
     const uint64_t lo = bar_->read32(reg::SYSTIML);
-    return lo | uint64_t(bar_->read32(reg::SYSTIMH)) << 32;
+    return (lo | uint64_t(bar_->read32(reg::SYSTIMH)) << 32) + clock_offset_;
+}
+
+void Device::set_clock_ns(uint64_t ns) {
+    std::lock_guard lock(mu_);
+    clock_offset_ = 0;
+    clock_offset_ = ns - clock_ns();   // modulo 2^64: a step back works as well
 }
 
 std::optional<uint64_t> Device::take_tx_timestamp() {
     if (removed_ || !(bar_->read32(reg::TSYNCTXCTL) & reg::TSYNC_VALID)) return std::nullopt;
     const uint64_t lo = bar_->read32(reg::TXSTMPL);
-    return lo | uint64_t(bar_->read32(reg::TXSTMPH)) << 32;   // reading the high half frees the latch
+    return (lo | uint64_t(bar_->read32(reg::TXSTMPH)) << 32) + clock_offset_;   // reading the high half frees the latch
 }
 
 std::optional<RxTimestamp> Device::take_rx_timestamp() {
     if (removed_ || !(bar_->read32(reg::TSYNCRXCTL) & reg::TSYNC_VALID)) return std::nullopt;
     RxTimestamp t;
     const uint64_t lo = bar_->read32(reg::RXSTMPL);
-    t.ns = lo | uint64_t(bar_->read32(reg::RXSTMPH)) << 32;
+    t.ns = (lo | uint64_t(bar_->read32(reg::RXSTMPH)) << 32) + clock_offset_;
     const uint32_t satrl = bar_->read32(reg::RXSATRL), satrh = bar_->read32(reg::RXSATRH);   // frees the latch
     t.source = satrl | uint64_t(satrh & 0xffff) << 32;
     t.sequence_id = uint16_t(satrh >> 16);

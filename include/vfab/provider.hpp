@@ -39,7 +39,7 @@ namespace vfab::provider {
 // Bumped whenever a plugin built from older headers could misbehave with this libvfab: the
 // Record, OpenOptions, the multiplexed classes' virtual functions, types.hpp, Result/Error,
 // the dma:: classes the device hands out.
-inline constexpr uint32_t kAbiVersion = 3;   // 2: queue(), stats(), configure_rss(); 3: timestamps
+inline constexpr uint32_t kAbiVersion = 3;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock
 
 struct PciId {
     uint16_t vendor = 0;
@@ -218,6 +218,15 @@ public:
         else
             return Error{ENOTSUP, str_cat(dev_->attr().address.to_string(), ": the ", dev_->attr().provider,
                                           " provider has no hardware clock")};
+    }
+    Result<void> set_clock_ns(uint64_t ns) override {
+        if constexpr (requires { dev_->set_clock_ns(ns); }) {
+            dev_->set_clock_ns(ns);
+            return {};
+        } else {
+            return Error{ENOTSUP, str_cat(dev_->attr().address.to_string(), ": the ", dev_->attr().provider,
+                                          " provider has no hardware clock")};
+        }
     }
     std::optional<uint64_t> take_tx_timestamp() override {
         if constexpr (requires { dev_->take_tx_timestamp(); })

@@ -212,6 +212,8 @@ struct vfab_rx_timestamp {
 };
 int vfab_enable_timestamps(vfab_device *dev, const struct vfab_timestamp_config *cfg);
 int vfab_clock_ns(vfab_device *dev, uint64_t *ns);
+/* The clock reads ns from now on (latched times too); until then its epoch is the device's. */
+int vfab_set_clock_ns(vfab_device *dev, uint64_t ns);
 /* 0 and the time, or EAGAIN when none is waiting. */
 int vfab_take_tx_timestamp(vfab_device *dev, uint64_t *ns);
 int vfab_take_rx_timestamp(vfab_device *dev, struct vfab_rx_timestamp *out);

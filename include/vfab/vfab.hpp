@@ -141,6 +141,8 @@ public:
     // ENOTSUP where the device has none; the take_ calls then return nothing.
     virtual Result<void> enable_timestamps(const TimestampConfig& cfg) = 0;
     virtual Result<uint64_t> clock_ns() = 0;
+    // The clock reads `ns` from now on (latched times too); the epoch is the device's until then.
+    virtual Result<void> set_clock_ns(uint64_t ns) = 0;
     // The latched time of the last send_timestamp WR / timestamped frame, once; nothing if
     // none is waiting.
     virtual std::optional<uint64_t> take_tx_timestamp() = 0;

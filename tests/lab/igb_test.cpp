@@ -262,6 +262,23 @@ TEST_P(Igb, HardwareTimestampsOfAPtpSync) {
     ASSERT_TRUE(rx) << "no arrival time latched";
     EXPECT_GE(rx->ns, b0) << "the arrival time is before the Sync was sent";
     EXPECT_LE(rx->ns, b1) << "the arrival time is after it was received";
+    // Set to a common epoch, the two clocks agree to within the time between the two
+    // set_clock_ns calls: arrival and departure are microseconds apart, not hours.
+    constexpr uint64_t kEpoch = 1'000'000'000'000'000'000;   // ns: 2001-09-09
+    a.dev->set_clock_ns(kEpoch);
+    b.dev->set_clock_ns(kEpoch);
+    EXPECT_GE(a.dev->clock_ns(), kEpoch);
+    EXPECT_LT(a.dev->clock_ns(), kEpoch + 1'000'000'000);
+    ASSERT_NO_FATAL_FAILURE(send_ptp_sync(a, b.dev->attr().mac, true));
+    ASSERT_TRUE(wait_for([&] { return (n = b.cqs[0]->poll(wc)) > 0; }, std::chrono::seconds(5)));
+    const auto tx2 = a.dev->take_tx_timestamp();
+    const auto rx2 = b.dev->take_rx_timestamp();
+    ASSERT_TRUE(tx2 && rx2);
+    EXPECT_GT(*tx2, kEpoch);
+    const int64_t apart = int64_t(rx2->ns - *tx2);
+    EXPECT_LT(apart < 0 ? -apart : apart, 100'000'000) << "the two clocks are more than 100 ms apart";
+    std::printf("on a common epoch: arrival - departure = %ld ns\n", long(apart));
+    b.fill_receives();
     // The 82576 latches sequenceId (bytes 30-31) and the bytes before it; QEMU 10.0 reads both
     // two bytes further on (docs/igb-model.md §7): controlField + logMessageInterval, and the
     // clock identity's last four bytes + portNumber.

@@ -176,6 +176,11 @@ TEST_P(VfabVirtioNet, TimestampsWhereTheProviderHasThem) {
         EXPECT_GT(*t1, *t0);
         EXPECT_FALSE((*igb)->take_tx_timestamp());
         EXPECT_FALSE((*igb)->take_rx_timestamp());
+        ASSERT_TRUE((*igb)->set_clock_ns(5'000'000'000).ok());
+        auto t2 = (*igb)->clock_ns();
+        ASSERT_TRUE(t2.ok());
+        EXPECT_GE(*t2, 5'000'000'000u);
+        EXPECT_LT(*t2, 6'000'000'000u);
     }
     {
         auto virtio = Device::open(address_of("virtio-net").to_string(), opts);
@@ -185,6 +190,7 @@ TEST_P(VfabVirtioNet, TimestampsWhereTheProviderHasThem) {
         ASSERT_FALSE(r.ok());
         EXPECT_EQ(r.error().code, ENOTSUP) << r.error().message;
         EXPECT_EQ((*virtio)->clock_ns().error().code, ENOTSUP);
+        EXPECT_EQ((*virtio)->set_clock_ns(0).error().code, ENOTSUP);
         EXPECT_FALSE((*virtio)->take_tx_timestamp());
     }
     vfab_open_opts copts{};
@@ -199,6 +205,9 @@ TEST_P(VfabVirtioNet, TimestampsWhereTheProviderHasThem) {
     EXPECT_EQ(vfab_clock_ns(dev, &a), 0);
     EXPECT_EQ(vfab_clock_ns(dev, &b), 0);
     EXPECT_GT(b, a);
+    EXPECT_EQ(vfab_set_clock_ns(dev, 7'000'000'000), 0);
+    EXPECT_EQ(vfab_clock_ns(dev, &a), 0);
+    EXPECT_GE(a, 7'000'000'000u);
     EXPECT_EQ(vfab_take_tx_timestamp(dev, &a), EAGAIN);
     vfab_rx_timestamp rx;
     EXPECT_EQ(vfab_take_rx_timestamp(dev, &rx), EAGAIN);

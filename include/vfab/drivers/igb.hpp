@@ -58,6 +58,9 @@ public:
     // wc_timestamped.
     Result<void> enable_timestamps(const TimestampConfig& cfg);
     uint64_t clock_ns();
+    // Sets the clock's reading to `ns` (e.g. CLOCK_REALTIME's, or a PTP master's): every later
+    // clock_ns() and latched time counts from there. Until then the epoch is the device's.
+    void set_clock_ns(uint64_t ns);
     // The latched time, if one is waiting; taking it frees the latch for the next frame.
     std::optional<uint64_t> take_tx_timestamp();
     std::optional<RxTimestamp> take_rx_timestamp();
@@ -87,6 +90,7 @@ private:
     std::vector<uint16_t> rss_table_;
     uint32_t rss_types_ = 0;
     std::optional<TimestampConfig> timestamps_;
+    uint64_t clock_offset_ = 0;   // set_clock_ns(): added to SYSTIM and the latched times
 };
 
 // The driver's classes by role, for code written once for every driver
