@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <span>
@@ -92,7 +93,8 @@ private:
     DeviceStats stats_;
     uint32_t raw_[5] = {};   // the last readings of the VF's free-running counters
     std::string pf_;
-    bool cts_ = false;       // the PF completed this VF's reset and has not taken it back
+    // The PF completed this VF's reset and has not taken it back; link() reads it from any thread.
+    std::atomic<bool> cts_{false};
     bool link_up_ = false;
     bool reset_reported_ = false;
     std::vector<uint16_t> multicast_;   // replayed after every reset
