@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "vfab/vfio/device.hpp"
+#include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::vfio {
 
@@ -126,6 +127,15 @@ Result<void> Interrupts::mask(uint32_t vector) {
 Result<void> Interrupts::unmask(uint32_t vector) {
     if (auto r = check_maskable(vector); !r) return r;
     return dev_->set_irqs(VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_UNMASK, index_, vector, 1, nullptr);
+}
+
+Result<Interrupts*> Device::watch_optional_interrupt(IrqIndex index, EventWaiter& waiter, uint64_t tag) {
+    auto info = irq_info(index);
+    if (!info || info->count == 0) return nullptr;
+    auto irq = enable_interrupts(index, 1);
+    if (!irq) return nullptr;
+    if (auto r = waiter.add((*irq)->eventfd(0), tag); !r) return r.take_error();
+    return *irq;
 }
 
 }  // namespace vfab::vfio

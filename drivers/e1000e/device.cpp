@@ -46,12 +46,9 @@ Result<void> Device::init(const DeviceOptions& opts) {
     // The kernel's request to give the device back (unbind, hot unplug) and AER errors; a
     // device without them (conventional PCI) simply never reports those events.
     for (auto [index, tag, slot] : {std::tuple{vfio::IrqIndex::req, kTagReq, &req_}, std::tuple{vfio::IrqIndex::err, kTagErr, &err_}}) {
-        auto info = vfio_->irq_info(index);
-        if (!info || info->count == 0) continue;
-        auto irq = vfio_->enable_interrupts(index, 1);
-        if (!irq) continue;
+        auto irq = vfio_->watch_optional_interrupt(index, events_, tag);
+        if (!irq) return irq.take_error();
         *slot = *irq;
-        if (auto r = events_.add((*irq)->eventfd(0), tag); !r) return r;
     }
     if (auto r = hw_setup(); !r) return r;
 

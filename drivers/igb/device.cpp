@@ -46,12 +46,9 @@ Result<void> Device::init(const DeviceOptions& opts) {
     if (!msix) return msix.take_error();
     msix_ = *msix;
     if (auto r = events_.add(msix_->eventfd(other_vector_), kTagOther); !r) return r;
-    if (auto req = vfio_->irq_info(vfio::IrqIndex::req); req && req->count > 0) {
-        if (auto irq = vfio_->enable_interrupts(vfio::IrqIndex::req, 1)) {
-            req_ = *irq;
-            if (auto r = events_.add(req_->eventfd(0), kTagReq); !r) return r;
-        }
-    }
+    auto req = vfio_->watch_optional_interrupt(vfio::IrqIndex::req, events_, kTagReq);
+    if (!req) return req.take_error();
+    req_ = *req;
     hw_setup();
 
     auto pd = dma::ProtectionDomain::create(vfio_->iommu_shared(), opts.pd);

@@ -69,12 +69,9 @@ Result<void> Device::init(const DeviceOptions& opts) {
     msix_ = *msix;
     for (uint32_t v = 1; v < reg::kVectors; ++v)
         if (auto r = events_.add(msix_->eventfd(v), kTagMailbox); !r) return r;
-    if (auto req = vfio_->irq_info(vfio::IrqIndex::req); req && req->count > 0) {
-        if (auto irq = vfio_->enable_interrupts(vfio::IrqIndex::req, 1)) {
-            req_ = *irq;
-            if (auto r = events_.add(req_->eventfd(0), kTagReq); !r) return r;
-        }
-    }
+    auto req = vfio_->watch_optional_interrupt(vfio::IrqIndex::req, events_, kTagReq);
+    if (!req) return req.take_error();
+    req_ = *req;
     auto pd = dma::ProtectionDomain::create(vfio_->iommu_shared(), opts.pd);
     if (!pd) return pd.take_error();
     pd_ = std::move(*pd);

@@ -42,6 +42,7 @@ inline constexpr size_t kIrqIndexCount = 5;
 const char* to_string(IrqIndex i);
 
 class Device;
+class EventWaiter;
 
 // The enabled vectors of one interrupt index, each signalling its own eventfd.
 class Interrupts {
@@ -104,6 +105,11 @@ public:
     Result<Interrupts*> enable_interrupts(IrqIndex index, std::span<const uint32_t> vectors);
     Result<Interrupts*> enable_interrupts(IrqIndex index, uint32_t count);
     Result<void> disable_interrupts(IrqIndex index);
+    // For the one-vector interrupts a driver may do without (req, err): enables `index` if the
+    // device has it and has `waiter` watch its eventfd under `tag`. nullptr when the device lacks
+    // it or VFIO cannot enable it (such a device never reports that event); an error only when
+    // the waiter cannot take the eventfd.
+    Result<Interrupts*> watch_optional_interrupt(IrqIndex index, EventWaiter& waiter, uint64_t tag);
 
     // VFIO_DEVICE_RESET (function-level or equivalent). Interrupts are disabled by it.
     Result<void> reset();
