@@ -195,9 +195,8 @@ Result<void> Device::reset() {
 Device::~Device() {
     std::lock_guard lock(mu_);
     // Quiesce before anything is freed (rings and registered memory stop being DMA targets).
+    stop_all_queues();
     if (!removed_) {
-        for (uint32_t q = 0; q < qps_.size(); ++q)
-            if (qps_[q]) stop_queues(q);
         bar_->write32(reg::IMC, ~0u);
         bar_->write32(reg::EIMC, ~0u);
         (void)hw_reset();

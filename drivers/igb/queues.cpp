@@ -224,10 +224,13 @@ void QueueSet::enter_error_state() {
         }
 }
 
-void QueueSet::release_all() {
+void QueueSet::stop_all_queues() {
     if (!removed_)
         for (uint32_t q = 0; q < qps_.size(); ++q)
             if (qps_[q]) stop_queues(q);
+}
+
+void QueueSet::release_all() {
     qps_.clear();
     dead_qps_.clear();
     cqs_.clear();

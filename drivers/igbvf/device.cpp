@@ -327,9 +327,8 @@ Result<void> Device::reset() {
 Device::~Device() {
     std::lock_guard lock(mu_);
     // Quiesce before anything is freed; the VF reset also tells the PF this VF is gone.
+    stop_all_queues();
     if (!removed_) {
-        for (uint32_t q = 0; q < qps_.size(); ++q)
-            if (qps_[q]) stop_queues(q);
         bar_->write32(reg::VTEIMC, (1u << reg::kVectors) - 1);
         bar_->write32(reg::VTCTRL, reg::VTCTRL_RST);
     }

@@ -187,8 +187,10 @@ protected:
     // Every queue pair stops and goes to the error state (WRs flush); sleepers on channels wake.
     void enter_error_state();
     void release_qp(QueuePair& qp);
-    // Stops every queue and frees queue pairs, completion queues and the protection domain:
-    // the device must no longer DMA into them. The device's destructor calls it.
+    // A device's destructor: stop_all_queues() first (the device stops DMA to the rings and
+    // buffers), then its own shutdown, then release_all() frees the queue pairs, completion
+    // queues and the protection domain.
+    void stop_all_queues();
     void release_all();
 
     std::unique_ptr<vfio::Device> vfio_;
