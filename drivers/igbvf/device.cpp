@@ -22,6 +22,8 @@ enum : uint64_t { kTagMailbox = 1, kTagReq = 2 };
 constexpr uint32_t kCqVector = 0;
 constexpr uint32_t kMailboxVectors = 0b110;   // 1 (QEMU's model) and 2 (hardware)
 constexpr uint32_t kMaxFrame = 1522;          // 1500 + Ethernet header + FCS + one VLAN tag
+// The VF's free-running counters, in the order stats() adds them up (raw_ holds their last values).
+constexpr uint32_t kCounters[] = {reg::VFGPRC, reg::VFGPTC, reg::VFGORC, reg::VFGOTC, reg::VFMPRC};
 
 std::string mac_string(const MacAddress& m) {
     char s[18];
@@ -95,8 +97,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
     qps_.resize(1);
 
     if (auto r = handshake(); !r) return r;
-    for (uint32_t i = 0; i < 5; ++i)
-        raw_[i] = bar_->read32(std::array{reg::VFGPRC, reg::VFGPTC, reg::VFGORC, reg::VFGOTC, reg::VFMPRC}[i]);
+    for (size_t i = 0; i < std::size(kCounters); ++i) raw_[i] = bar_->read32(kCounters[i]);
     if (opts.link_timeout_ms > 0) intel::wait_until([&] { return link().up; }, std::chrono::milliseconds(opts.link_timeout_ms));
     link_up_ = link().up;
     return {};
@@ -121,11 +122,13 @@ std::string Device::pf_state() const {
 Result<uint32_t> Device::request(std::span<const uint32_t> words, std::span<uint32_t> reply, const char* what) {
     const auto timeout = std::chrono::milliseconds(opts_.pf_timeout_ms);
     const std::string where = vfio_->address().to_string();
-    if (auto r = mbx_->send(words, timeout); !r)
-        return Error{r.error().code == ECONNRESET ? ECONNRESET : ETIMEDOUT, str_cat(where, ": ", what, ": ", r.error().message, " — ", pf_state())};
+    // A mailbox failure: the PF reset (ECONNRESET) or did not answer (ETIMEDOUT), and what its side looks like.
+    auto failed = [&](const Error& e) {
+        return Error{e.code == ECONNRESET ? ECONNRESET : ETIMEDOUT, str_cat(where, ": ", what, ": ", e.message, " — ", pf_state())};
+    };
+    if (auto r = mbx_->send(words, timeout); !r) return failed(r.error());
     for (int i = 0; i < 4; ++i) {
-        if (auto r = mbx_->receive(reply, timeout); !r)
-            return Error{r.error().code == ECONNRESET ? ECONNRESET : ETIMEDOUT, str_cat(where, ": ", what, ": ", r.error().message, " — ", pf_state())};
+        if (auto r = mbx_->receive(reply, timeout); !r) return failed(r.error());
         if ((reply[0] & msg::TYPE_MASK) == (words[0] & msg::TYPE_MASK)) return reply[0];
         if ((reply[0] & msg::TYPE_MASK) == msg::PF_CONTROL && !(reply[0] & msg::CTS)) cts_ = false;
     }
@@ -185,11 +188,8 @@ Result<void> Device::handshake() {
 
     const uint32_t lpe[] = {msg::SET_LPE, kMaxFrame};
     if (auto r = request(lpe, std::span(reply, 1), "set frame size"); !r) return r.take_error();
-    if (!multicast_.empty()) {
-        uint32_t m[1 + msg::kMaxMulticast / 2] = {msg::SET_MULTICAST | uint32_t(multicast_.size()) << msg::INFO_SHIFT};
-        for (size_t i = 0; i < multicast_.size(); ++i) m[1 + i / 2] |= uint32_t(multicast_[i]) << (16 * (i % 2));
-        if (auto r = request(std::span(m, 1 + (multicast_.size() + 1) / 2), std::span(reply, 1), "set multicast"); !r) return r.take_error();
-    }
+    if (!multicast_.empty())
+        if (auto r = send_multicast(multicast_); !r) return r.take_error();
     if (promisc_) {
         const uint32_t p[] = {msg::SET_PROMISC | promisc_};
         if (auto r = request(p, std::span(reply, 1), "set promiscuous mode"); !r) return r.take_error();
@@ -221,14 +221,22 @@ DeviceStats Device::stats() {
     std::lock_guard lock(mu_);
     if (!removed_) {
         uint64_t* fields[] = {&stats_.rx_packets, &stats_.tx_packets, &stats_.rx_bytes, &stats_.tx_bytes, &stats_.rx_multicast};
-        const uint32_t regs[] = {reg::VFGPRC, reg::VFGPTC, reg::VFGORC, reg::VFGOTC, reg::VFMPRC};
-        for (int i = 0; i < 5; ++i) {
-            const uint32_t now = bar_->read32(regs[i]);
+        static_assert(std::size(fields) == std::size(kCounters));
+        for (size_t i = 0; i < std::size(kCounters); ++i) {
+            const uint32_t now = bar_->read32(kCounters[i]);
             *fields[i] += uint32_t(now - raw_[i]);   // they wrap at 32 bits
             raw_[i] = now;
         }
     }
     return stats_;
+}
+
+// SET_MULTICAST: the count in MSGINFO, then the 12-bit hashes two to a word. The PF's reply.
+Result<uint32_t> Device::send_multicast(std::span<const uint16_t> hashes) {
+    uint32_t m[1 + msg::kMaxMulticast / 2] = {msg::SET_MULTICAST | uint32_t(hashes.size()) << msg::INFO_SHIFT};
+    for (size_t i = 0; i < hashes.size(); ++i) m[1 + i / 2] |= uint32_t(hashes[i]) << (16 * (i % 2));
+    uint32_t reply[1];
+    return request(std::span(m, 1 + (hashes.size() + 1) / 2), reply, "set multicast");
 }
 
 Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
@@ -241,10 +249,7 @@ Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
     // The PF's 4096-bit hash filter (§8.10.13, MO = 0): bits 47:36 of the address.
     std::vector<uint16_t> hashes;
     for (const auto& g : groups) hashes.push_back(uint16_t(((g[4] >> 4) | (uint16_t(g[5]) << 4)) & 0xfff));
-    uint32_t m[1 + msg::kMaxMulticast / 2] = {msg::SET_MULTICAST | uint32_t(hashes.size()) << msg::INFO_SHIFT};
-    for (size_t i = 0; i < hashes.size(); ++i) m[1 + i / 2] |= uint32_t(hashes[i]) << (16 * (i % 2));
-    uint32_t reply[1];
-    auto r = request(std::span(m, 1 + (hashes.size() + 1) / 2), reply, "set multicast");
+    auto r = send_multicast(hashes);
     if (!r) return r.take_error();
     if (!(*r & msg::ACK)) return Error{EPERM, str_cat(vfio_->address().to_string(), ": the PF refused the multicast list")};
     multicast_ = std::move(hashes);

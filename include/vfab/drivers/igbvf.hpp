@@ -82,6 +82,7 @@ private:
     Result<void> init(const DeviceOptions& opts);
     Result<void> handshake();
     Result<uint32_t> request(std::span<const uint32_t> words, std::span<uint32_t> reply, const char* what);
+    Result<uint32_t> send_multicast(std::span<const uint16_t> hashes);
     void setup_interrupts();
     void lose_pf();
     std::string pf_state() const;
@@ -91,7 +92,7 @@ private:
     vfio::EventWaiter events_;
     DeviceOptions opts_;
     DeviceStats stats_;
-    uint32_t raw_[5] = {};   // the last readings of the VF's free-running counters
+    uint32_t raw_[5] = {};   // the last readings of the VF's free-running counters (kCounters)
     std::string pf_;
     // The PF completed this VF's reset and has not taken it back; link() reads it from any thread.
     std::atomic<bool> cts_{false};
