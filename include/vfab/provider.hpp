@@ -209,23 +209,20 @@ public:
         if constexpr (requires { dev_->enable_timestamps(cfg); })
             return dev_->enable_timestamps(cfg);
         else
-            return Error{ENOTSUP, str_cat(dev_->attr().address.to_string(), ": the ", dev_->attr().provider,
-                                          " provider has no hardware timestamps")};
+            return unsupported("hardware timestamps");
     }
     Result<uint64_t> clock_ns() override {
         if constexpr (requires { dev_->clock_ns(); })
             return dev_->clock_ns();
         else
-            return Error{ENOTSUP, str_cat(dev_->attr().address.to_string(), ": the ", dev_->attr().provider,
-                                          " provider has no hardware clock")};
+            return unsupported("hardware clock");
     }
     Result<void> set_clock_ns(uint64_t ns) override {
         if constexpr (requires { dev_->set_clock_ns(ns); }) {
             dev_->set_clock_ns(ns);
             return {};
         } else {
-            return Error{ENOTSUP, str_cat(dev_->attr().address.to_string(), ": the ", dev_->attr().provider,
-                                          " provider has no hardware clock")};
+            return unsupported("hardware clock");
         }
     }
     std::optional<uint64_t> take_tx_timestamp() override {
@@ -266,6 +263,10 @@ public:
     }
 
 private:
+    Error unsupported(const char* what) const {
+        return Error{ENOTSUP, str_cat(dev_->attr().address.to_string(), ": the ", dev_->attr().provider, " provider has no ", what)};
+    }
+
     class CqAdapter final : public vfab::CompletionQueue {
     public:
         explicit CqAdapter(Cq& cq) : cq_(&cq) {}
