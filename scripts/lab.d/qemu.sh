@@ -86,8 +86,8 @@ qemu_run_interactive() {
     $(qemu_launcher) qemu-system-x86_64 "${args[@]}" -serial mon:stdio
 }
 
-# A TCG guest sometimes stops getting timer interrupts on one vCPU and never recovers (the
-# kernel keeps printing RCU stall reports; seen on 2-core hosts). After this many reports the
+# A TCG guest sometimes stops running the timers of one idle vCPU and never recovers (the
+# kernel keeps printing RCU stall reports; seen on 2-core hosts; see scripts/lab's cmdline). After this many reports the
 # boot is ended and reported as stalled instead of waiting for --timeout.
 RCU_STALL_REPORTS=3
 
@@ -131,7 +131,7 @@ lab_failure() {
 $(tail -n 15 "$log")"
     fi
     if [[ $rc -eq 125 ]]; then
-        die "the guest kernel stalled (repeated RCU stall reports: a vCPU stopped getting timer interrupts)${running:+ in test $running}"
+        die "the guest kernel stalled (repeated RCU stall reports: the timers of an idle vCPU stopped running)${running:+ in test $running}"
     fi
     if [[ $rc -eq 124 ]]; then
         die "the guest hung: still running after ${timeout} s${running:+, in test $running} (raise --timeout if it is only slow)"
