@@ -7,12 +7,17 @@
 //     crosses the 82576's internal switch);
 //   - refusals, each leaving the VF working: the PF's interface down (no driver serving the
 //     mailbox), the PF refusing unicast promiscuous mode, and requests beyond the VF;
+//   - a MAC the PF's administrator fixed: kept, and another one refused with EPERM;
 //   - the PF goes down during traffic: device_reset on the event fd, the queue pair in the
 //     error state with every WR flushed, reset() refused until the PF is back, then
-//     accepted, and new queues carry traffic both ways.
+//     accepted, and new queues carry traffic both ways;
+//   - the kernel turns SR-IOV off under the open VF: vfio-pci's request interrupt becomes
+//     device_removal, the queues flush, closing the VF lets the kernel finish, and the VF the
+//     PF makes next carries traffic again.
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -456,6 +461,101 @@ TEST_F(Igbvf, PfDownDuringTrafficThenReinitRecovers) {
                 ++got;
         return got >= 5;
     }, 5s)) << "the VF received " << got << " of 5 broadcast datagrams after the re-init";
+}
+
+// The PF's administrator fixes the VF's MAC (`ip link set PF vf 0 mac M`): the VF comes up
+// with M, and asking for another address is refused with EPERM and a message that says why,
+// leaving nothing open. Lifting the choice (an all-zero MAC) lets the application pick again.
+TEST_F(Igbvf, MacFixedByThePfsAdministratorIsKept) {
+    peer_.reset();
+    const pkt::Mac fixed{0x02, 0x79, 0x00, 0x00, 0x00, 0x22};
+    igbvf::DeviceOptions other_mac;
+    other_mac.mac = igbvf::MacAddress{0x02, 0x79, 0x00, 0x00, 0x00, 0x33};
+    ASSERT_EQ(env_->set_vf_mac(fixed), "");
+    struct Lift {
+        ~Lift() { (void)env_->set_vf_mac({}); }
+    } lift;
+    {
+        RawVf v;
+        ASSERT_EQ(v.open(vf()), "");
+        EXPECT_EQ(v.mac(), fixed);
+        EXPECT_EQ(kernel_receives(v, 5, pf_mac()), 5) << "VF -> kernel with the administrator's MAC";
+    }
+
+    const size_t fds = open_fds();
+    auto refused = igbvf::Device::open(*PciAddress::parse(vf()), other_mac);
+    ASSERT_FALSE(refused) << "the PF let the VF replace an address its administrator fixed";
+    EXPECT_EQ(refused.error().code, EPERM);
+    const std::string& why = refused.error().message;
+    EXPECT_NE(why.find("02:79:00:00:00:22"), std::string::npos) << why;
+    EXPECT_NE(why.find("ip link set"), std::string::npos) << why;
+    EXPECT_EQ(open_fds(), fds) << "the refused open left descriptors behind";
+    std::printf("another MAC on a VF whose MAC is fixed: %s\n", why.c_str());
+
+    ASSERT_EQ(env_->set_vf_mac({}), "");
+    RawVf v;
+    ASSERT_EQ(v.open(vf(), other_mac), "");
+    EXPECT_EQ(v.mac(), pkt::Mac(*other_mac.mac));
+}
+
+// sriov_numvfs = 0 while vfab has the VF open. The kernel removes the VF first; vfio-pci holds
+// that removal until the device is closed and asks the application for it on the request
+// interrupt. The application sees device_removal, its WRs flush, and closing the VF lets the
+// kernel's write return. The PF then makes a VF again and vfab drives it.
+TEST_F(Igbvf, PfTurningSriovOffTakesTheVfBackCleanly) {
+    peer_.reset();
+    auto v = std::make_unique<RawVf>();
+    ASSERT_EQ(v->open(vf()), "");
+    ASSERT_TRUE(v->post_recvs());
+    const uint64_t posted = v->qp->caps().max_recv_wr;
+    const std::string vf_dir = "/sys/bus/pci/devices/" + vf();
+
+    std::atomic<bool> finished{false};
+    std::string write_error;
+    std::thread pf([&] {
+        write_error = write_sysfs(SriovVf::pf_dir() + "/sriov_numvfs", "0");   // blocks until the VF is closed
+        finished = true;
+    });
+    uint64_t received = 0, flushed = 0;
+    auto count = [&] {
+        Completion wc[64];
+        const int n = v->cq->poll(wc);
+        for (int i = 0; i < n; ++i) (wc[i].status == WcStatus::success ? received : flushed) += 1;
+        return n;
+    };
+    std::vector<EventType> events;
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    while ((events.empty() || events.back() != EventType::device_removal) && std::chrono::steady_clock::now() < end) {
+        count();
+        if (readable(v->dev->event_fd(), 5))
+            if (Event ev = v->dev->next_event(); ev.type != EventType::none) events.push_back(ev.type);
+    }
+    const bool removal = !events.empty() && events.back() == EventType::device_removal;
+    const bool finished_while_open = finished.load();
+    const QpState state = v->qp->state();
+    wait_for([&] { count(); return v->qp->recv_outstanding() == 0; }, 5s);
+    const int post_error = v->send_udp(0, {pf_mac(), kPfIp}, 9999, pattern_bytes(64, 1)).error;
+    v.reset();   // closing the VF lets the kernel's removal go on
+    pf.join();
+
+    std::string seen;
+    for (EventType t : events) seen += std::string(seen.empty() ? "" : ", ") + to_string(t);
+    std::printf("sriov_numvfs=0 under the open VF: events [%s]; %lu receives posted: %lu completed, %lu flushed\n",
+                seen.c_str(), (unsigned long)posted, (unsigned long)received, (unsigned long)flushed);
+    ASSERT_TRUE(removal) << "no device_removal within 20 s; events: [" << seen << "]";
+    EXPECT_FALSE(finished_while_open) << "the kernel removed the VF while vfab still had it open";
+    EXPECT_EQ(state, QpState::error);
+    EXPECT_EQ(received + flushed, posted);
+    EXPECT_EQ(post_error, EIO);
+    EXPECT_EQ(write_error, "");
+    EXPECT_TRUE(finished.load());
+    EXPECT_FALSE(std::filesystem::exists(vf_dir)) << vf() << " still exists after sriov_numvfs=0";
+
+    ASSERT_EQ(env_->add_vf(), "");
+    RawVf again;
+    ASSERT_EQ(again.open(vf()), "");
+    EXPECT_TRUE(again.dev->link().up);
+    EXPECT_EQ(kernel_receives(again, 20, pf_mac()), 20) << "VF -> kernel on the VF made again";
 }
 
 }  // namespace
