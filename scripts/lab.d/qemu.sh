@@ -87,19 +87,26 @@ qemu_run_interactive() {
 }
 
 # A TCG guest sometimes stops running the timers of one idle vCPU and never recovers (the
-# kernel keeps printing RCU stall reports; seen on 2-core hosts; see scripts/lab's cmdline). After this many reports the
-# boot is ended and reported as stalled instead of waiting for --timeout.
+# kernel keeps printing RCU stall reports; seen on 2-core hosts; see scripts/lab's cmdline).
+# After this many reports the boot is ended and reported as stalled instead of waiting for
+# --timeout.
 RCU_STALL_REPORTS=3
+# Worse, both vCPUs can go to sleep for good: the guest prints nothing more and QEMU's vCPU
+# threads wait forever. guest-init writes a heartbeat to the second serial port (LOG.heartbeat
+# here) every 2 s; a boot whose heartbeat has stopped this long is ended and reported frozen.
+FROZEN_SECONDS=${VFAB_LAB_FROZEN_SECONDS:-60}
 
 # qemu_run_logged VMLINUX INITRD CMDLINE IOMMU TIMEOUT LOG: console to stdout and LOG.
-# Returns QEMU's exit status, 124 when the timeout ended it, 125 when the guest stalled.
+# Returns QEMU's exit status, 124 when the timeout ended it, 125 when the guest stalled, 126
+# when it froze.
 qemu_run_logged() {
-    local args timeout=$5 log=$6 pid stalled=0
+    local args timeout=$5 log=$6 pid stalled=0 frozen=0 beat_size=0 beat_at=$SECONDS size
     netns_available || true
     mapfile -t args < <(qemu_args "$1" "$2" "$3" "$4")
     : > "$log"
-    rm -f "$log.pid"
-    ( timeout -k 5 "$timeout" $(qemu_launcher) qemu-system-x86_64 "${args[@]}" -serial stdio -monitor none \
+    rm -f "$log.pid" "$log.heartbeat"
+    ( timeout -k 5 "$timeout" $(qemu_launcher) qemu-system-x86_64 "${args[@]}" -serial stdio \
+          -serial "file:$log.heartbeat" -monitor none \
           -pidfile "$log.pid" 2>"$log.qemu-stderr" </dev/null | stdbuf -o0 tr -d '\r' | tee "$log"
       exit "${PIPESTATUS[0]}" ) &
     pid=$!
@@ -109,11 +116,20 @@ qemu_run_logged() {
             kill "$(cat "$log.pid" 2>/dev/null)" 2>/dev/null
             break
         fi
+        size=$(stat -c %s "$log.heartbeat" 2>/dev/null || echo 0)
+        if (( size != beat_size )); then
+            beat_size=$size beat_at=$SECONDS
+        elif (( size > 0 && SECONDS - beat_at >= FROZEN_SECONDS )); then
+            frozen=1
+            kill "$(cat "$log.pid" 2>/dev/null)" 2>/dev/null
+            break
+        fi
         sleep 2
     done
     wait "$pid"
     local rc=$?
     (( stalled )) && return 125
+    (( frozen )) && return 126
     return "$rc"
 }
 
@@ -132,6 +148,9 @@ $(tail -n 15 "$log")"
     fi
     if [[ $rc -eq 125 ]]; then
         die "the guest kernel stalled (repeated RCU stall reports: the timers of an idle vCPU stopped running)${running:+ in test $running}"
+    fi
+    if [[ $rc -eq 126 ]]; then
+        die "the guest froze (no heartbeat for ${FROZEN_SECONDS} s: its vCPUs went to sleep for good)${running:+ in test $running}"
     fi
     if [[ $rc -eq 124 ]]; then
         die "the guest hung: still running after ${timeout} s${running:+, in test $running} (raise --timeout if it is only slow)"

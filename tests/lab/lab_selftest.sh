@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The lab must never be green without its tests having run. This boots the lab with binaries
-# that pass, fail, crash, run no test, are missing or hang, and makes QEMU and the kernel
+# that pass, fail, crash, run no test, are missing, hang, stall or freeze, and makes QEMU and the kernel
 # download fail, and checks that scripts/lab fails each time and says which case it was.
-#   lab_selftest.sh PASS_BIN FAIL_BIN CRASH_BIN EMPTY_BIN HANG_BIN STALL_BIN
+#   lab_selftest.sh PASS_BIN FAIL_BIN CRASH_BIN EMPTY_BIN HANG_BIN STALL_BIN FREEZE_BIN
 set -uo pipefail
 lab=$(dirname "$0")/../../scripts/lab
 ctest_run=$(dirname "$0")/../../scripts/lab.d/ctest-run
-pass=$1 fail=$2 crash=$3 empty=$4 hang=$5 stall=$6
+pass=$1 fail=$2 crash=$3 empty=$4 hang=$5 stall=$6 freeze=$7
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 bad=0
 
@@ -46,6 +46,9 @@ expect 2 "the guest hung: still running after 40 s, in test $(basename "$hang")"
     -- --timeout 40 run "$hang"
 expect 2 "booting once more" "the guest kernel stalled .* in test $(basename "$stall")" \
     -- --timeout 300 run "$stall"
+VFAB_LAB_FROZEN_SECONDS=10 expect 2 "the guest froze .* booting once more" "retry 3 of 3" \
+    "the guest froze \(no heartbeat for 10 s: its vCPUs went to sleep for good\) in test $(basename "$freeze")" \
+    -- --timeout 300 run "$freeze"
 VFAB_LAB_QEMU_EXTRA="-device no-such-device" expect 2 "QEMU failed to start" -- run "$pass"
 VFAB_LAB_DEBIAN_KERNEL=linux-image-0.0.0-0-none expect 2 "missing kernel package" -- run "$pass"
 expect 2 "unknown kernel flavor" -- --kernel nosuch run "$pass"
