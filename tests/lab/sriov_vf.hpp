@@ -11,7 +11,6 @@
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -104,21 +103,17 @@ public:
         req.ifi.ifi_family = AF_UNSPEC;
         req.ifi.ifi_index = int(ifindex);
 
-        const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-        if (fd < 0) return std::string("netlink socket: ") + std::strerror(errno);
-        std::string err;
+        Fd fd(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+        if (!fd) return std::string("netlink socket: ") + std::strerror(errno);
+        if (::send(fd.get(), &req, len, 0) != ssize_t(len)) return std::string("RTM_SETLINK: ") + std::strerror(errno);
         char reply[512];
-        if (::send(fd, &req, len, 0) != ssize_t(len)) {
-            err = std::string("RTM_SETLINK: ") + std::strerror(errno);
-        } else if (const ssize_t n = ::recv(fd, reply, sizeof reply, 0); n < ssize_t(NLMSG_LENGTH(sizeof(nlmsgerr)))) {
-            err = "RTM_SETLINK: no acknowledgement";
-        } else if (auto* h = reinterpret_cast<nlmsghdr*>(reply); h->nlmsg_type != NLMSG_ERROR) {
-            err = "RTM_SETLINK: unexpected reply type " + std::to_string(h->nlmsg_type);
-        } else if (const int e = static_cast<nlmsgerr*>(NLMSG_DATA(h))->error; e != 0) {
-            err = std::string("RTM_SETLINK (vf 0 mac) on ") + pf_.ifname() + ": " + std::strerror(-e);
-        }
-        ::close(fd);
-        return err;
+        if (::recv(fd.get(), reply, sizeof reply, 0) < ssize_t(NLMSG_LENGTH(sizeof(nlmsgerr))))
+            return "RTM_SETLINK: no acknowledgement";
+        auto* h = reinterpret_cast<nlmsghdr*>(reply);
+        if (h->nlmsg_type != NLMSG_ERROR) return "RTM_SETLINK: unexpected reply type " + std::to_string(h->nlmsg_type);
+        if (const int e = static_cast<nlmsgerr*>(NLMSG_DATA(h))->error; e != 0)
+            return std::string("RTM_SETLINK (vf 0 mac) on ") + pf_.ifname() + ": " + std::strerror(-e);
+        return {};
     }
 
     KernelNic& pf() { return pf_; }
