@@ -186,8 +186,17 @@ TEST_P(E1000eDriver, SendAndReceiveCompleteOnTheirOwnVectors) {
     Sge s1{reinterpret_cast<uint64_t>(me.buffers), 100, me.lkey};
     SendWr w1{6, &s1, 1, send_signaled};
     ASSERT_TRUE((*qp)->post_send({&w1, 1}));
-    woke = vfio::wait_any(send_only, 5000);
-    ASSERT_TRUE(woke.ok());
+    // QEMU's 82574L sometimes signals a vector a second time (docs/e1000e.md): a late repeat
+    // of the receive above may wake the receive channel with nothing to poll. Such a wake-up
+    // is skipped; a receive completion there, or no send wake-up, still fails.
+    for (int late = 0;; ++late) {
+        woke = vfio::wait_any(send_only, 5000);
+        ASSERT_TRUE(woke.ok());
+        if (*woke != 1 || late > 0) break;
+        ASSERT_EQ((*rcq)->poll(wc), 0) << "the receive CQ completed something nobody sent";
+        (*rcq)->take_events();
+        std::printf("a late repeat of the receive vector woke its channel; skipped\n");
+    }
     EXPECT_EQ(*woke, 0) << "the send CQ's channel should wake";
     ASSERT_EQ((*scq)->poll(wc), 1);
     EXPECT_EQ(wc[0].wr_id, 6u);
