@@ -81,6 +81,7 @@ Result<MrKeys> MrTable::add(const MrEntry& e) {
     if (free_count_ == 0) return full();
     const uint32_t key = take_slot(Kind::region, MrState::valid);
     slots_[key_index(key)].entry = e;
+    slots_[key_index(key)].host = e.addr;
     return MrKeys{key, key};
 }
 
@@ -111,6 +112,7 @@ MrStatus MrTable::bind(uint32_t key, uint8_t new_key, const MrEntry& e) noexcept
     if (e.length == 0 || e.length > s.max_len || !fits(e)) return MrStatus::out_of_bounds;
     if (!has(Access::all, e.access) || !remote_write_needs_local(e.access)) return MrStatus::access_denied;
     make_valid(s, e, new_key);
+    s.host = e.addr;
     return MrStatus::ok;
 }
 
@@ -136,6 +138,7 @@ MrStatus MrTable::bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_
     if (!has(slots_[m].entry.access, access & kRemote)) return MrStatus::access_denied;
     slots_[w].parent_key = mr_key;
     make_valid(slots_[w], MrEntry{addr, len, t.iova, access}, new_key);
+    slots_[w].host = t.host;
     return MrStatus::ok;
 }
 

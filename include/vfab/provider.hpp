@@ -39,7 +39,8 @@ namespace vfab::provider {
 // Bumped whenever a plugin built from older headers could misbehave with this libvfab: the
 // Record, OpenOptions, the multiplexed classes' virtual functions, types.hpp, Result/Error,
 // the dma:: classes the device hands out.
-inline constexpr uint32_t kAbiVersion = 3;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock
+inline constexpr uint32_t kAbiVersion = 4;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
+                                             // 4: dma::Translation and MrTable's slots carry the CPU address
 
 struct PciId {
     uint16_t vendor = 0;

@@ -77,7 +77,8 @@ struct MrKeys {
 
 struct Translation {
     MrStatus status = MrStatus::bad_key;
-    Iova iova;   // meaningful only when status == ok
+    Iova iova;           // meaningful only when status == ok
+    uint64_t host = 0;   // the CPU's address of the same byte (the RDMA transport copies there)
 };
 
 constexpr uint32_t make_key(uint32_t index, uint8_t consumer_key) noexcept { return index << 8 | consumer_key; }
@@ -133,6 +134,7 @@ private:
         MrEntry entry;
         uint64_t max_len = 0;     // fast-register MRs: the most bind() may cover
         uint32_t parent_key = 0;  // windows: the MR they are bound to
+        uint64_t host = 0;        // the CPU's address of the entry's first byte
         uint8_t key = 0;          // the current consumer key
         MrState state = MrState::free;
         Kind kind = Kind::region;
@@ -145,7 +147,7 @@ private:
     MrStatus set_invalid(uint32_t key, bool windows_only) noexcept;
     static void make_valid(Slot& s, const MrEntry& e, uint8_t new_key) noexcept;
     bool window_parent_alive(const Slot& window) const noexcept;
-    static Translation resolve(const MrEntry& e, uint64_t addr, uint64_t len, Access required) noexcept;
+    static Translation resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept;
 
     std::vector<Slot> slots_;
     // Free slot indices as a FIFO ring: reusing the oldest-freed slot keeps stale keys
@@ -157,13 +159,14 @@ private:
 
 // ---- fast path ---------------------------------------------------------------------------
 
-inline Translation MrTable::resolve(const MrEntry& e, uint64_t addr, uint64_t len, Access required) noexcept {
+inline Translation MrTable::resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept {
+    const MrEntry& e = s.entry;
     if (!e.zero_based() && addr < e.addr) return {MrStatus::out_of_bounds, {}};
     const uint64_t off = e.zero_based() ? addr : addr - e.addr;
     // Written so that no sum can wrap: off <= length, then len <= what is left.
     if (off > e.length || len > e.length - off) return {MrStatus::out_of_bounds, {}};
     if (!has(e.access, required)) return {MrStatus::access_denied, {}};
-    return {MrStatus::ok, e.iova + off};
+    return {MrStatus::ok, e.iova + off, s.host + off};
 }
 
 inline bool MrTable::window_parent_alive(const Slot& window) const noexcept {
@@ -178,7 +181,7 @@ inline Translation MrTable::translate(uint32_t key, uint64_t addr, uint64_t len,
     if (s.state == MrState::free) return {MrStatus::bad_key, {}};
     if (s.key != key_consumer(key)) return {MrStatus::stale_key, {}};
     if (s.state != MrState::valid) return {MrStatus::invalid_state, {}};
-    const Translation t = resolve(s.entry, addr, len, required);
+    const Translation t = resolve(s, addr, len, required);
     if (t.status == MrStatus::ok && s.kind == Kind::window && !window_parent_alive(s))
         return {MrStatus::invalid_state, {}};
     return t;

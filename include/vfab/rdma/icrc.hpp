@@ -1,0 +1,35 @@
+// The RoCEv2 invariant CRC (IB spec Annex A17.3.3 with Vol. 1 7.8.1): a CRC-32 (the Ethernet
+// polynomial, reflected) over a dummy 8-byte LRH of ones, the IP, UDP and BTH headers with
+// their variant fields masked to ones, then the rest of the packet through the pad. It is the
+// last 4 bytes of the UDP payload, least significant byte first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vfab::rdma {
+
+// A running CRC-32 (reflected 0xEDB88320, the register kept uninverted between calls).
+struct Crc32 {
+    uint32_t reg = 0xFFFFFFFFu;
+    void update(const uint8_t* p, size_t n) noexcept;
+    uint32_t value() const noexcept { return ~reg; }
+};
+
+// Starts the ICRC of an IPv4 RoCEv2 packet: `ipv4` points at its IP header (20 bytes, no
+// options), followed by UDP and the BTH. Feed the bytes after the BTH with update().
+Crc32 icrc_begin_ipv4(const uint8_t* ipv4) noexcept;
+
+// The ICRC of the IPv4 packet at `ipv4` whose bytes up to the ICRC number `len`
+// (IP header through the pad).
+uint32_t icrc_ipv4(const uint8_t* ipv4, size_t len) noexcept;
+
+// Writes / reads an ICRC at `p` in its wire order (least significant byte first).
+inline void store_icrc(uint8_t* p, uint32_t crc) noexcept {
+    p[0] = uint8_t(crc); p[1] = uint8_t(crc >> 8); p[2] = uint8_t(crc >> 16); p[3] = uint8_t(crc >> 24);
+}
+inline uint32_t load_icrc(const uint8_t* p) noexcept {
+    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+}  // namespace vfab::rdma

@@ -1,0 +1,166 @@
+// RDMA in user space: reliable connected (RC) and unreliable datagram (UD) queue pairs speaking
+// RoCEv2, over a raw-packet queue pair of any vfab device (docs/rdma.md).
+//
+//   auto dev = vfab::Device::open("0000:03:00.0");                  // any provider
+//   auto port = rdma::Port::create(**dev, {.ipv4 = 0x0a4d0001});     // 10.77.0.1, vfab's own
+//   rdma::Cq* cq = *(*port)->create_cq(256);
+//   rdma::Qp* qp = *(*port)->create_qp({.qp_type = rdma::QpType::rc, .send_cq = cq, .recv_cq = cq});
+//   auto mr = (*port)->pd().register_memory(buf, len, Access::local_write | Access::remote_write);
+//   qp->modify(init, mask); qp->modify(rtr, mask); qp->modify(rts, mask);    // as ibv_modify_qp
+//   qp->post_send(wrs);  ...  int n = cq->poll(wc);
+//
+// Progress: the protocol (sending, acknowledging, retransmitting, answering ARP and the peer's
+// reads, writes and atomics) runs inside the application's own calls — post_send, post_recv,
+// Cq::poll, Port::progress — never on a thread the application did not start. A sleeping
+// application waits on a CQ's channel_fd(), which also wakes for received frames and for the
+// next retransmission deadline. A passive target (its memory used by a peer while it posts and
+// polls nothing) calls Port::progress() from its event loop, or starts the opt-in progress
+// thread on a core it names (start_progress_thread).
+//
+// Remote accesses are checked against the device's memory-registration table (rkey, bounds,
+// rights, atomic alignment); a violation is NAKed and nothing is written.
+//
+// Objects belong to the port: destroy() releases one early; the rest go with the port. Each
+// QP and CQ is used by one thread at a time; with the progress thread running, every call
+// takes the port's lock.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "vfab/dma/protection_domain.hpp"
+#include "vfab/rdma/verbs.hpp"
+#include "vfab/result.hpp"
+#include "vfab/vfab.hpp"
+
+namespace vfab::rdma {
+
+struct PortConfig {
+    uint32_t ipv4 = 0;            // vfab's own IPv4 address (host order); never a kernel interface's
+    uint32_t rx_buffers = 256;    // receive buffers on the raw queue pair
+    uint32_t tx_buffers = 256;    // frames in flight on the raw queue pair
+    uint32_t max_qp = 256;
+    uint32_t arp_timeout_ms = 500;   // per ARP request; a peer is given up after arp_attempts
+    uint32_t arp_attempts = 4;
+    uint8_t ttl = 64;
+};
+
+// Counters of one port.
+struct PortStats {
+    uint64_t rx_frames = 0;        // every frame the raw queue pair received
+    uint64_t rx_roce = 0;          // RoCEv2 packets accepted
+    uint64_t rx_dropped = 0;       // RoCEv2 packets dropped: malformed, bad ICRC, unknown QP, ...
+    uint64_t rx_icrc_errors = 0;
+    uint64_t rx_other = 0;         // neither ARP nor RoCEv2 for this port's address
+    uint64_t tx_frames = 0;
+    uint64_t retransmits = 0;      // packets sent again (timeout, NAK, RNR)
+    uint64_t naks_sent = 0;
+    uint64_t arp_requests = 0;     // sent
+    uint64_t arp_replies = 0;      // sent
+};
+
+class Cq {
+public:
+    // Runs the port's progress, then returns up to out.size() completions (-ENODEV once destroyed).
+    virtual int poll(std::span<Wc> out) noexcept = 0;
+    // Requests one notification on channel_fd() for the next completion (solicited_only: the
+    // next solicited receive or error), as ibv_req_notify_cq.
+    virtual Result<void> arm(bool solicited_only = false) = 0;
+    // Readable after arm() when a completion may be waiting, when a frame arrived, or when a
+    // retransmission deadline passed: the caller then calls take_events() and poll().
+    virtual int channel_fd() const noexcept = 0;
+    // Clears the channel, runs progress; the number of completion notifications since the last call.
+    virtual uint64_t take_events() noexcept = 0;
+    // EBUSY while a queue pair uses it.
+    virtual Result<void> destroy() = 0;
+    Cq(const Cq&) = delete;
+    Cq& operator=(const Cq&) = delete;
+
+protected:
+    Cq() = default;
+    virtual ~Cq() = default;
+};
+
+struct QpInitAttr {
+    QpType qp_type = QpType::rc;
+    Cq* send_cq = nullptr;
+    Cq* recv_cq = nullptr;
+    QpCapsRdma cap = {};
+    bool sq_sig_all = false;
+};
+
+class Qp {
+public:
+    // ibv_modify_qp: the attributes `mask` names (QpAttrMask), with the state transitions and
+    // required attributes of IB spec 11.2.5 (table 91); an error says what is missing.
+    virtual Result<void> modify(const QpAttr& attr, uint32_t mask) = 0;
+    virtual QpAttr query() const = 0;
+    virtual PostResult post_send(std::span<const SendWr> wrs) noexcept = 0;
+    virtual PostResult post_recv(std::span<const RecvWr> wrs) noexcept = 0;
+    virtual uint32_t qp_num() const noexcept = 0;
+    virtual QpType type() const noexcept = 0;
+    virtual QpState state() const noexcept = 0;
+    // Outstanding WRs are dropped, as ibv_destroy_qp.
+    virtual Result<void> destroy() = 0;
+    Qp(const Qp&) = delete;
+    Qp& operator=(const Qp&) = delete;
+
+protected:
+    Qp() = default;
+    virtual ~Qp() = default;
+};
+
+// A UD destination (ibv_create_ah); the port resolves its MAC with ARP when first used.
+class AddressHandle {
+public:
+    virtual const AhAttr& attr() const noexcept = 0;
+    virtual Result<void> destroy() = 0;
+    AddressHandle(const AddressHandle&) = delete;
+    AddressHandle& operator=(const AddressHandle&) = delete;
+
+protected:
+    AddressHandle() = default;
+    virtual ~AddressHandle() = default;
+};
+
+class Port {
+public:
+    // An RDMA port over `dev` (which must outlive it): one raw queue pair of the device (the
+    // port's own), receive and send buffers in the device's protection domain, answering ARP
+    // for cfg.ipv4. Frames that are neither ARP nor RoCEv2 for this address are counted and
+    // dropped.
+    static Result<std::unique_ptr<Port>> create(vfab::Device& dev, const PortConfig& cfg);
+    virtual ~Port() = default;
+
+    virtual Gid gid() const noexcept = 0;              // ::ffff:<ipv4>; GID index 0 of the port
+    virtual uint32_t active_mtu() const noexcept = 0;  // enum ibv_mtu: the largest path MTU the link carries
+    virtual dma::ProtectionDomain& pd() = 0;           // the device's: keys of local and remote accesses
+
+    virtual Result<Cq*> create_cq(uint32_t cqe) = 0;
+    virtual Result<Qp*> create_qp(const QpInitAttr& attr) = 0;
+    virtual Result<AddressHandle*> create_ah(const AhAttr& attr) = 0;
+
+    // Runs the protocol once: received frames, due timers, frames waiting to be sent. The
+    // amount of work done (0: nothing was waiting).
+    virtual int progress() noexcept = 0;
+    // The opt-in progress thread for passive targets: it runs progress() in a loop on `cpu`
+    // (-1: no pinning) until stop_progress_thread() or the port goes.
+    virtual Result<void> start_progress_thread(int cpu) = 0;
+    virtual void stop_progress_thread() = 0;
+
+    virtual PortStats stats() const = 0;
+
+    // A test hook: received frames for which `drop(ctx, frame, len)` returns true are dropped
+    // before the transport sees them (loss injection). nullptr removes it.
+    using DropHook = bool (*)(void* ctx, const uint8_t* frame, uint32_t len);
+    virtual void set_rx_drop_hook(DropHook drop, void* ctx) = 0;
+
+    Port(const Port&) = delete;
+    Port& operator=(const Port&) = delete;
+
+protected:
+    Port() = default;
+};
+
+}  // namespace vfab::rdma

@@ -1,0 +1,196 @@
+// The RDMA transport's vocabulary: work requests, work completions, QP attributes and address
+// handles, with the values and (where the structure is the same) the layouts of libibverbs'
+// (enum ibv_wr_opcode, ibv_wc_status, ibv_qp_attr_mask, struct ibv_wc ...), so that a verbs
+// library over vfab maps onto it without translating. tests/unit/rdma_verbs_abi_test.cpp holds
+// them against the system's <infiniband/verbs.h>.
+#pragma once
+
+#include <cstdint>
+
+#include "vfab/types.hpp"
+
+namespace vfab::rdma {
+
+using vfab::RecvWr;
+using vfab::Sge;
+
+enum class QpType : uint32_t { rc = 2, ud = 4 };   // IBV_QPT_RC, IBV_QPT_UD
+
+// enum ibv_qp_state.
+enum class QpState : uint32_t { reset = 0, init = 1, rtr = 2, rts = 3, sqd = 4, sqe = 5, error = 6 };
+const char* to_string(QpState s) noexcept;
+
+// enum ibv_wr_opcode.
+enum class WrOpcode : uint32_t {
+    rdma_write = 0,
+    rdma_write_with_imm = 1,
+    send = 2,
+    send_with_imm = 3,
+    rdma_read = 4,
+    atomic_cmp_and_swp = 5,
+    atomic_fetch_and_add = 6,
+    local_inv = 7,
+    bind_mw = 8,
+    send_with_inv = 9,
+};
+
+// enum ibv_send_flags.
+enum WrFlags : uint32_t {
+    wr_fence = 1u << 0,      // wait for earlier READs and atomics of this QP to complete
+    wr_signaled = 1u << 1,   // report a completion (always with sq_sig_all)
+    wr_solicited = 1u << 2,  // the receiver's CQ notification fires for it
+    wr_inline = 1u << 3,     // the data is copied at post time; lkeys are not looked at
+};
+
+// enum ibv_wc_status.
+enum class WcStatus : uint32_t {
+    success = 0,
+    loc_len_err = 1,
+    loc_qp_op_err = 2,
+    loc_eec_op_err = 3,
+    loc_prot_err = 4,
+    wr_flush_err = 5,
+    mw_bind_err = 6,
+    bad_resp_err = 7,
+    loc_access_err = 8,
+    rem_inv_req_err = 9,
+    rem_access_err = 10,
+    rem_op_err = 11,
+    retry_exc_err = 12,
+    rnr_retry_exc_err = 13,
+    loc_rdd_viol_err = 14,
+    rem_inv_rd_req_err = 15,
+    rem_abort_err = 16,
+    inv_eecn_err = 17,
+    inv_eec_state_err = 18,
+    fatal_err = 19,
+    resp_timeout_err = 20,
+    general_err = 21,
+};
+const char* to_string(WcStatus s) noexcept;   // the words of ibv_wc_status_str
+
+// enum ibv_wc_opcode.
+enum class WcOpcode : uint32_t {
+    send = 0,
+    rdma_write = 1,
+    rdma_read = 2,
+    comp_swap = 3,
+    fetch_add = 4,
+    bind_mw = 5,
+    local_inv = 6,
+    recv = 128,
+    recv_rdma_with_imm = 129,
+};
+
+// enum ibv_wc_flags.
+enum WcFlags : uint32_t {
+    wc_grh = 1u << 0,        // a UD receive: the buffer starts with the 40-byte GRH
+    wc_with_imm = 1u << 1,   // imm_data is valid
+    wc_with_inv = 1u << 3,   // invalidated_rkey (in imm_data's place) is valid
+};
+
+// struct ibv_wc, field for field.
+struct Wc {
+    uint64_t wr_id = 0;
+    WcStatus status = WcStatus::success;
+    WcOpcode opcode = WcOpcode::send;
+    uint32_t vendor_err = 0;    // the AETH syndrome of a NAK that ended the WR
+    uint32_t byte_len = 0;
+    uint32_t imm_data = 0;      // network byte order, as on the wire; or the invalidated rkey
+    uint32_t qp_num = 0;
+    uint32_t src_qp = 0;        // UD: the sender's QP number
+    uint32_t wc_flags = 0;      // WcFlags
+    uint16_t pkey_index = 0;
+    uint16_t slid = 0;
+    uint8_t sl = 0;
+    uint8_t dlid_path_bits = 0;
+};
+
+// A global identifier: for RoCEv2 over IPv4, ::ffff:a.b.c.d (the IPv4-mapped IPv6 address).
+struct Gid {
+    uint8_t raw[16] = {};
+    static Gid from_ipv4(uint32_t ip_host_order) noexcept;
+    bool is_ipv4() const noexcept;
+    uint32_t ipv4() const noexcept;   // host order; meaningful when is_ipv4()
+    bool operator==(const Gid&) const = default;
+};
+
+// Where a UD datagram goes, or an RC QP's peer (struct ibv_ah_attr's global route).
+struct AhAttr {
+    Gid dgid;
+    uint8_t hop_limit = 64;
+    uint8_t traffic_class = 0;
+    uint32_t flow_label = 0;
+    uint8_t sgid_index = 0;
+};
+
+class AddressHandle;
+
+struct SendWr {
+    uint64_t wr_id = 0;
+    const Sge* sg_list = nullptr;
+    uint32_t num_sge = 0;
+    WrOpcode opcode = WrOpcode::send;
+    uint32_t send_flags = 0;     // WrFlags
+    uint32_t imm_data = 0;       // network byte order; the rkey to invalidate for send_with_inv
+    // RDMA and atomics: the peer's memory.
+    uint64_t remote_addr = 0;
+    uint32_t rkey = 0;
+    uint64_t compare_add = 0;    // CMP_AND_SWP: compare; FETCH_AND_ADD: the addend
+    uint64_t swap = 0;
+    // UD: the destination.
+    AddressHandle* ah = nullptr;
+    uint32_t remote_qpn = 0;
+    uint32_t remote_qkey = 0;
+};
+
+// enum ibv_qp_attr_mask.
+enum QpAttrMask : uint32_t {
+    attr_state = 1u << 0,
+    attr_cur_state = 1u << 1,
+    attr_access_flags = 1u << 3,
+    attr_pkey_index = 1u << 4,
+    attr_port = 1u << 5,
+    attr_qkey = 1u << 6,
+    attr_av = 1u << 7,
+    attr_path_mtu = 1u << 8,
+    attr_timeout = 1u << 9,
+    attr_retry_cnt = 1u << 10,
+    attr_rnr_retry = 1u << 11,
+    attr_rq_psn = 1u << 12,
+    attr_max_qp_rd_atomic = 1u << 13,
+    attr_min_rnr_timer = 1u << 15,
+    attr_sq_psn = 1u << 16,
+    attr_max_dest_rd_atomic = 1u << 17,
+    attr_dest_qpn = 1u << 20,
+};
+
+// The subset of struct ibv_qp_attr the transport uses.
+struct QpAttr {
+    QpState qp_state = QpState::reset;
+    uint32_t path_mtu = 3;           // enum ibv_mtu: 1 = 256 ... 5 = 4096 (3 = 1024)
+    uint32_t qkey = 0;
+    uint32_t rq_psn = 0;
+    uint32_t sq_psn = 0;
+    uint32_t dest_qp_num = 0;
+    uint32_t qp_access_flags = 0;    // dma::Access remote rights the responder grants
+    AhAttr ah_attr;
+    uint16_t pkey_index = 0;
+    uint8_t port_num = 1;
+    uint8_t max_rd_atomic = 1;       // READs/atomics this QP has outstanding as requester
+    uint8_t max_dest_rd_atomic = 1;  // ... and accepts as responder
+    uint8_t min_rnr_timer = 12;      // code of table 45 sent in RNR NAKs (12 = 0.64 ms)
+    uint8_t timeout = 14;            // 4.096 us * 2^timeout (14 = 67 ms); 0 = no timer
+    uint8_t retry_cnt = 7;           // 7 = retry for ever (as rxe)
+    uint8_t rnr_retry = 7;           // 7 = retry for ever (IB spec)
+};
+
+struct QpCapsRdma {
+    uint32_t max_send_wr = 256;
+    uint32_t max_recv_wr = 256;
+    uint32_t max_send_sge = 4;
+    uint32_t max_recv_sge = 4;
+    uint32_t max_inline_data = 256;
+};
+
+}  // namespace vfab::rdma

@@ -1,0 +1,216 @@
+// RoCEv2 on the wire: the constants and header layouts of the InfiniBand transport (IB spec
+// Vol. 1 ch. 9) carried in UDP over IPv4 (Annex A17), and the byte-order helpers to read and
+// write them. One place for each protocol fact; the transport (transport/) builds and parses
+// frames with these.
+//
+//   Eth | IPv4 | UDP (dport 4791) | BTH | RETH / AETH / AtomicETH / ... | payload | pad | ICRC
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace vfab::rdma::wire {
+
+// ---- byte order ------------------------------------------------------------------------------
+
+inline uint16_t load16(const uint8_t* p) noexcept { return uint16_t(p[0] << 8 | p[1]); }
+inline uint32_t load24(const uint8_t* p) noexcept { return uint32_t(p[0]) << 16 | uint32_t(p[1]) << 8 | p[2]; }
+inline uint32_t load32(const uint8_t* p) noexcept {
+    return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+}
+inline uint64_t load64(const uint8_t* p) noexcept { return uint64_t(load32(p)) << 32 | load32(p + 4); }
+inline void store16(uint8_t* p, uint16_t v) noexcept { p[0] = uint8_t(v >> 8); p[1] = uint8_t(v); }
+inline void store24(uint8_t* p, uint32_t v) noexcept {
+    p[0] = uint8_t(v >> 16); p[1] = uint8_t(v >> 8); p[2] = uint8_t(v);
+}
+inline void store32(uint8_t* p, uint32_t v) noexcept {
+    p[0] = uint8_t(v >> 24); p[1] = uint8_t(v >> 16); p[2] = uint8_t(v >> 8); p[3] = uint8_t(v);
+}
+inline void store64(uint8_t* p, uint64_t v) noexcept { store32(p, uint32_t(v >> 32)); store32(p + 4, uint32_t(v)); }
+
+// ---- Ethernet, IPv4, UDP ---------------------------------------------------------------------
+
+inline constexpr size_t kEthHeader = 14;
+inline constexpr uint16_t kEtherTypeIpv4 = 0x0800;
+inline constexpr uint16_t kEtherTypeArp = 0x0806;
+inline constexpr size_t kIpv4Header = 20;            // IHL 5: RoCEv2 sends no IP options
+inline constexpr uint8_t kIpProtoUdp = 17;
+inline constexpr size_t kUdpHeader = 8;
+inline constexpr uint16_t kRoceUdpPort = 4791;       // Annex A17.2.1: the RoCEv2 destination port
+inline constexpr uint16_t kRoceSourcePortBase = 0xC000;   // A17.2.1: source ports for entropy
+inline constexpr uint8_t kDefaultTtl = 64;
+// Everything before the BTH.
+inline constexpr size_t kRoceHeadroom = kEthHeader + kIpv4Header + kUdpHeader;
+// An ibverbs UD receive buffer starts with the 40-byte GRH; for IPv4 its last 20 bytes hold
+// the IPv4 header (Annex A17.4.5.1) and the first 20 are zero.
+inline constexpr size_t kGrhSize = 40;
+
+// ARP over Ethernet for IPv4 (RFC 826).
+inline constexpr size_t kArpPacket = 28;
+inline constexpr uint16_t kArpRequest = 1;
+inline constexpr uint16_t kArpReply = 2;
+
+// ---- Base Transport Header (9.2) --------------------------------------------------------------
+
+inline constexpr size_t kBth = 12;
+// Byte 1: SE (7), MigReq (6), PadCnt (5:4), TVer (3:0).
+inline constexpr uint8_t kBthSolicited = 0x80;
+inline constexpr uint8_t kBthMigReq = 0x40;
+inline constexpr uint16_t kDefaultPkey = 0xFFFF;
+// Byte 8: AckReq (7).
+inline constexpr uint8_t kBthAckReq = 0x80;
+inline constexpr uint32_t kPsnMask = 0xFFFFFF;
+inline constexpr uint32_t kQpnMask = 0xFFFFFF;
+
+// Extended transport headers (9.3).
+inline constexpr size_t kReth = 16;        // VA, R_Key, DMA length
+inline constexpr size_t kAeth = 4;         // syndrome, MSN
+inline constexpr size_t kAtomicEth = 28;   // VA, R_Key, swap/add, compare
+inline constexpr size_t kAtomicAckEth = 8; // original data
+inline constexpr size_t kImmDt = 4;
+inline constexpr size_t kIeth = 4;         // R_Key to invalidate
+inline constexpr size_t kDeth = 8;         // Q_Key, source QP
+inline constexpr size_t kIcrc = 4;
+
+// Q_Keys with the most significant bit set are controlled: a send WR whose remote Q_Key has
+// it uses the QP's own Q_Key instead (10.2.4).
+inline constexpr uint32_t kControlledQkey = 0x80000000u;
+
+// ---- opcodes (9.2.1, table 38) -----------------------------------------------------------------
+
+namespace op {
+inline constexpr uint8_t kRcBase = 0x00;
+inline constexpr uint8_t kUdBase = 0x60;
+// Low 5 bits within a transport.
+inline constexpr uint8_t send_first = 0x00, send_middle = 0x01, send_last = 0x02, send_last_imm = 0x03,
+                         send_only = 0x04, send_only_imm = 0x05, write_first = 0x06, write_middle = 0x07,
+                         write_last = 0x08, write_last_imm = 0x09, write_only = 0x0A, write_only_imm = 0x0B,
+                         read_request = 0x0C, read_response_first = 0x0D, read_response_middle = 0x0E,
+                         read_response_last = 0x0F, read_response_only = 0x10, acknowledge = 0x11,
+                         atomic_acknowledge = 0x12, cmp_swap = 0x13, fetch_add = 0x14,
+                         send_last_inv = 0x16, send_only_inv = 0x17;
+inline constexpr uint8_t ud_send_only = kUdBase | send_only, ud_send_only_imm = kUdBase | send_only_imm;
+inline constexpr uint8_t cnp = 0x81;   // congestion notification (A17.9.2): dropped
+}  // namespace op
+
+// What an opcode carries and means.
+enum OpFlags : uint16_t {
+    has_reth = 1u << 0,
+    has_aeth = 1u << 1,
+    has_atomic_eth = 1u << 2,
+    has_atomic_ack_eth = 1u << 3,
+    has_immdt = 1u << 4,
+    has_ieth = 1u << 5,
+    has_deth = 1u << 6,
+    has_payload = 1u << 7,
+    is_first = 1u << 8,     // first or only packet of a message
+    is_last = 1u << 9,      // last or only packet of a message
+    is_request = 1u << 10,  // requester to responder
+    is_send = 1u << 11,
+    is_write = 1u << 12,
+    is_read = 1u << 13,     // the read request
+    is_atomic = 1u << 14,   // an atomic request
+    is_response = 1u << 15, // ACK, atomic ACK, read responses
+};
+
+struct OpInfo {
+    uint16_t flags = 0;   // OpFlags; 0: not an opcode of RC or UD
+    constexpr bool valid() const noexcept { return flags != 0; }
+    constexpr bool has(uint16_t f) const noexcept { return (flags & f) == f; }
+};
+
+// Header flags of each RC opcode (low 5 bits); UD's two are the RC SEND-only ones plus DETH.
+constexpr OpInfo rc_op_info(uint8_t code) noexcept {
+    constexpr uint16_t send = is_request | is_send | has_payload;
+    constexpr uint16_t write = is_request | is_write | has_payload;
+    constexpr uint16_t resp = is_response;
+    switch (code) {
+    case op::send_first: return {send | is_first};
+    case op::send_middle: return {send};
+    case op::send_last: return {send | is_last};
+    case op::send_last_imm: return {send | is_last | has_immdt};
+    case op::send_only: return {send | is_first | is_last};
+    case op::send_only_imm: return {send | is_first | is_last | has_immdt};
+    case op::write_first: return {write | is_first | has_reth};
+    case op::write_middle: return {write};
+    case op::write_last: return {write | is_last};
+    case op::write_last_imm: return {write | is_last | has_immdt};
+    case op::write_only: return {write | is_first | is_last | has_reth};
+    case op::write_only_imm: return {write | is_first | is_last | has_reth | has_immdt};
+    case op::read_request: return {is_request | is_read | is_first | is_last | has_reth};
+    case op::read_response_first: return {resp | has_aeth | has_payload | is_first};
+    case op::read_response_middle: return {resp | has_payload};
+    case op::read_response_last: return {resp | has_aeth | has_payload | is_last};
+    case op::read_response_only: return {resp | has_aeth | has_payload | is_first | is_last};
+    case op::acknowledge: return {resp | has_aeth | is_first | is_last};
+    case op::atomic_acknowledge: return {resp | has_aeth | has_atomic_ack_eth | is_first | is_last};
+    case op::cmp_swap:
+    case op::fetch_add: return {is_request | is_atomic | is_first | is_last | has_atomic_eth};
+    case op::send_last_inv: return {send | is_last | has_ieth};
+    case op::send_only_inv: return {send | is_first | is_last | has_ieth};
+    default: return {};
+    }
+}
+
+constexpr OpInfo op_info(uint8_t opcode) noexcept {
+    if ((opcode & 0xE0) == op::kRcBase) return rc_op_info(opcode);
+    if (opcode == op::ud_send_only || opcode == op::ud_send_only_imm) {
+        OpInfo i = rc_op_info(opcode & 0x1F);
+        i.flags |= has_deth;
+        return i;
+    }
+    return {};
+}
+
+// Bytes of the extension headers an opcode carries, in their wire order: DETH, RETH,
+// AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (9.2, figure 35 and tables 38).
+constexpr size_t ext_header_size(OpInfo i) noexcept {
+    return (i.has(has_deth) ? kDeth : 0) + (i.has(has_reth) ? kReth : 0) + (i.has(has_atomic_eth) ? kAtomicEth : 0) +
+           (i.has(has_aeth) ? kAeth : 0) + (i.has(has_atomic_ack_eth) ? kAtomicAckEth : 0) +
+           (i.has(has_immdt) ? kImmDt : 0) + (i.has(has_ieth) ? kIeth : 0);
+}
+
+// ---- AETH syndromes (9.7.5.1, table 43) ---------------------------------------------------------
+
+namespace aeth {
+inline constexpr uint8_t kTypeMask = 0x60;
+inline constexpr uint8_t kAck = 0x00;       // | credit count (0x1F: invalid credits, as rxe sends)
+inline constexpr uint8_t kRnrNak = 0x20;    // | timer code (table 45)
+inline constexpr uint8_t kNak = 0x60;       // | NAK code:
+inline constexpr uint8_t kNakPsnSeqError = 0x60;
+inline constexpr uint8_t kNakInvalidRequest = 0x61;
+inline constexpr uint8_t kNakRemoteAccessError = 0x62;
+inline constexpr uint8_t kNakRemoteOperationalError = 0x63;
+inline constexpr uint8_t kNakInvalidRdRequest = 0x64;
+inline constexpr uint8_t kAckNoCredits = 0x1F;
+inline constexpr uint32_t kMsnMask = 0xFFFFFF;
+}  // namespace aeth
+
+// ---- PSN arithmetic (9.7.1: PSNs are 24-bit and compared within half the space) ------------------
+
+inline constexpr uint32_t psn_add(uint32_t psn, uint32_t n) noexcept { return (psn + n) & kPsnMask; }
+// a - b as a signed distance in the 24-bit space.
+inline constexpr int32_t psn_diff(uint32_t a, uint32_t b) noexcept {
+    return int32_t((a - b) << 8) >> 8;
+}
+
+// ---- path MTU and timers -------------------------------------------------------------------------
+
+// IB MTU codes (enum ibv_mtu): 1 = 256 ... 5 = 4096 bytes.
+constexpr uint32_t mtu_bytes(uint32_t code) noexcept { return code >= 1 && code <= 5 ? 128u << code : 0; }
+
+// The RNR NAK timer (9.7.5.2.8, table 45): microseconds for a 5-bit timer code.
+constexpr uint32_t rnr_timer_us(uint8_t code) noexcept {
+    constexpr uint32_t table[32] = {655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+                                    2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920,
+                                    122880, 163840, 245760, 327680, 491520};
+    return table[code & 31];
+}
+
+// Local ACK timeout (9.7.6.1.3): 4.096 us * 2^timeout; 0 means no timer. In nanoseconds.
+constexpr uint64_t ack_timeout_ns(uint8_t timeout) noexcept {
+    return timeout == 0 ? 0 : (uint64_t(4096) << (timeout > 31 ? 31 : timeout));
+}
+
+}  // namespace vfab::rdma::wire

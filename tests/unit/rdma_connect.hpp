@@ -1,0 +1,98 @@
+// Helpers of the transport's unit tests: an RC or UD queue pair on each port of an RdmaPair,
+// connected the way an application does it (INIT, RTR, RTS), registered buffers, and a loop
+// that runs both ports until a completion queue has what a test waits for.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "rdma_fake_link.hpp"
+
+namespace vfab::rdma::test {
+
+using vfab::test::RdmaPair;
+
+struct Side {
+    rdma::Port* port = nullptr;
+    rdma::Cq* cq = nullptr;
+    rdma::Qp* qp = nullptr;
+    std::vector<uint8_t>* mem = nullptr;
+    dma::MemoryRegion mr;
+};
+
+inline constexpr uint32_t kAllRemote = uint32_t(dma::Access::local_write | dma::Access::remote_write |
+                                                dma::Access::remote_read | dma::Access::remote_atomic);
+
+inline Side make_side(rdma::Port& port, rdma::QpType type, std::vector<uint8_t>& mem, uint32_t cqe = 4096) {
+    Side s;
+    s.port = &port;
+    s.cq = *port.create_cq(cqe);
+    rdma::QpInitAttr ia;
+    ia.qp_type = type;
+    ia.send_cq = ia.recv_cq = s.cq;
+    ia.cap.max_send_wr = 1024;
+    ia.cap.max_recv_wr = 1024;
+    s.qp = *port.create_qp(ia);
+    s.mem = &mem;
+    auto mr = port.pd().register_memory(mem.data(), mem.size(), dma::Access(kAllRemote));
+    EXPECT_TRUE(mr) << mr.error().message;
+    s.mr = *mr;
+    return s;
+}
+
+// INIT -> RTR -> RTS towards `peer`, as ibv_rc_pingpong does.
+inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn, uint32_t mtu = 3,
+                       uint8_t timeout = 8, uint8_t retry = 7) {
+    QpAttr a;
+    a.qp_state = QpState::init;
+    a.qp_access_flags = kAllRemote;
+    ASSERT_TRUE(me.qp->modify(a, attr_state | attr_pkey_index | attr_port | attr_access_flags));
+    a.qp_state = QpState::rtr;
+    a.path_mtu = mtu;
+    a.dest_qp_num = peer.qp->qp_num();
+    a.rq_psn = peer_psn;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 1;
+    a.ah_attr.dgid = peer.port->gid();
+    auto r = me.qp->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
+                                  attr_max_dest_rd_atomic | attr_min_rnr_timer);
+    ASSERT_TRUE(r) << r.error().message;
+    a.qp_state = QpState::rts;
+    a.sq_psn = my_psn;
+    a.timeout = timeout;
+    a.retry_cnt = retry;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    r = me.qp->modify(a, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
+                             attr_max_qp_rd_atomic);
+    ASSERT_TRUE(r) << r.error().message;
+}
+
+// Runs both ports until `cq` gave `n` completions (into `out`) or `limit` passed.
+inline std::vector<rdma::Wc> wait_wc(Side& waiter, Side& other, size_t n,
+                                     std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    std::vector<rdma::Wc> out;
+    const auto end = std::chrono::steady_clock::now() + limit;
+    rdma::Wc wc[64];
+    while (out.size() < n && std::chrono::steady_clock::now() < end) {
+        other.port->progress();
+        const int k = waiter.cq->poll(std::span(wc, std::min<size_t>(64, n - out.size())));
+        for (int i = 0; i < k; ++i) out.push_back(wc[i]);
+    }
+    return out;
+}
+
+inline rdma::SendWr wr_of(rdma::WrOpcode op, uint64_t id, const Sge* sge, uint32_t nsge = 1) {
+    rdma::SendWr w;
+    w.wr_id = id;
+    w.opcode = op;
+    w.sg_list = sge;
+    w.num_sge = nsge;
+    w.send_flags = rdma::wr_signaled;
+    return w;
+}
+
+}  // namespace vfab::rdma::test

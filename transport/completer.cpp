@@ -1,0 +1,250 @@
+// The completer: acknowledgements, NAKs, read responses and atomic acknowledgements end send
+// WRs in order (IB spec 9.7.5.1 - 9.7.5.2); lost packets are sent again from the first one
+// missing (go-back-N) after a NAK, an implied NAK or the local ACK timeout; RNR NAKs wait the
+// timer of table 45; retry_cnt and rnr_retry bound the attempts (7: for ever).
+#include <cstring>
+
+#include "engine.hpp"
+
+namespace vfab::rdma::detail {
+
+using namespace wire;
+
+namespace {
+
+WcOpcode wc_opcode(WrOpcode op) {
+    switch (op) {
+    case WrOpcode::rdma_write:
+    case WrOpcode::rdma_write_with_imm: return WcOpcode::rdma_write;
+    case WrOpcode::rdma_read: return WcOpcode::rdma_read;
+    case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
+    case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
+    case WrOpcode::local_inv: return WcOpcode::local_inv;
+    case WrOpcode::bind_mw: return WcOpcode::bind_mw;
+    default: return WcOpcode::send;
+    }
+}
+
+bool waits_for_response(WrOpcode op) {
+    return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
+}
+
+// The completion status of a NAK (9.7.5.2.3 - 9.7.5.2.5).
+WcStatus nak_status(uint8_t syndrome) {
+    switch (syndrome) {
+    case aeth::kNakInvalidRequest: return WcStatus::rem_inv_req_err;
+    case aeth::kNakRemoteAccessError: return WcStatus::rem_access_err;
+    case aeth::kNakRemoteOperationalError: return WcStatus::rem_op_err;
+    case aeth::kNakInvalidRdRequest: return WcStatus::rem_inv_rd_req_err;
+    default: return WcStatus::bad_resp_err;
+    }
+}
+
+}  // namespace
+
+void QpImpl::complete_send(const SendWqe& w) noexcept {
+    if (!w.signaled && w.status == WcStatus::success) return;
+    Wc wc;
+    wc.wr_id = w.wr.wr_id;
+    wc.status = w.status;
+    wc.opcode = wc_opcode(w.wr.opcode);
+    wc.vendor_err = w.vendor_err;
+    wc.byte_len = w.length;
+    wc.qp_num = qpn_;
+    scq_->push(wc, false);
+}
+
+// Completed WRs leave the queue in order.
+void QpImpl::retire() noexcept {
+    const uint32_t before = sq_head_;
+    while (sq_head_ != sq_next_ && sq_[sq_head_ & sq_mask_].done) {
+        const SendWqe& w = sq_[sq_head_ & sq_mask_];
+        if (w.started && waits_for_response(w.wr.opcode)) --rd_atomic_;
+        complete_send(w);
+        ++sq_head_;
+    }
+    if (sq_head_ == before) return;
+    retries_left_ = attr_.retry_cnt;   // progress: a fresh count for what is still outstanding
+    const bool partial = sq_next_ != sq_tail_ && sq_[sq_next_ & sq_mask_].started;
+    if (sq_head_ == sq_next_ && !partial) retry_deadline_ = 0;
+    else arm_retry(now_ns());
+    if (sq_next_ != sq_tail_) ready();
+}
+
+// The first WR not completed fails with `st`; the queue pair goes to the error state.
+void QpImpl::fail_head(WcStatus st, uint32_t vendor_err) noexcept {
+    for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
+        SendWqe& w = sq_[i & sq_mask_];
+        if (w.done) continue;
+        w.done = true;
+        w.status = st;
+        w.vendor_err = vendor_err;
+        break;
+    }
+    to_error();
+}
+
+// An acknowledgement of every PSN up to `psn`: SENDs and WRITEs that end there complete. A READ
+// or atomic not yet answered that it passes lost its response: sent again (implied NAK,
+// 9.7.5.1.2). True when that happened.
+bool QpImpl::complete_through(uint32_t psn) noexcept {
+    for (uint32_t i = sq_head_; i != sq_next_; ++i) {
+        SendWqe& w = sq_[i & sq_mask_];
+        if (w.done) continue;
+        if (waits_for_response(w.wr.opcode)) {
+            if (psn_diff(psn, w.first_psn) >= 0) {
+                retry_from(psn_add(w.first_psn, w.read_pkts), true);
+                return true;
+            }
+            break;
+        }
+        if (psn_diff(psn, psn_add(w.first_psn, w.npkts - 1)) < 0) break;
+        w.done = true;
+    }
+    retire();
+    return false;
+}
+
+// Go back to `psn` and send everything from there again.
+void QpImpl::retry_from(uint32_t psn, bool count) noexcept {
+    if (count && attr_.retry_cnt != 7) {
+        if (retries_left_ == 0) {
+            fail_head(WcStatus::retry_exc_err, 0);
+            return;
+        }
+        --retries_left_;
+    }
+    for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
+        SendWqe& w = sq_[i & sq_mask_];
+        if (!w.started) break;
+        const int32_t d = psn_diff(psn, w.first_psn);
+        if (d < 0 || d >= int32_t(w.npkts)) continue;
+        if (w.done) continue;
+        sq_next_ = i;
+        next_psn_ = psn;
+        if (w.wr.opcode == WrOpcode::rdma_read) w.read_pkts = uint32_t(d);
+        pkts_unacked_ = 0;
+        ++port_.stats_.retransmits;
+        arm_retry(now_ns());
+        ready();
+        return;
+    }
+    arm_retry(now_ns());
+}
+
+void QpImpl::on_timer(uint64_t now) noexcept {
+    if (rnr_deadline_ && now >= rnr_deadline_) {
+        rnr_deadline_ = 0;
+        retry_from(rnr_psn_, false);
+    }
+    if (retry_deadline_ && now >= retry_deadline_) {
+        retry_deadline_ = 0;
+        for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
+            const SendWqe& w = sq_[i & sq_mask_];
+            if (!w.started) break;
+            if (w.done) continue;
+            retry_from(psn_add(w.first_psn, w.wr.opcode == WrOpcode::rdma_read ? w.read_pkts : 0), true);
+            return;
+        }
+    }
+}
+
+// ---- responses ----------------------------------------------------------------------------------------
+
+void QpImpl::on_response(const Packet& p) noexcept {
+    if (state_ != QpState::rts && state_ != QpState::sqd) return;
+    if (psn_diff(p.psn, next_psn_) >= 0) return;   // answers a PSN never sent
+    switch (p.opcode) {
+    case op::acknowledge: on_aeth(p); break;
+    case op::atomic_acknowledge: on_atomic_ack(p); break;
+    default: on_read_response(p); break;
+    }
+}
+
+void QpImpl::on_aeth(const Packet& p) noexcept {
+    const uint8_t syn = p.syndrome;
+    const uint32_t before = psn_add(p.psn, kPsnMask);   // p.psn - 1
+    switch (syn & aeth::kTypeMask) {
+    case aeth::kAck: complete_through(p.psn); return;
+    case aeth::kRnrNak:
+        if (complete_through(before)) return;
+        if (attr_.rnr_retry != 7) {
+            if (rnr_left_ == 0) {
+                fail_head(WcStatus::rnr_retry_exc_err, syn);
+                return;
+            }
+            --rnr_left_;
+        }
+        rnr_psn_ = p.psn;
+        rnr_deadline_ = now_ns() + uint64_t(rnr_timer_us(syn & 0x1F)) * 1000u;
+        retry_deadline_ = 0;
+        port_.note_deadline(rnr_deadline_);
+        return;
+    case aeth::kNak:
+        if (complete_through(before)) return;
+        if (syn == aeth::kNakPsnSeqError) retry_from(p.psn, true);
+        else fail_head(nak_status(syn), syn);
+        return;
+    default: return;   // reserved
+    }
+}
+
+// A read response acknowledges the SENDs and WRITEs before its READ (9.7.5.1.1); one that
+// passes an unanswered atomic, or comes early, means a response was lost: sent again.
+void QpImpl::on_read_response(const Packet& p) noexcept {
+    SendWqe* w = nullptr;
+    for (uint32_t i = sq_head_; i != sq_next_; ++i) {
+        SendWqe& x = sq_[i & sq_mask_];
+        if (x.done) continue;
+        if (x.wr.opcode == WrOpcode::rdma_read) { w = &x; break; }
+        if (waits_for_response(x.wr.opcode)) {   // an atomic before: its answer was lost
+            retry_from(x.first_psn, true);
+            return;
+        }
+        if (psn_diff(p.psn, psn_add(x.first_psn, x.npkts - 1)) <= 0) return;
+        x.done = true;
+    }
+    if (!w) {
+        retire();
+        return;
+    }
+    const uint32_t expected = psn_add(w->first_psn, w->read_pkts);
+    if (p.psn != expected) {
+        if (psn_diff(p.psn, expected) > 0) retry_from(expected, true);
+        return;
+    }
+    const bool last = p.info.has(is_last);
+    const uint32_t offset = w->read_pkts * mtu_;
+    if (p.payload_len > mtu_ || (!last && p.payload_len != mtu_) || offset + p.payload_len > w->length ||
+        (last && offset + p.payload_len != w->length)) {
+        fail_head(WcStatus::bad_resp_err, 0);
+        return;
+    }
+    copy_to_segments(&sq_segs_[w->seg0], w->nseg, offset, p.payload, p.payload_len);
+    ++w->read_pkts;
+    if (last) w->done = true;
+    else arm_retry(now_ns());
+    retire();
+}
+
+void QpImpl::on_atomic_ack(const Packet& p) noexcept {
+    for (uint32_t i = sq_head_; i != sq_next_; ++i) {
+        SendWqe& x = sq_[i & sq_mask_];
+        if (x.done) continue;
+        if (waits_for_response(x.wr.opcode)) {
+            if (x.wr.opcode == WrOpcode::rdma_read || x.first_psn != p.psn) {
+                if (psn_diff(p.psn, x.first_psn) > 0) retry_from(psn_add(x.first_psn, x.read_pkts), true);
+                return;
+            }
+            const uint64_t orig = p.atomic_orig;   // the requester's memory holds it in host order
+            copy_to_segments(&sq_segs_[x.seg0], x.nseg, 0, reinterpret_cast<const uint8_t*>(&orig), 8);
+            x.done = true;
+            break;
+        }
+        if (psn_diff(p.psn, psn_add(x.first_psn, x.npkts - 1)) <= 0) return;
+        x.done = true;
+    }
+    retire();
+}
+
+}  // namespace vfab::rdma::detail

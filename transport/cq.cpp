@@ -1,0 +1,93 @@
+// The transport's completion queues: a ring of work completions filled by the port's progress,
+// and a channel (an epoll descriptor) that wakes a sleeping application for a completion, a
+// received frame or the next retransmission deadline.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <bit>
+
+#include "engine.hpp"
+
+namespace vfab::rdma::detail {
+
+CqImpl::CqImpl(PortImpl& port, uint32_t capacity) : port_(port), ring_(std::bit_ceil(capacity)) {}
+
+CqImpl::~CqImpl() {
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    if (event_fd_ >= 0) ::close(event_fd_);
+}
+
+Result<void> CqImpl::init() {
+    event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (event_fd_ < 0) return Error::from_errno(errno, "create_cq: eventfd");
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) return Error::from_errno(errno, "create_cq: epoll_create1");
+    for (int fd : {event_fd_, port_.raw_recv_cq()->channel_fd(), port_.timer_fd()}) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = fd;
+        if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+            return Error::from_errno(errno, "create_cq: adding the port's descriptors to the channel");
+    }
+    return {};
+}
+
+bool CqImpl::push(const Wc& wc, bool solicited) noexcept {
+    if (tail_ - head_ == ring_.size()) {
+        ++overruns;
+        return false;
+    }
+    ring_[tail_++ & (ring_.size() - 1)] = wc;
+    const bool notify = armed_ && (!solicited_only_ || solicited || wc.status != WcStatus::success);
+    if (notify) {
+        armed_ = false;
+        const uint64_t one = 1;
+        (void)!::write(event_fd_, &one, sizeof one);
+    }
+    return true;
+}
+
+int CqImpl::poll(std::span<Wc> out) noexcept {
+    PortImpl::Guard g(port_);
+    if (destroyed) return -ENODEV;
+    port_.run();
+    int n = 0;
+    while (n < int(out.size()) && head_ != tail_) out[n++] = ring_[head_++ & (ring_.size() - 1)];
+    return n;
+}
+
+Result<void> CqImpl::arm(bool solicited_only) {
+    PortImpl::Guard g(port_);
+    if (destroyed) return Error{ENODEV, "arm: the completion queue was destroyed"};
+    solicited_only_ = solicited_only;
+    armed_ = true;
+    if (auto r = port_.raw_recv_cq()->arm(); !r) return r;
+    port_.arm_timer();
+    if (head_ != tail_) {
+        armed_ = false;
+        const uint64_t one = 1;
+        (void)!::write(event_fd_, &one, sizeof one);
+    }
+    return {};
+}
+
+uint64_t CqImpl::take_events() noexcept {
+    PortImpl::Guard g(port_);
+    uint64_t events = 0, drain = 0;
+    (void)!::read(event_fd_, &events, sizeof events);
+    (void)!::read(port_.timer_fd(), &drain, sizeof drain);
+    (void)port_.raw_recv_cq()->take_events();
+    port_.run();
+    return events;
+}
+
+Result<void> CqImpl::destroy() {
+    PortImpl::Guard g(port_);
+    if (destroyed) return Error{ENODEV, "completion queue already destroyed"};
+    if (users) return Error{EBUSY, str_cat("destroy CQ: ", users, " queue pair(s) still use it — destroy them first")};
+    destroyed = true;
+    return {};
+}
+
+}  // namespace vfab::rdma::detail

@@ -1,0 +1,327 @@
+// The transport's objects: the port over a raw queue pair, the RC/UD queue pairs with their
+// requester, completer and responder, and the software completion queues (docs/rdma.md).
+// Private to transport/: applications see include/vfab/rdma/rdma.hpp.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "packet.hpp"
+#include "vfab/rdma/rdma.hpp"
+
+namespace vfab::rdma::detail {
+
+uint64_t now_ns() noexcept;
+
+// vendor_err of a WR that failed because its peer never answered ARP.
+inline constexpr uint32_t kVendorErrArpUnresolved = 0x10001;
+inline constexpr uint32_t kFirstQpn = 0x100;   // QP numbers: kFirstQpn + index in the port's table
+inline constexpr uint32_t kAckReqInterval = 32; // AckReq at least every this many packets of a message
+
+class PortImpl;
+class QpImpl;
+
+// A piece of local memory a WR names, its key already checked: the CPU copies to and from it.
+struct Segment {
+    uint8_t* host = nullptr;
+    uint32_t len = 0;
+};
+
+// Copies between a WR's segments (at byte `offset` of their concatenation) and a flat buffer.
+void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
+void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept;
+
+class CqImpl final : public Cq {
+public:
+    CqImpl(PortImpl& port, uint32_t capacity);
+    ~CqImpl() override;
+    Result<void> init();
+
+    int poll(std::span<Wc> out) noexcept override;
+    Result<void> arm(bool solicited_only) override;
+    int channel_fd() const noexcept override { return epoll_fd_; }
+    uint64_t take_events() noexcept override;
+    Result<void> destroy() override;
+
+    // Adds a completion; false (and counted) when the queue is full.
+    bool push(const Wc& wc, bool solicited) noexcept;
+    uint32_t users = 0;        // queue pairs using it
+    bool destroyed = false;
+    uint64_t overruns = 0;
+
+private:
+    PortImpl& port_;
+    std::vector<Wc> ring_;
+    uint64_t head_ = 0, tail_ = 0;
+    bool armed_ = false, solicited_only_ = false;
+    int event_fd_ = -1, epoll_fd_ = -1;
+};
+
+class AhImpl final : public AddressHandle {
+public:
+    AhImpl(PortImpl& port, const AhAttr& a) : port_(port), attr_(a) {}
+    const AhAttr& attr() const noexcept override { return attr_; }
+    Result<void> destroy() override;
+    bool destroyed = false;
+
+private:
+    PortImpl& port_;
+    AhAttr attr_;
+};
+
+// A send WR as the requester keeps it until it completes.
+struct SendWqe {
+    SendWr wr;
+    uint32_t seg0 = 0, nseg = 0;   // its segments in QpImpl::sq_segs_
+    uint32_t length = 0;
+    uint32_t first_psn = 0;        // RC: the PSNs it occupies
+    uint32_t npkts = 0;
+    uint32_t read_pkts = 0;        // READ: responses received in order
+    bool started = false;
+    bool done = false;
+    bool signaled = false;
+    WcStatus status = WcStatus::success;
+    uint32_t vendor_err = 0;
+};
+
+struct RecvWqe {
+    uint64_t wr_id = 0;
+    uint32_t seg0 = 0, nseg = 0;
+    uint32_t length = 0;
+};
+
+// A READ or atomic the responder executed: replayed, never executed again, for duplicates.
+struct Resource {
+    enum Kind : uint8_t { none, read, atomic } kind = none;
+    uint32_t psn = 0;          // of the request
+    uint32_t last_psn = 0;     // of its last response
+    uint64_t va = 0;
+    uint32_t length = 0;
+    uint8_t* host = nullptr;   // READ: the CPU address of va
+    uint64_t orig = 0;         // atomic: the value before it ran
+    // Responses still to send: from next_psn / next_offset through last_psn.
+    bool sending = false;
+    bool restart = false;      // the next response is the first of a (re)transmission
+    uint32_t next_psn = 0;
+    uint32_t next_offset = 0;
+};
+
+class QpImpl final : public Qp {
+public:
+    QpImpl(PortImpl& port, uint32_t qpn, const QpInitAttr& a);
+    Result<void> init();
+
+    Result<void> modify(const QpAttr& attr, uint32_t mask) override;
+    QpAttr query() const override;
+    PostResult post_send(std::span<const SendWr> wrs) noexcept override;
+    PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+    uint32_t qp_num() const noexcept override { return qpn_; }
+    QpType type() const noexcept override { return type_; }
+    QpState state() const noexcept override { return state_; }
+    Result<void> destroy() override;
+
+    // Called by the port.
+    void on_packet(const Packet& p) noexcept;
+    void pump() noexcept;                  // sends what is waiting, as tx buffers allow
+    void on_timer(uint64_t now) noexcept;  // retransmission and RNR deadlines
+    uint64_t deadline() const noexcept;    // the next one, 0 for none
+    void on_arp_change() noexcept;
+    bool destroyed = false;
+    bool in_ready = false;   // on the port's list of queue pairs with something to send
+
+private:
+    friend class PortImpl;
+    // qp_state.cpp
+    Result<void> check_modify(const QpAttr& a, uint32_t mask) const;
+    void to_error() noexcept;
+    void flush() noexcept;
+    // requester.cpp
+    PostResult post_send_one(const SendWr& wr) noexcept;
+    bool resolve_peer() noexcept;
+    bool send_rc_packet(SendWqe& w) noexcept;
+    bool send_ud_packet(SendWqe& w) noexcept;
+    void gather(const SendWqe& w, uint32_t offset, uint8_t* to, uint32_t len) const noexcept;
+    void fill_common(PacketHeader& h) const noexcept;
+    void arm_retry(uint64_t now) noexcept;
+    // completer.cpp
+    void on_response(const Packet& p) noexcept;
+    void on_aeth(const Packet& p) noexcept;
+    void on_read_response(const Packet& p) noexcept;
+    void on_atomic_ack(const Packet& p) noexcept;
+    bool complete_through(uint32_t psn) noexcept;
+    void retry_from(uint32_t psn, bool count) noexcept;
+    void fail_head(WcStatus st, uint32_t vendor_err) noexcept;
+    void retire() noexcept;
+    void complete_send(const SendWqe& w) noexcept;
+    // responder.cpp
+    void on_request(const Packet& p) noexcept;
+    void on_duplicate(const Packet& p) noexcept;
+    void on_ud_send(const Packet& p) noexcept;
+    void complete_recv(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
+                       bool se) noexcept;
+    void respond_error(const Packet& p, uint8_t syndrome) noexcept;
+    bool send_ack(uint8_t syndrome, uint32_t psn) noexcept;
+    bool send_atomic_ack(const Resource& r) noexcept;
+    bool send_read_responses() noexcept;
+    Resource* new_resource() noexcept;
+    void ready() noexcept;
+
+    PortImpl& port_;
+    const QpType type_;
+    const uint32_t qpn_;
+    CqImpl* const scq_;
+    CqImpl* const rcq_;
+    const QpCapsRdma cap_;
+    const bool sq_sig_all_;
+    QpState state_ = QpState::reset;
+    QpAttr attr_;
+    uint32_t mtu_ = 1024;
+
+    // The peer of an RC QP.
+    uint32_t peer_ip_ = 0;
+    uint8_t peer_mac_[6] = {};
+    bool peer_known_ = false;
+    uint16_t src_port_ = 0;
+
+    // Requester: sq_[head, next) sent and waiting for acknowledgement, [next, tail) waiting to send.
+    std::vector<SendWqe> sq_;
+    std::vector<Segment> sq_segs_;
+    std::vector<uint8_t> inline_;
+    uint32_t sq_mask_ = 0, sq_head_ = 0, sq_next_ = 0, sq_tail_ = 0;
+    uint32_t next_psn_ = 0;       // of the next packet to send
+    uint32_t rd_atomic_ = 0;      // READs and atomics started and not completed
+    uint32_t pkts_unacked_ = 0;   // since the last AckReq
+    uint64_t retry_deadline_ = 0; // 0: timer off
+    uint64_t rnr_deadline_ = 0;   // 0: not waiting for an RNR timer
+    uint32_t rnr_psn_ = 0;
+    uint8_t retries_left_ = 7, rnr_left_ = 7;
+    bool waiting_arp_ = false;
+
+    // Responder.
+    std::vector<RecvWqe> rq_;
+    std::vector<Segment> rq_segs_;
+    uint32_t rq_mask_ = 0, rq_head_ = 0, rq_tail_ = 0;
+    uint32_t epsn_ = 0, msn_ = 0;
+    bool nak_seq_sent_ = false;
+    bool in_send_ = false;         // a multi-packet SEND is being received into rq_[rq_head_]
+    uint32_t recv_offset_ = 0;
+    bool in_write_ = false;        // a multi-packet WRITE is being received
+    uint8_t* write_host_ = nullptr;
+    uint32_t write_len_ = 0, write_offset_ = 0;
+    std::vector<Resource> res_;
+    uint32_t res_next_ = 0;
+    // An ACK or NAK that found no tx buffer, sent on the next pump.
+    bool ack_pending_ = false;
+    uint8_t ack_syndrome_ = 0;
+    uint32_t ack_psn_ = 0;
+};
+
+class PortImpl final : public Port {
+public:
+    PortImpl(vfab::Device& dev, const PortConfig& cfg);
+    ~PortImpl() override;
+    Result<void> init();
+
+    Gid gid() const noexcept override { return Gid::from_ipv4(cfg_.ipv4); }
+    uint32_t active_mtu() const noexcept override { return active_mtu_; }
+    dma::ProtectionDomain& pd() override { return dev_.pd(); }
+    Result<Cq*> create_cq(uint32_t cqe) override;
+    Result<Qp*> create_qp(const QpInitAttr& attr) override;
+    Result<AddressHandle*> create_ah(const AhAttr& attr) override;
+    int progress() noexcept override;
+    Result<void> start_progress_thread(int cpu) override;
+    void stop_progress_thread() override;
+    PortStats stats() const override;
+    void set_rx_drop_hook(DropHook drop, void* ctx) override { drop_ = drop; drop_ctx_ = ctx; }
+
+    // The lock every API call takes while the progress thread runs.
+    class Guard {
+    public:
+        explicit Guard(PortImpl& p) : m_(p.threaded_.load(std::memory_order_acquire) ? &p.mu_ : nullptr) {
+            if (m_) m_->lock();
+        }
+        ~Guard() {
+            if (m_) m_->unlock();
+        }
+        Guard(const Guard&) = delete;
+        Guard& operator=(const Guard&) = delete;
+
+    private:
+        std::mutex* m_;
+    };
+
+    // For the queue pairs.
+    int run() noexcept;                       // progress without the lock
+    uint8_t* tx_buffer() noexcept;            // a free send buffer, null when none
+    void tx_queue(uint8_t* buf, uint32_t len) noexcept;
+    void tx_flush() noexcept;
+    void mark_ready(QpImpl* qp) noexcept;
+    void note_deadline(uint64_t when) noexcept;
+    // ARP: the MAC of `ip` when known (true); starts resolving it otherwise. `failed` is set
+    // when the peer did not answer.
+    bool resolve(uint32_t ip, uint8_t* mac, bool& failed) noexcept;
+    const uint8_t* mac() const noexcept { return dev_.attr().mac; }
+    uint32_t ipv4() const noexcept { return cfg_.ipv4; }
+    uint8_t ttl() const noexcept { return cfg_.ttl; }
+    dma::MrTable& mrs() noexcept { return dev_.pd().table(); }
+    vfab::CompletionQueue* raw_recv_cq() const noexcept { return raw_rcq_; }
+    int timer_fd() const noexcept { return timer_fd_; }
+    void arm_timer() noexcept;
+    PortStats stats_;
+
+private:
+    struct ArpEntry {
+        uint32_t ip = 0;
+        uint8_t mac[6] = {};
+        enum State : uint8_t { empty, resolving, known, failed } state = empty;
+        uint32_t attempts = 0;
+        uint64_t deadline = 0;
+    };
+    void on_frame(const uint8_t* f, uint32_t len) noexcept;
+    void on_arp(const uint8_t* f, uint32_t len) noexcept;
+    void send_arp(uint16_t op, const uint8_t* dst_mac, uint32_t dst_ip) noexcept;
+    void arp_timers(uint64_t now) noexcept;
+    void run_timers(uint64_t now) noexcept;
+    int poll_raw() noexcept;
+    void reap_tx() noexcept;
+    void on_raw_recv(const Completion& c) noexcept;
+    void post_rx(uint32_t slot) noexcept;
+    void flush_rx() noexcept;
+    void progress_loop(int cpu) noexcept;
+
+    vfab::Device& dev_;
+    PortConfig cfg_;
+    uint32_t active_mtu_ = 3;
+    vfab::CompletionQueue* raw_rcq_ = nullptr;
+    vfab::CompletionQueue* raw_scq_ = nullptr;
+    vfab::QueuePair* raw_qp_ = nullptr;
+    dma::MemoryRegion mr_{};
+    uint8_t* buffers_ = nullptr;
+    uint32_t slot_size_ = 0;
+    std::vector<uint32_t> tx_free_;     // free tx slot indices (a stack)
+    std::vector<vfab::SendWr> tx_batch_;
+    std::vector<Sge> tx_sges_;
+    std::vector<Completion> deferred_rx_;   // received frames met while taking back send buffers
+    std::vector<RecvWr> rx_batch_;
+    std::vector<Sge> rx_sges_;
+    std::vector<std::unique_ptr<QpImpl>> qps_;     // by index
+    std::vector<std::unique_ptr<CqImpl>> cqs_;
+    std::vector<std::unique_ptr<AhImpl>> ahs_;
+    std::vector<QpImpl*> ready_;
+    std::vector<ArpEntry> arp_;
+    uint64_t next_deadline_ = 0;
+    int timer_fd_ = -1;
+    DropHook drop_ = nullptr;
+    void* drop_ctx_ = nullptr;
+
+    std::mutex mu_;
+    std::atomic<bool> threaded_{false};
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
+
+}  // namespace vfab::rdma::detail

@@ -1,0 +1,114 @@
+// RoCEv2 packets: parsing a received Ethernet frame into its fields, and writing the headers of
+// one to send (IB spec Vol. 1 9.2-9.3; Annex A17.4 for the IPv4/UDP encapsulation).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "vfab/rdma/wire.hpp"
+
+namespace vfab::rdma {
+
+// A received RoCEv2 packet, its fields in host order.
+struct Packet {
+    const uint8_t* frame = nullptr;
+    uint32_t frame_len = 0;
+    const uint8_t* src_mac = nullptr;
+    const uint8_t* ipv4 = nullptr;   // the IPv4 header (a UD receive's GRH holds it)
+    uint32_t src_ip = 0;
+    uint32_t dst_ip = 0;
+    uint16_t src_port = 0;
+
+    uint8_t opcode = 0;
+    wire::OpInfo info;
+    bool solicited = false;
+    bool ack_req = false;
+    uint8_t pad = 0;
+    uint16_t pkey = 0;
+    uint32_t dest_qp = 0;
+    uint32_t psn = 0;
+
+    uint64_t va = 0;            // RETH or AtomicETH
+    uint32_t rkey = 0;
+    uint32_t dma_len = 0;       // RETH
+    uint64_t swap_add = 0;      // AtomicETH
+    uint64_t compare = 0;
+    uint8_t syndrome = 0;       // AETH
+    uint32_t msn = 0;
+    uint64_t atomic_orig = 0;   // AtomicAckETH
+    uint32_t imm_be = 0;        // ImmDt, as on the wire (network order)
+    uint32_t inv_rkey = 0;      // IETH
+    uint32_t qkey = 0;          // DETH
+    uint32_t src_qp = 0;
+
+    const uint8_t* payload = nullptr;
+    uint32_t payload_len = 0;
+};
+
+enum class ParseResult : uint8_t {
+    roce,          // a RoCEv2 packet for `local_ip`, ICRC checked
+    arp,           // an ARP packet (any)
+    other,         // not for the transport (another protocol, port or address)
+    malformed,     // RoCEv2 but lengths, version, opcode or P_Key wrong: dropped (as rxe does)
+    bad_icrc,
+};
+
+// Parses `frame` (an Ethernet frame without FCS). IPv4 with IHL 5, no fragments, UDP to 4791,
+// BTH TVer 0, the default P_Key, a known opcode, a correct ICRC.
+ParseResult parse_frame(const uint8_t* frame, uint32_t len, uint32_t local_ip, Packet& out) noexcept;
+
+// What a packet to send says, besides its payload.
+struct PacketHeader {
+    const uint8_t* dst_mac = nullptr;
+    const uint8_t* src_mac = nullptr;
+    uint32_t src_ip = 0;
+    uint32_t dst_ip = 0;
+    uint16_t src_port = 0;
+    uint8_t ttl = wire::kDefaultTtl;
+    uint8_t tos = 0;
+
+    uint8_t opcode = 0;
+    bool solicited = false;
+    bool ack_req = false;
+    uint32_t dest_qp = 0;
+    uint32_t psn = 0;
+
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint32_t dma_len = 0;
+    uint64_t swap_add = 0;
+    uint64_t compare = 0;
+    uint8_t syndrome = 0;
+    uint32_t msn = 0;
+    uint64_t atomic_orig = 0;
+    uint32_t imm_be = 0;
+    uint32_t inv_rkey = 0;
+    uint32_t qkey = 0;
+    uint32_t src_qp = 0;
+};
+
+// Writes Ethernet, IPv4, UDP, BTH and the opcode's extension headers at `frame` for a payload
+// of `payload_len` bytes; returns where the payload goes. finish_frame() then pads, writes the
+// ICRC and returns the frame's length.
+uint8_t* write_headers(uint8_t* frame, const PacketHeader& h, uint32_t payload_len) noexcept;
+uint32_t finish_frame(uint8_t* frame, uint32_t payload_len) noexcept;
+
+// The bytes a packet of this opcode and payload takes on the wire (no FCS).
+uint32_t frame_size(uint8_t opcode, uint32_t payload_len) noexcept;
+
+// ARP (RFC 826) over Ethernet for IPv4.
+struct ArpPacket {
+    uint16_t op = 0;
+    const uint8_t* sender_mac = nullptr;
+    uint32_t sender_ip = 0;
+    uint32_t target_ip = 0;
+};
+bool parse_arp(const uint8_t* frame, uint32_t len, ArpPacket& out) noexcept;
+// A request (target_mac null: broadcast) or a reply; returns the frame's length (60, padded).
+uint32_t write_arp(uint8_t* frame, uint16_t op, const uint8_t* src_mac, uint32_t src_ip, const uint8_t* dst_mac,
+                   uint32_t dst_ip) noexcept;
+
+// The IPv4 header checksum (RFC 791) of the 20 bytes at `h` (its own field included as is).
+uint16_t ipv4_checksum(const uint8_t* h) noexcept;
+
+}  // namespace vfab::rdma

@@ -1,0 +1,436 @@
+// The RDMA port: one raw queue pair of the device, its receive and send buffers, the demux of
+// received frames (ARP, RoCEv2 to a queue pair, the rest counted and dropped), ARP for the
+// port's address and its peers', and the timers.
+#include <pthread.h>
+#include <sched.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "engine.hpp"
+
+namespace vfab::rdma {
+
+Result<std::unique_ptr<Port>> Port::create(vfab::Device& dev, const PortConfig& cfg) {
+    auto p = std::make_unique<detail::PortImpl>(dev, cfg);
+    if (auto r = p->init(); !r) return r.take_error();
+    return std::unique_ptr<Port>(std::move(p));
+}
+
+namespace detail {
+
+using namespace wire;
+
+uint64_t now_ns() noexcept {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+namespace {
+constexpr uint32_t kRawBatch = 32;
+constexpr uint32_t kArpEntries = 64;
+constexpr uint64_t kArpFailedHoldNs = 1000000000ull;   // a failed peer is asked again after 1 s
+}  // namespace
+
+PortImpl::PortImpl(vfab::Device& dev, const PortConfig& cfg) : dev_(dev), cfg_(cfg) {}
+
+PortImpl::~PortImpl() {
+    stop_progress_thread();
+    qps_.clear();
+    cqs_.clear();
+    if (raw_qp_) (void)raw_qp_->destroy();
+    if (raw_scq_ && raw_scq_ != raw_rcq_) (void)raw_scq_->destroy();
+    if (raw_rcq_) (void)raw_rcq_->destroy();
+    if (mr_.lkey) (void)dev_.pd().deregister(mr_);
+    if (timer_fd_ >= 0) ::close(timer_fd_);
+}
+
+Result<void> PortImpl::init() {
+    const DeviceAttr& a = dev_.attr();
+    if (cfg_.ipv4 == 0 || cfg_.ipv4 == 0xFFFFFFFFu || (cfg_.ipv4 >> 24) == 127)
+        return Error{EINVAL, "RDMA port: give it an IPv4 address of its own (PortConfig::ipv4), not 0, a broadcast or "
+                             "a loopback address, and not one a kernel interface on the same link has"};
+    if (cfg_.rx_buffers < 8 || cfg_.tx_buffers < 8 || cfg_.max_qp == 0 || cfg_.max_qp > (1u << 16))
+        return Error{EINVAL, "RDMA port: rx_buffers and tx_buffers must be at least 8, max_qp 1 to 65536"};
+    // The largest IB MTU whose packets fit the link: headers up to IP 20 + UDP 8 + BTH 12 +
+    // RETH 16 + ImmDt 4 + ICRC 4 = 64 bytes (rxe reserves 80).
+    active_mtu_ = 0;
+    for (uint32_t code = 5; code >= 1; --code)
+        if (mtu_bytes(code) + 64 <= a.mtu) { active_mtu_ = code; break; }
+    if (active_mtu_ == 0)
+        return Error{EINVAL, str_cat("RDMA port: the device's MTU (", a.mtu, ") cannot carry 256-byte RoCE packets")};
+
+    const uint32_t frame = std::max<uint32_t>(a.recv_buffer_size, a.mtu + kEthHeader);
+    slot_size_ = (frame + 63) & ~63u;
+    const uint32_t slots = cfg_.rx_buffers + cfg_.tx_buffers;
+    auto arena = dev_.pd().create_arena(size_t(slot_size_) * slots);
+    if (!arena) return Error{arena.error().code, "RDMA port: buffers: " + arena.error().message};
+    buffers_ = static_cast<uint8_t*>((*arena)->data());
+    auto mr = dev_.pd().register_memory(buffers_, uint64_t(slot_size_) * slots, dma::Access::local_write);
+    if (!mr) return Error{mr.error().code, "RDMA port: buffers: " + mr.error().message};
+    mr_ = *mr;
+
+    // Two raw CQs where the device has them, so that taking back send buffers never meets a
+    // received frame (one that does is put aside for the next poll_raw()).
+    auto rcq = dev_.create_cq(a.max_cq >= 2 ? cfg_.rx_buffers : slots);
+    if (!rcq) return Error{rcq.error().code, "RDMA port: " + rcq.error().message};
+    raw_rcq_ = raw_scq_ = *rcq;
+    if (a.max_cq >= 2) {
+        auto scq = dev_.create_cq(cfg_.tx_buffers);
+        if (!scq) return Error{scq.error().code, "RDMA port: " + scq.error().message};
+        raw_scq_ = *scq;
+    }
+    deferred_rx_.reserve(cfg_.rx_buffers);
+    vfab::QpInitAttr qa;
+    qa.send_cq = raw_scq_;
+    qa.recv_cq = raw_rcq_;
+    qa.caps = {cfg_.tx_buffers, cfg_.rx_buffers, 1, 1};
+    qa.sq_sig_all = true;
+    auto qp = dev_.create_qp(qa);
+    if (!qp) return Error{qp.error().code, "RDMA port: " + qp.error().message};
+    raw_qp_ = *qp;
+
+    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (timer_fd_ < 0) return Error::from_errno(errno, "RDMA port: timerfd_create");
+
+    tx_free_.reserve(cfg_.tx_buffers);
+    for (uint32_t i = cfg_.tx_buffers; i-- > 0;) tx_free_.push_back(cfg_.rx_buffers + i);
+    tx_batch_.reserve(cfg_.tx_buffers);
+    tx_sges_.resize(cfg_.tx_buffers);
+    rx_batch_.reserve(cfg_.rx_buffers);
+    rx_sges_.resize(cfg_.rx_buffers);
+    qps_.resize(cfg_.max_qp);
+    ready_.reserve(cfg_.max_qp);
+    arp_.resize(kArpEntries);
+    for (uint32_t i = 0; i < cfg_.rx_buffers; ++i) post_rx(i);
+    flush_rx();
+    if (rx_batch_.size()) return Error{EIO, "RDMA port: the raw queue pair refused its receive buffers"};
+    return {};
+}
+
+// ---- raw buffers --------------------------------------------------------------------------------
+
+void PortImpl::post_rx(uint32_t slot) noexcept {
+    const size_t i = rx_batch_.size();
+    rx_sges_[i] = {reinterpret_cast<uint64_t>(buffers_ + size_t(slot) * slot_size_), slot_size_, mr_.lkey};
+    rx_batch_.push_back({slot, &rx_sges_[i], 1, 0});
+}
+
+void PortImpl::flush_rx() noexcept {
+    if (rx_batch_.empty()) return;
+    const PostResult r = raw_qp_->post_recv(rx_batch_);
+    rx_batch_.erase(rx_batch_.begin(), rx_batch_.begin() + r.posted);
+}
+
+uint8_t* PortImpl::tx_buffer() noexcept {
+    if (tx_free_.empty()) {
+        // Reap send completions first: a burst may have used every buffer.
+        reap_tx();
+        if (tx_free_.empty()) return nullptr;
+    }
+    const uint32_t slot = tx_free_.back();
+    tx_free_.pop_back();
+    return buffers_ + size_t(slot) * slot_size_;
+}
+
+void PortImpl::tx_queue(uint8_t* buf, uint32_t len) noexcept {
+    const uint32_t slot = uint32_t((buf - buffers_) / slot_size_);
+    const size_t i = tx_batch_.size();
+    tx_sges_[i] = {reinterpret_cast<uint64_t>(buf), len, mr_.lkey};
+    tx_batch_.push_back({slot, &tx_sges_[i], 1, 0});
+    ++stats_.tx_frames;
+    if (tx_batch_.size() == tx_batch_.capacity()) tx_flush();
+}
+
+void PortImpl::tx_flush() noexcept {
+    if (tx_batch_.empty()) return;
+    const PostResult r = raw_qp_->post_send(tx_batch_);
+    // A refused frame (the device in error) is given back; the protocol's timers resend.
+    for (size_t i = r.posted; i < tx_batch_.size(); ++i) tx_free_.push_back(uint32_t(tx_batch_[i].wr_id));
+    tx_batch_.clear();
+}
+
+// ---- progress ------------------------------------------------------------------------------------
+
+// One batch of the raw queue pair's completions: send buffers back to the free list, received
+// frames through the transport and their buffers posted again.
+int PortImpl::poll_raw() noexcept {
+    reap_tx();
+    int n = int(deferred_rx_.size());
+    for (const Completion& c : deferred_rx_) on_raw_recv(c);
+    deferred_rx_.clear();
+    Completion wc[kRawBatch];
+    const int got = raw_rcq_->poll(wc);
+    for (int i = 0; i < got; ++i) {
+        if (wc[i].opcode == vfab::WcOpcode::send) tx_free_.push_back(uint32_t(wc[i].wr_id));
+        else on_raw_recv(wc[i]);
+    }
+    flush_rx();
+    return n + (got < 0 ? 0 : got);
+}
+
+void PortImpl::on_raw_recv(const Completion& c) noexcept {
+    const uint32_t slot = uint32_t(c.wr_id);
+    if (c.status == vfab::WcStatus::success) on_frame(buffers_ + size_t(slot) * slot_size_, c.byte_len);
+    post_rx(slot);
+}
+
+void PortImpl::reap_tx() noexcept {
+    Completion wc[kRawBatch];
+    int n;
+    while ((n = raw_scq_->poll(wc)) > 0)
+        for (int i = 0; i < n; ++i) {
+            if (wc[i].opcode == vfab::WcOpcode::send) tx_free_.push_back(uint32_t(wc[i].wr_id));
+            else deferred_rx_.push_back(wc[i]);
+        }
+}
+
+int PortImpl::progress() noexcept {
+    Guard g(*this);
+    return run();
+}
+
+int PortImpl::run() noexcept {
+    int work = 0;
+    for (int round = 0; round < 4; ++round) {
+        const int n = poll_raw();
+        work += n;
+        if (n < int(kRawBatch)) break;
+    }
+    if (next_deadline_ && now_ns() >= next_deadline_) {
+        run_timers(now_ns());
+        ++work;
+    }
+    // Queue pairs with something to send; one that still has more (no buffer) stays listed.
+    for (size_t i = 0; i < ready_.size();) {
+        QpImpl* qp = ready_[i];
+        qp->in_ready = false;
+        qp->pump();
+        if (qp->in_ready) {
+            ++i;
+        } else {
+            ready_[i] = ready_.back();
+            ready_.pop_back();
+        }
+        ++work;
+        if (tx_free_.empty()) break;
+    }
+    tx_flush();
+    return work;
+}
+
+void PortImpl::mark_ready(QpImpl* qp) noexcept {
+    if (qp->in_ready) return;
+    qp->in_ready = true;
+    if (std::find(ready_.begin(), ready_.end(), qp) == ready_.end()) ready_.push_back(qp);
+}
+
+void PortImpl::note_deadline(uint64_t when) noexcept {
+    if (when && (next_deadline_ == 0 || when < next_deadline_)) next_deadline_ = when;
+}
+
+void PortImpl::run_timers(uint64_t now) noexcept {
+    next_deadline_ = 0;
+    arp_timers(now);
+    for (auto& qp : qps_) {
+        if (!qp || qp->destroyed) continue;
+        const uint64_t d = qp->deadline();
+        if (d && d <= now) qp->on_timer(now);
+        note_deadline(qp->deadline());
+    }
+}
+
+void PortImpl::arm_timer() noexcept {
+    itimerspec its{};
+    if (next_deadline_) {
+        its.it_value.tv_sec = time_t(next_deadline_ / 1000000000u);
+        its.it_value.tv_nsec = long(next_deadline_ % 1000000000u);
+    }
+    (void)timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
+}
+
+void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
+    ++stats_.rx_frames;
+    if (drop_ && drop_(drop_ctx_, f, len)) return;
+    Packet p;
+    switch (parse_frame(f, len, cfg_.ipv4, p)) {
+    case ParseResult::arp: on_arp(f, len); return;
+    case ParseResult::other: ++stats_.rx_other; return;
+    case ParseResult::bad_icrc: ++stats_.rx_icrc_errors; ++stats_.rx_dropped; return;
+    case ParseResult::malformed: ++stats_.rx_dropped; return;
+    case ParseResult::roce: break;
+    }
+    if (p.opcode == op::cnp) return;
+    const uint32_t index = p.dest_qp - kFirstQpn;
+    if (p.dest_qp < kFirstQpn || index >= qps_.size() || !qps_[index] || qps_[index]->destroyed) {
+        ++stats_.rx_dropped;
+        return;
+    }
+    ++stats_.rx_roce;
+    qps_[index]->on_packet(p);
+}
+
+// ---- ARP -------------------------------------------------------------------------------------------
+
+void PortImpl::send_arp(uint16_t op, const uint8_t* dst_mac, uint32_t dst_ip) noexcept {
+    uint8_t* buf = tx_buffer();
+    if (!buf) return;   // requests are repeated by the ARP timer; a lost reply is asked again
+    tx_queue(buf, write_arp(buf, op, mac(), cfg_.ipv4, dst_mac, dst_ip));
+    ++(op == kArpRequest ? stats_.arp_requests : stats_.arp_replies);
+}
+
+void PortImpl::on_arp(const uint8_t* f, uint32_t len) noexcept {
+    ArpPacket a;
+    if (!parse_arp(f, len, a)) return;
+    // Learn (or refresh) the sender when we asked for it or already know it.
+    bool changed = false;
+    for (auto& e : arp_) {
+        if (e.state != ArpEntry::empty && e.ip == a.sender_ip && a.sender_ip != 0) {
+            changed = e.state != ArpEntry::known || std::memcmp(e.mac, a.sender_mac, 6) != 0;
+            std::memcpy(e.mac, a.sender_mac, 6);
+            e.state = ArpEntry::known;
+        }
+    }
+    if (a.op == kArpRequest && a.target_ip == cfg_.ipv4) send_arp(kArpReply, a.sender_mac, a.sender_ip);
+    if (changed)
+        for (auto& qp : qps_)
+            if (qp && !qp->destroyed) qp->on_arp_change();
+}
+
+bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
+    failed = false;
+    ArpEntry* slot = nullptr;
+    for (auto& e : arp_) {
+        if (e.state != ArpEntry::empty && e.ip == ip) {
+            if (e.state == ArpEntry::known) {
+                std::memcpy(out, e.mac, 6);
+                return true;
+            }
+            failed = e.state == ArpEntry::failed;
+            return false;
+        }
+        if (!slot && e.state != ArpEntry::resolving && e.state != ArpEntry::known) slot = &e;
+    }
+    if (!slot) slot = &arp_[ip % arp_.size()];   // full: replace one
+    *slot = ArpEntry{ip, {}, ArpEntry::resolving, 1, now_ns() + uint64_t(cfg_.arp_timeout_ms) * 1000000u};
+    note_deadline(slot->deadline);
+    send_arp(kArpRequest, nullptr, ip);
+    return false;
+}
+
+void PortImpl::arp_timers(uint64_t now) noexcept {
+    bool changed = false;
+    for (auto& e : arp_) {
+        if (e.state == ArpEntry::failed && now >= e.deadline) {
+            e.state = ArpEntry::empty;   // asked again the next time a queue pair needs it
+        } else if (e.state == ArpEntry::resolving && now >= e.deadline) {
+            if (e.attempts >= cfg_.arp_attempts) {
+                e.state = ArpEntry::failed;
+                e.deadline = now + kArpFailedHoldNs;
+                changed = true;
+            } else {
+                ++e.attempts;
+                e.deadline = now + uint64_t(cfg_.arp_timeout_ms) * 1000000u;
+                send_arp(kArpRequest, nullptr, e.ip);
+            }
+        }
+        if (e.state == ArpEntry::resolving || e.state == ArpEntry::failed) note_deadline(e.deadline);
+    }
+    if (changed)
+        for (auto& qp : qps_)
+            if (qp && !qp->destroyed) qp->on_arp_change();
+}
+
+// ---- objects ------------------------------------------------------------------------------------------
+
+Result<Cq*> PortImpl::create_cq(uint32_t cqe) {
+    Guard g(*this);
+    if (cqe == 0 || cqe > (1u << 20)) return Error{EINVAL, str_cat("create_cq: ", cqe, " entries; ask for 1 to 2^20")};
+    auto cq = std::make_unique<CqImpl>(*this, cqe);
+    if (auto r = cq->init(); !r) return r.take_error();
+    cqs_.push_back(std::move(cq));
+    return cqs_.back().get();
+}
+
+Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
+    Guard g(*this);
+    auto mine = [&](Cq* c) {
+        return std::any_of(cqs_.begin(), cqs_.end(), [&](auto& x) { return x.get() == c && !x->destroyed; });
+    };
+    if (!a.send_cq || !a.recv_cq || !mine(a.send_cq) || !mine(a.recv_cq))
+        return Error{EINVAL, "create_qp: send_cq and recv_cq must be completion queues of this port"};
+    if (a.qp_type != QpType::rc && a.qp_type != QpType::ud)
+        return Error{EINVAL, "create_qp: this transport has RC and UD queue pairs"};
+    const QpCapsRdma& c = a.cap;
+    if (c.max_send_wr == 0 || c.max_send_wr > 16384 || c.max_recv_wr == 0 || c.max_recv_wr > 16384 ||
+        c.max_send_sge == 0 || c.max_send_sge > 32 || c.max_recv_sge == 0 || c.max_recv_sge > 32 ||
+        c.max_inline_data > 4096)
+        return Error{EINVAL, "create_qp: max_send_wr/max_recv_wr 1 to 16384, SGEs 1 to 32, inline data up to 4096"};
+    for (uint32_t i = 0; i < qps_.size(); ++i) {
+        if (qps_[i] && !qps_[i]->destroyed) continue;
+        auto qp = std::make_unique<QpImpl>(*this, kFirstQpn + i, a);
+        if (auto r = qp->init(); !r) return r.take_error();
+        qps_[i] = std::move(qp);
+        return qps_[i].get();
+    }
+    return Error{ENOSPC, str_cat("create_qp: the port has ", qps_.size(), " queue pairs already (PortConfig::max_qp)")};
+}
+
+Result<AddressHandle*> PortImpl::create_ah(const AhAttr& a) {
+    Guard g(*this);
+    if (!a.dgid.is_ipv4())
+        return Error{EINVAL, "create_ah: the destination GID must be IPv4-mapped (::ffff:a.b.c.d); IPv6 is not carried yet"};
+    ahs_.push_back(std::make_unique<AhImpl>(*this, a));
+    return ahs_.back().get();
+}
+
+Result<void> AhImpl::destroy() {
+    PortImpl::Guard g(port_);
+    if (destroyed) return Error{ENODEV, "address handle already destroyed"};
+    destroyed = true;
+    return {};
+}
+
+PortStats PortImpl::stats() const { return stats_; }
+
+// ---- the opt-in progress thread ------------------------------------------------------------------------
+
+Result<void> PortImpl::start_progress_thread(int cpu) {
+    if (thread_.joinable()) return Error{EBUSY, "the port's progress thread already runs"};
+    if (cpu >= 0 && cpu >= CPU_SETSIZE) return Error{EINVAL, str_cat("progress thread: no CPU ", cpu)};
+    threaded_.store(true, std::memory_order_release);
+    stop_.store(false);
+    thread_ = std::thread([this, cpu] { progress_loop(cpu); });
+    return {};
+}
+
+void PortImpl::stop_progress_thread() {
+    if (!thread_.joinable()) return;
+    stop_.store(true);
+    thread_.join();
+    threaded_.store(false, std::memory_order_release);
+}
+
+void PortImpl::progress_loop(int cpu) noexcept {
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    while (!stop_.load(std::memory_order_relaxed)) {
+        int n;
+        {
+            std::lock_guard lock(mu_);
+            n = run();
+        }
+        if (n == 0) sched_yield();
+    }
+}
+
+}  // namespace detail
+}  // namespace vfab::rdma

@@ -1,0 +1,307 @@
+// The responder (IB spec 9.7.3 - 9.7.5): requests in PSN order; SENDs into posted receive WRs
+// (RNR NAK when there is none); WRITEs, READs and atomics checked against the memory-
+// registration table before one byte moves (NAK remote access error otherwise, and nothing
+// written); READs and atomics kept as responder resources so that duplicates are answered
+// from them, never executed twice; UD datagrams with their GRH.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "engine.hpp"
+
+namespace vfab::rdma::detail {
+
+using namespace wire;
+
+namespace {
+bool granted(uint32_t qp_access, dma::Access a) { return (qp_access & uint32_t(a)) == uint32_t(a); }
+}  // namespace
+
+void QpImpl::complete_recv(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
+                           bool se) noexcept {
+    Wc wc;
+    wc.wr_id = rq_[rq_head_ & rq_mask_].wr_id;
+    wc.status = st;
+    wc.opcode = op;
+    wc.byte_len = byte_len;
+    wc.imm_data = imm;
+    wc.qp_num = qpn_;
+    wc.src_qp = src_qp;
+    wc.wc_flags = flags;
+    ++rq_head_;
+    rcq_->push(wc, se);
+}
+
+bool QpImpl::send_ack(uint8_t syndrome, uint32_t psn) noexcept {
+    uint8_t* buf = port_.tx_buffer();
+    if (!buf) {
+        ack_pending_ = true;
+        ack_syndrome_ = syndrome;
+        ack_psn_ = psn;
+        ready();
+        return false;
+    }
+    PacketHeader h;
+    fill_common(h);
+    h.opcode = op::acknowledge;
+    h.psn = psn;
+    h.syndrome = syndrome;
+    h.msn = msn_;
+    write_headers(buf, h, 0);
+    port_.tx_queue(buf, finish_frame(buf, 0));
+    if ((syndrome & aeth::kTypeMask) != aeth::kAck) ++port_.stats_.naks_sent;
+    return true;
+}
+
+// A NAK that ends the connection: the requester fails its WR, this side flushes (9.7.5.2).
+void QpImpl::respond_error(const Packet& p, uint8_t syndrome) noexcept {
+    send_ack(syndrome, p.psn);
+    port_.tx_flush();
+    to_error();
+}
+
+Resource* QpImpl::new_resource() noexcept {
+    const uint32_t n = std::max<uint32_t>(1, std::min<uint32_t>(attr_.max_dest_rd_atomic, uint32_t(res_.size())));
+    Resource* r = &res_[res_next_ % n];
+    ++res_next_;
+    *r = Resource{};
+    return r;
+}
+
+bool QpImpl::send_atomic_ack(const Resource& r) noexcept {
+    uint8_t* buf = port_.tx_buffer();
+    if (!buf) return false;   // the requester asks again; the duplicate is answered from `r`
+    PacketHeader h;
+    fill_common(h);
+    h.opcode = op::atomic_acknowledge;
+    h.psn = r.psn;
+    h.syndrome = aeth::kAckNoCredits;
+    h.msn = msn_;
+    h.atomic_orig = r.orig;
+    write_headers(buf, h, 0);
+    port_.tx_queue(buf, finish_frame(buf, 0));
+    return true;
+}
+
+// Read responses still to send, oldest READ first (9.7.4.1.4); false when out of buffers.
+bool QpImpl::send_read_responses() noexcept {
+    const uint32_t n = uint32_t(res_.size());
+    for (uint32_t k = 0; k < n; ++k) {
+        Resource& r = res_[(res_next_ + k) % n];
+        while (r.sending) {
+            uint8_t* buf = port_.tx_buffer();
+            if (!buf) return false;
+            const uint32_t left = r.length - r.next_offset;
+            const uint32_t payload = std::min(left, mtu_);
+            const bool first = r.restart;   // the first response of the READ, or of its replay
+            const bool last = payload == left;
+            PacketHeader h;
+            fill_common(h);
+            h.opcode = first && last ? op::read_response_only
+                       : first       ? op::read_response_first
+                       : last        ? op::read_response_last
+                                     : op::read_response_middle;
+            h.psn = r.next_psn;
+            h.syndrome = aeth::kAckNoCredits;
+            h.msn = msn_;
+            uint8_t* data = write_headers(buf, h, payload);
+            if (payload) std::memcpy(data, r.host + r.next_offset, payload);
+            port_.tx_queue(buf, finish_frame(buf, payload));
+            r.restart = false;
+            r.next_psn = psn_add(r.next_psn, 1);
+            r.next_offset += payload;
+            if (last) r.sending = false;
+        }
+    }
+    return true;
+}
+
+void QpImpl::on_request(const Packet& p) noexcept {
+    const int32_t d = psn_diff(p.psn, epsn_);
+    if (d < 0) {
+        on_duplicate(p);
+        return;
+    }
+    if (d > 0) {   // a gap: one NAK until the expected PSN comes (9.7.5.1.3)
+        if (!nak_seq_sent_) {
+            nak_seq_sent_ = true;
+            send_ack(aeth::kNakPsnSeqError, epsn_);
+        }
+        return;
+    }
+    nak_seq_sent_ = false;
+    const OpInfo& i = p.info;
+    const bool first = i.has(is_first), last = i.has(is_last);
+    // Packets of a message come in order: FIRST, MIDDLE..., LAST (9.8.3, C9-72).
+    if ((in_send_ && !(i.has(is_send) && !first)) || (in_write_ && !(i.has(is_write) && !first)) ||
+        (!in_send_ && i.has(is_send) && !first) || (!in_write_ && i.has(is_write) && !first))
+        return respond_error(p, aeth::kNakInvalidRequest);
+    // FIRST and MIDDLE carry exactly the path MTU, LAST and ONLY at most that (9.7.4.1.3).
+    if (i.has(has_payload) && (p.payload_len > mtu_ || (!last && p.payload_len != mtu_)))
+        return respond_error(p, aeth::kNakInvalidRequest);
+
+    if (i.has(is_send)) {
+        if (first) {
+            if (rq_head_ == rq_tail_) {   // no receive WR: RNR NAK, the requester waits and repeats
+                send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
+                return;
+            }
+            in_send_ = true;
+            recv_offset_ = 0;
+        }
+        const RecvWqe& q = rq_[rq_head_ & rq_mask_];
+        if (recv_offset_ + p.payload_len > q.length) {
+            complete_recv(WcStatus::loc_len_err, WcOpcode::recv, recv_offset_, 0, 0, 0, false);
+            in_send_ = false;
+            return respond_error(p, aeth::kNakInvalidRequest);
+        }
+        copy_to_segments(&rq_segs_[q.seg0], q.nseg, recv_offset_, p.payload, p.payload_len);
+        recv_offset_ += p.payload_len;
+        if (last) {
+            uint32_t flags = 0, imm = 0;
+            if (i.has(has_immdt)) flags |= wc_with_imm, imm = p.imm_be;
+            if (i.has(has_ieth)) {
+                if (port_.mrs().local_invalidate(p.inv_rkey) != dma::MrStatus::ok) {
+                    complete_recv(WcStatus::rem_inv_req_err, WcOpcode::recv, recv_offset_, 0, 0, 0, false);
+                    in_send_ = false;
+                    return respond_error(p, aeth::kNakInvalidRequest);
+                }
+                flags |= wc_with_inv, imm = p.inv_rkey;
+            }
+            in_send_ = false;
+            msn_ = (msn_ + 1) & aeth::kMsnMask;
+            complete_recv(WcStatus::success, WcOpcode::recv, recv_offset_, flags, imm, 0, p.solicited);
+        }
+    } else if (i.has(is_write)) {
+        if (first) {
+            write_host_ = nullptr;
+            if (!granted(attr_.qp_access_flags, dma::Access::remote_write))
+                return respond_error(p, aeth::kNakRemoteAccessError);
+            if (p.dma_len) {
+                const dma::Translation t = port_.mrs().translate(p.rkey, p.va, p.dma_len, dma::Access::remote_write);
+                if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
+                write_host_ = reinterpret_cast<uint8_t*>(t.host);
+            }
+            write_len_ = p.dma_len;
+            write_offset_ = 0;
+        }
+        if (write_offset_ + p.payload_len > write_len_ || (last && write_offset_ + p.payload_len != write_len_))
+            return respond_error(p, aeth::kNakInvalidRequest);
+        if (i.has(has_immdt) && rq_head_ == rq_tail_) {   // WRITE with immediate needs a receive WR
+            in_write_ = !first;
+            send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
+            return;
+        }
+        if (p.payload_len) std::memcpy(write_host_ + write_offset_, p.payload, p.payload_len);
+        write_offset_ += p.payload_len;
+        in_write_ = !last;
+        if (last) {
+            msn_ = (msn_ + 1) & aeth::kMsnMask;
+            if (i.has(has_immdt))
+                complete_recv(WcStatus::success, WcOpcode::recv_rdma_with_imm, write_len_, wc_with_imm, p.imm_be, 0,
+                              p.solicited);
+        }
+    } else if (i.has(is_read)) {
+        if (!granted(attr_.qp_access_flags, dma::Access::remote_read))
+            return respond_error(p, aeth::kNakRemoteAccessError);
+        uint8_t* host = nullptr;
+        if (p.dma_len) {
+            const dma::Translation t = port_.mrs().translate(p.rkey, p.va, p.dma_len, dma::Access::remote_read);
+            if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
+            host = reinterpret_cast<uint8_t*>(t.host);
+        }
+        const uint32_t npkts = std::max<uint32_t>(1, (p.dma_len + mtu_ - 1) / mtu_);
+        Resource* r = new_resource();
+        r->kind = Resource::read;
+        r->psn = p.psn;
+        r->last_psn = psn_add(p.psn, npkts - 1);
+        r->va = p.va;
+        r->length = p.dma_len;
+        r->host = host;
+        r->sending = true;
+        r->restart = true;
+        r->next_psn = p.psn;
+        epsn_ = psn_add(p.psn, npkts);
+        msn_ = (msn_ + 1) & aeth::kMsnMask;
+        if (!send_read_responses()) ready();
+        return;
+    } else if (i.has(is_atomic)) {
+        if (!granted(attr_.qp_access_flags, dma::Access::remote_atomic))
+            return respond_error(p, aeth::kNakRemoteAccessError);
+        if (p.va & 7) return respond_error(p, aeth::kNakInvalidRequest);   // atomics are 8-byte aligned (9.4.5)
+        const dma::Translation t = port_.mrs().translate(p.rkey, p.va, 8, dma::Access::remote_atomic);
+        if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
+        std::atomic_ref<uint64_t> target(*reinterpret_cast<uint64_t*>(t.host));
+        uint64_t orig;
+        if (p.opcode == op::cmp_swap) {
+            orig = p.compare;
+            target.compare_exchange_strong(orig, p.swap_add);   // orig: the value found
+        } else {
+            orig = target.fetch_add(p.swap_add);
+        }
+        Resource* r = new_resource();
+        r->kind = Resource::atomic;
+        r->psn = r->last_psn = p.psn;
+        r->va = p.va;
+        r->orig = orig;
+        epsn_ = psn_add(p.psn, 1);
+        msn_ = (msn_ + 1) & aeth::kMsnMask;
+        send_atomic_ack(*r);
+        return;
+    }
+    epsn_ = psn_add(epsn_, 1);
+    if (p.ack_req) send_ack(aeth::kAckNoCredits, p.psn);
+}
+
+// A request already executed (9.7.5.1.2): SENDs and WRITEs acknowledged again, READs answered
+// again from their resource (re-reading the memory the peer may read), atomics answered with
+// the value saved when they ran.
+void QpImpl::on_duplicate(const Packet& p) noexcept {
+    if (p.info.has(is_read)) {
+        for (Resource& r : res_) {
+            if (r.kind != Resource::read || psn_diff(p.psn, r.psn) < 0 || psn_diff(p.psn, r.last_psn) > 0) continue;
+            const uint32_t offset = uint32_t(psn_diff(p.psn, r.psn)) * mtu_;
+            if (offset > r.length) return;
+            r.sending = true;
+            r.restart = true;
+            r.next_psn = p.psn;
+            r.next_offset = offset;
+            if (!send_read_responses()) ready();
+            return;
+        }
+        return;
+    }
+    if (p.info.has(is_atomic)) {
+        for (const Resource& r : res_)
+            if (r.kind == Resource::atomic && r.psn == p.psn) {
+                send_atomic_ack(r);
+                return;
+            }
+        return;
+    }
+    if (p.ack_req) send_ack(aeth::kAckNoCredits, psn_add(epsn_, kPsnMask));
+}
+
+// A UD datagram (9.8.4): the Q_Key must match; it lands after a 40-byte GRH whose last 20
+// bytes are the IPv4 header (Annex A17.4.5.1). No receive WR: dropped, as UD does.
+void QpImpl::on_ud_send(const Packet& p) noexcept {
+    if (p.qkey != attr_.qkey || p.payload_len > mtu_ || rq_head_ == rq_tail_) {
+        ++port_.stats_.rx_dropped;
+        return;
+    }
+    const RecvWqe& q = rq_[rq_head_ & rq_mask_];
+    const uint32_t len = uint32_t(kGrhSize) + p.payload_len;
+    if (len > q.length) {
+        complete_recv(WcStatus::loc_len_err, WcOpcode::recv, len, 0, 0, p.src_qp, false);
+        return;
+    }
+    uint8_t grh[kGrhSize] = {};
+    std::memcpy(grh + kGrhSize - kIpv4Header, p.ipv4, kIpv4Header);
+    copy_to_segments(&rq_segs_[q.seg0], q.nseg, 0, grh, kGrhSize);
+    copy_to_segments(&rq_segs_[q.seg0], q.nseg, kGrhSize, p.payload, p.payload_len);
+    uint32_t flags = wc_grh, imm = 0;
+    if (p.info.has(has_immdt)) flags |= wc_with_imm, imm = p.imm_be;
+    complete_recv(WcStatus::success, WcOpcode::recv, len, flags, imm, p.src_qp, p.solicited);
+}
+
+}  // namespace vfab::rdma::detail
