@@ -5,7 +5,8 @@
 # Node VFAB_1.0 exports the C API (vfab_*) and the out-of-line definitions of the public C++
 # API: vfab::Device::open, the provider registry, PciAddress, the dma:: classes Device::pd()
 # hands out and the IOMMU context under them. Everything else is local: the drivers, the VFIO
-# device layer, the registry's internals, and every inline function and template instantiation
+# device layer, the RDMA transport's internals (its API is rdma::Port::create and the
+# vocabulary's helpers), the registry's internals, and every inline function and template instantiation
 # (weak symbols: each program compiles its own). A pattern cannot say that — the demangled
 # name of std::forward<vfab::dma::DmaArena> starts with "vfab::dma::" — so the symbols are
 # listed one by one.
@@ -15,7 +16,7 @@
 set -euo pipefail
 out=$1
 shift
-public='^(vfab_[a-z0-9_]+$|vfab::Device::open\(|vfab::provider::(builtin_providers|provider_dir|list_providers|find_provider|load_plugin|kDefaultProviderDir)\b|vfab::PciAddress::|vfab::dma::|vfab::vfio::IommuContext::|vfab::vfio::(to_string\(vfab::vfio::IommuBackend\)$|parse_iommu_backend\(|iommu_backend_from_env\(|memlock_limit_text))'
+public='^(vfab_[a-z0-9_]+$|vfab::Device::open\(|vfab::rdma::(Port::create\(|to_string\(|Gid::|(format_endpoint|parse_endpoint|gid_to_string|exchange_as_client|exchange_as_server)\b)|vfab::provider::(builtin_providers|provider_dir|list_providers|find_provider|load_plugin|kDefaultProviderDir)\b|vfab::PciAddress::|vfab::dma::|vfab::vfio::IommuContext::|vfab::vfio::(to_string\(vfab::vfio::IommuBackend\)$|parse_iommu_backend\(|iommu_backend_from_env\(|memlock_limit_text))'
 
 # Strong global definitions (T text, D data, B bss, R read-only): no weak symbol, no local one.
 mapfile -t syms < <(nm -g --defined-only "$@" | awk 'NF == 3 && $2 ~ /^[TDBR]$/ {print $3}' | sort -u)

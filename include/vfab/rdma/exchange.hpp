@@ -1,0 +1,44 @@
+// Connection set-up over a TCP side channel, the way rdma-core's ibv_rc_pingpong and
+// ibv_ud_pingpong do it, so that either side can be one of those unmodified tools:
+//
+//   client: connect, send "LLLL:QQQQQQ:PPPPPP:<32 hex digits of the GID>\0", read the server's,
+//           send "done\0";
+//   server: accept one connection, read the client's, connect its own QP (the callback), send
+//           its own, read "done\0".
+//
+// The GID travels as its 16 bytes in hex, in order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "vfab/rdma/verbs.hpp"
+#include "vfab/result.hpp"
+
+namespace vfab::rdma {
+
+struct Endpoint {
+    uint16_t lid = 0;   // 0 on RoCE
+    uint32_t qpn = 0;
+    uint32_t psn = 0;
+    Gid gid;
+};
+
+inline constexpr size_t kPingpongMessage = sizeof "0000:000000:000000:00000000000000000000000000000000";
+inline constexpr uint16_t kPingpongPort = 18515;
+
+std::string format_endpoint(const Endpoint& e);                   // kPingpongMessage - 1 characters
+Result<Endpoint> parse_endpoint(const char* msg, size_t len);
+std::string gid_to_string(const Gid& g);                          // as inet_ntop(AF_INET6) writes it
+
+// The client's side: the server's endpoint. `timeout_ms` bounds each step.
+Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, const Endpoint& mine,
+                                    int timeout_ms = 30000);
+// The server's side: waits for one client; `connect(peer)` runs before the server answers (as
+// ibv_rc_pingpong moves its QP to RTR and RTS there); the client's endpoint.
+Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
+                                    const std::function<Result<void>(const Endpoint&)>& connect,
+                                    int timeout_ms = 60000);
+
+}  // namespace vfab::rdma

@@ -1,0 +1,150 @@
+// The TCP side channel of rdma-core's pingpong examples (see exchange.hpp).
+#include "vfab/rdma/exchange.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace vfab::rdma {
+namespace {
+
+class Socket {
+public:
+    explicit Socket(int fd = -1) : fd_(fd) {}
+    Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    ~Socket() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    Socket& operator=(Socket&&) = delete;
+    int get() const { return fd_; }
+
+private:
+    int fd_;
+};
+
+bool wait_fd(int fd, short events, int timeout_ms) {
+    pollfd p{fd, events, 0};
+    return ::poll(&p, 1, timeout_ms) == 1;
+}
+
+Result<void> write_all(int fd, const void* buf, size_t len, int timeout_ms, const char* what) {
+    const char* p = static_cast<const char*>(buf);
+    while (len) {
+        if (!wait_fd(fd, POLLOUT, timeout_ms)) return Error{ETIMEDOUT, str_cat("side channel: sending ", what, " timed out")};
+        const ssize_t n = ::write(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return Error::from_errno(errno, str_cat("side channel: sending ", what));
+        p += n;
+        len -= size_t(n);
+    }
+    return {};
+}
+
+Result<void> read_all(int fd, void* buf, size_t len, int timeout_ms, const char* what) {
+    char* p = static_cast<char*>(buf);
+    while (len) {
+        if (!wait_fd(fd, POLLIN, timeout_ms)) return Error{ETIMEDOUT, str_cat("side channel: waiting for ", what, " timed out")};
+        const ssize_t n = ::read(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) return Error{ECONNRESET, str_cat("side channel: the peer closed the connection before ", what)};
+        if (n < 0) return Error::from_errno(errno, str_cat("side channel: reading ", what));
+        p += n;
+        len -= size_t(n);
+    }
+    return {};
+}
+
+}  // namespace
+
+std::string format_endpoint(const Endpoint& e) {
+    char msg[kPingpongMessage];
+    int n = std::snprintf(msg, sizeof msg, "%04x:%06x:%06x:", e.lid, e.qpn & 0xFFFFFF, e.psn & 0xFFFFFF);
+    for (uint8_t b : e.gid.raw) n += std::snprintf(msg + n, sizeof msg - size_t(n), "%02x", b);
+    return std::string(msg, size_t(n));
+}
+
+Result<Endpoint> parse_endpoint(const char* msg, size_t len) {
+    std::string s(msg, strnlen(msg, len));
+    Endpoint e;
+    unsigned lid = 0, qpn = 0, psn = 0;
+    char gid[33] = {};
+    if (std::sscanf(s.c_str(), "%x:%x:%x:%32s", &lid, &qpn, &psn, gid) != 4 || std::strlen(gid) != 32)
+        return Error{EPROTO, str_cat("side channel: '", s, "' is not LID:QPN:PSN:GID as the pingpong examples send it")};
+    for (int i = 0; i < 16; ++i) {
+        unsigned b = 0;
+        if (std::sscanf(gid + 2 * i, "%2x", &b) != 1) return Error{EPROTO, str_cat("side channel: bad GID in '", s, "'")};
+        e.gid.raw[i] = uint8_t(b);
+    }
+    e.lid = uint16_t(lid);
+    e.qpn = qpn;
+    e.psn = psn;
+    return e;
+}
+
+std::string gid_to_string(const Gid& g) {
+    char buf[INET6_ADDRSTRLEN];
+    ::inet_ntop(AF_INET6, g.raw, buf, sizeof buf);
+    return buf;
+}
+
+Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, const Endpoint& mine, int timeout_ms) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
+        return Error{EHOSTUNREACH, str_cat("side channel: ", host, ": ", gai_strerror(rc))};
+    int fd = -1;
+    for (addrinfo* t = res; t && fd < 0; t = t->ai_next) {
+        fd = ::socket(t->ai_family, t->ai_socktype | SOCK_CLOEXEC, t->ai_protocol);
+        if (fd >= 0 && ::connect(fd, t->ai_addr, t->ai_addrlen) != 0) {
+            ::close(fd);
+            fd = -1;
+        }
+    }
+    ::freeaddrinfo(res);
+    if (fd < 0) return Error{ECONNREFUSED, str_cat("side channel: cannot connect to ", host, ":", port, " — is the server running?")};
+    Socket s(fd);
+    const std::string msg = format_endpoint(mine);
+    if (auto r = write_all(fd, msg.c_str(), kPingpongMessage, timeout_ms, "our address"); !r) return r.take_error();
+    char peer[kPingpongMessage];
+    if (auto r = read_all(fd, peer, sizeof peer, timeout_ms, "the server's address"); !r) return r.take_error();
+    if (auto r = write_all(fd, "done", sizeof "done", timeout_ms, "done"); !r) return r.take_error();
+    return parse_endpoint(peer, sizeof peer);
+}
+
+Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
+                                    const std::function<Result<void>(const Endpoint&)>& connect, int timeout_ms) {
+    Socket ls(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (ls.get() < 0) return Error::from_errno(errno, "side channel: socket");
+    int one = 1, zero = 0;
+    ::setsockopt(ls.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::setsockopt(ls.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(port);
+    a.sin6_addr = in6addr_any;
+    if (::bind(ls.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+        return Error::from_errno(errno, str_cat("side channel: cannot listen on port ", port), "another server may be running");
+    ::listen(ls.get(), 1);
+    if (!wait_fd(ls.get(), POLLIN, timeout_ms)) return Error{ETIMEDOUT, "side channel: no client came"};
+    Socket s(::accept4(ls.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (s.get() < 0) return Error::from_errno(errno, "side channel: accept");
+    char msg[kPingpongMessage];
+    if (auto r = read_all(s.get(), msg, sizeof msg, timeout_ms, "the client's address"); !r) return r.take_error();
+    auto peer = parse_endpoint(msg, sizeof msg);
+    if (!peer) return peer;
+    if (auto r = connect(*peer); !r) return r.take_error();
+    const std::string mine_msg = format_endpoint(mine);
+    if (auto r = write_all(s.get(), mine_msg.c_str(), kPingpongMessage, timeout_ms, "our address"); !r) return r.take_error();
+    char done[sizeof "done"];
+    if (auto r = read_all(s.get(), done, sizeof done, timeout_ms, "done"); !r) return r.take_error();
+    return peer;
+}
+
+}  // namespace vfab::rdma
