@@ -7,6 +7,7 @@
 #   /usr/share/misc/pci.ids     libpci's ID database (vfio-devctl names the devices with it)
 #   /lib/modules/<ver>          (debian flavor) VFIO and NIC driver modules + modules.dep
 #   DPDK's dpdk-testpmd, libraries and PMD plugins, /vfab/bin/dpdk-pps   (--dpdk, lab.d/dpdk.sh)
+#   rdma-core's tools, libibverbs with the rxe provider, iproute2's ip and rdma (debian flavor)
 
 # Kernel modules the guest may load; their dependencies are added from modinfo.
 GUEST_MODULES=(vfio-pci vfio_iommu_type1 e1000e igb igbvf virtio_net virtio_pci
@@ -26,6 +27,31 @@ copy_with_libs() {
         *) install -D -m 0755 "$(readlink -f "$lib")" "$stage/vfab/lib/$(basename "$lib")" ;;
         esac
     done < <(ldd "$file" 2>/dev/null | awk '/=> \// {print $3} /^\t\// {print $1}')
+}
+
+# rdma-core's unmodified tools, for the kernel's soft-RoCE (rdma_rxe) as vfab's RDMA peer
+# (tests/lab/rxe_peer.hpp): ibverbs-utils, perftest, and iproute2's rdma. They go to /usr/bin;
+# iproute2's ip to /usr/sbin (busybox's ip in /bin comes first in PATH: call /usr/sbin/ip).
+# About 5.5 MB on top of what the lab's own binaries bring (libc), gathered in under a second.
+RDMA_TOOLS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong
+            ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat
+            rdma)
+
+# rdma_stage STAGE: the tools above, ip, and libibverbs' rxe provider (the only one: libibverbs
+# loads the providers /etc/libibverbs.d names).
+rdma_stage() {
+    local stage=$1 tool path provider=/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+    for tool in "${RDMA_TOOLS[@]}"; do
+        path=$(command -v "$tool") \
+            || die "initramfs: $tool missing — run scripts/setup (ibverbs-utils, perftest, iproute2)"
+        copy_with_libs "$stage" "$path" "usr/bin/$tool"
+    done
+    [[ -x /usr/sbin/ip || -x /bin/ip ]] || die "initramfs: iproute2's ip missing — run scripts/setup"
+    copy_with_libs "$stage" "$( [[ -x /usr/sbin/ip ]] && echo /usr/sbin/ip || echo /bin/ip)" usr/sbin/ip
+    [[ -f $provider && -f /etc/libibverbs.d/rxe.driver ]] \
+        || die "initramfs: libibverbs' rxe provider missing — run scripts/setup (ibverbs-providers)"
+    copy_with_libs "$stage" "$provider" "${provider#/}"
+    install -D -m 0644 /etc/libibverbs.d/rxe.driver "$stage/etc/libibverbs.d/rxe.driver"
 }
 
 # module_closure MODDIR NAME...: prints the .ko paths (relative to MODDIR) of NAME and its deps.
@@ -76,6 +102,8 @@ initramfs_build() {
         done
         cp "$KERNEL_MODDIR"/modules.builtin* "$KERNEL_MODDIR/modules.order" "$dst/"
         depmod -b "$stage" "$KERNEL_VERSION" || die "initramfs: depmod failed"
+        # Only the debian flavor's kernel has rdma_rxe (the iommufd kernel has no RDMA).
+        rdma_stage "$stage"
     fi
     for bin in "$@"; do
         [[ -f $bin ]] || continue   # reported as missing by the guest, test by test
