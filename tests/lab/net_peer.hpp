@@ -44,6 +44,7 @@ public:
         bool udp_csum_present = false;
         bool nic_csum_ok = false;       // the receiving NIC verified them (wc_ip_csum_ok)
         std::vector<uint8_t> data;
+        std::vector<uint8_t> frame;     // the whole frame as received (no FCS), with keep_frames
     };
     struct Counters {
         uint64_t frames = 0;
@@ -139,6 +140,7 @@ public:
     const std::string& error() const { return error_; }
 
     uint16_t echo_port = 7;   // UDP datagrams to this port are sent back (RFC 862)
+    bool keep_frames = false;  // Datagram::frame: keep each datagram's whole frame (captures)
     Counters counters;
     std::vector<EchoReply> echo_replies;
     std::vector<Datagram> datagrams;   // every UDP datagram to this address
@@ -189,7 +191,8 @@ private:
         if (p.kind == pkt::Kind::icmp) return handle_icmp(p);
         ++counters.udp_received;
         datagrams.push_back({p.src(), p.sport, p.dport, p.checksums_ok(), p.udp_csum_present, nic_csum_ok,
-                             {p.payload.begin(), p.payload.end()}});
+                             {p.payload.begin(), p.payload.end()}, {}});
+        if (keep_frames) datagrams.back().frame.assign(f, f + len);
         if (p.dport != echo_port) return true;
         const pkt::Addr to = p.src();
         const uint16_t sport = p.dport, dport = p.sport;
