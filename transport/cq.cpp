@@ -74,11 +74,14 @@ Result<void> CqImpl::arm(bool solicited_only) {
 
 uint64_t CqImpl::take_events() noexcept {
     PortImpl::Guard g(port_);
+    // Progress first, so that the completions it makes are counted and their notification does
+    // not leave the channel readable for nothing once the caller has polled them. What comes
+    // later is caught by the next arm(), which checks the CQ, the raw CQ and the deadline again.
+    port_.run();
     uint64_t events = 0, drain = 0;
     (void)!::read(event_fd_, &events, sizeof events);
     (void)!::read(port_.timer_fd(), &drain, sizeof drain);
     (void)port_.raw_recv_cq()->take_events();
-    port_.run();
     return events;
 }
 

@@ -374,6 +374,7 @@ Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
         if (qps_[i] && !qps_[i]->destroyed) continue;
         auto qp = std::make_unique<QpImpl>(*this, kFirstQpn + i, a);
         if (auto r = qp->init(); !r) return r.take_error();
+        if (qps_[i]) std::erase(ready_, qps_[i].get());   // a destroyed QP may still be listed
         qps_[i] = std::move(qp);
         return qps_[i].get();
     }

@@ -52,6 +52,15 @@ struct Wire {
     Faults faults;
     std::mt19937 rng{12345};
     uint64_t dropped = 0, duplicated = 0, reordered = 0, corrupted = 0;
+    // Called when a frame is put on the wire toward side 0 / 1: its raw receive CQ's channel
+    // fires when armed, as a device's interrupt would.
+    std::function<void()> on_arrival[2];
+
+    // Arbitrary bytes toward side `to`, past the faults (fuzzing, hand-made frames).
+    void inject(int to, const uint8_t* f, uint32_t len) {
+        in_flight[to].emplace_back(f, f + len);
+        if (on_arrival[to]) on_arrival[to]();
+    }
 
     void send(int to, const uint8_t* f, uint32_t len) {
         std::vector<uint8_t> v(f, f + len);
@@ -75,6 +84,7 @@ struct Wire {
             q.push_back(v);
             ++duplicated;
         }
+        if (on_arrival[to]) on_arrival[to]();
     }
 };
 
@@ -172,6 +182,9 @@ public:
         qp_ = std::make_unique<FakeQp>(*this, s, r);
         FakeQp* qp = qp_.get();
         r->before_poll = [qp] { qp->deliver(); };
+        wire_.on_arrival[side_] = [r] {
+            if (r->armed) r->notify();
+        };
         return qp;
     }
     Result<void> configure_rss(const RssConfig&) override { return Error{ENOTSUP, "no"}; }
