@@ -1,0 +1,264 @@
+// UD queue pairs between two ports on a fake wire: SEND and SEND_WITH_IMM through address
+// handles land after the 40-byte GRH (20 zero bytes, then the IPv4 header), with the sender's
+// QP number; Q_Keys are checked (and the controlled ones replaced by the QP's own); what does
+// not fit the MTU is refused locally; a destination that never answers ARP fails the WR.
+#include <cstring>
+
+#include "../../transport/engine.hpp"
+#include "rdma_connect.hpp"
+
+namespace vfab::rdma::test {
+namespace {
+
+constexpr uint32_t kQkey = 0x11111111;
+
+class UdTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ma.assign(1 << 16, 0);
+        mb.assign(1 << 16, 0);
+        a = make_side(*pair.a, QpType::ud, ma);
+        b = make_side(*pair.b, QpType::ud, mb);
+        bring_up(a, kQkey);
+        bring_up(b, kQkey);
+        AhAttr ah;
+        ah.dgid = pair.b->gid();
+        ah_b = *pair.a->create_ah(ah);
+    }
+    static void bring_up(Side& s, uint32_t qkey) {
+        QpAttr x;
+        x.qp_state = QpState::init;
+        x.qkey = qkey;
+        ASSERT_TRUE(s.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
+        x.qp_state = QpState::rtr;
+        ASSERT_TRUE(s.qp->modify(x, attr_state));
+        x.qp_state = QpState::rts;
+        x.sq_psn = 0x42;
+        ASSERT_TRUE(s.qp->modify(x, attr_state | attr_sq_psn));
+    }
+    Sge sge_a(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(ma.data() + off), len, a.mr.lkey}; }
+    Sge sge_b(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(mb.data() + off), len, b.mr.lkey}; }
+    void post_recv_b(uint64_t id, uint64_t off, uint32_t len) {
+        Sge s = sge_b(off, len);
+        RecvWr r{id, &s, 1, 0};
+        ASSERT_TRUE(b.qp->post_recv(std::span(&r, 1)));
+    }
+    SendWr ud_wr(WrOpcode op, uint64_t id, const Sge* s, uint32_t remote_qkey = kQkey) {
+        SendWr w = wr_of(op, id, s);
+        w.ah = ah_b;
+        w.remote_qpn = b.qp->qp_num();
+        w.remote_qkey = remote_qkey;
+        return w;
+    }
+    void fill_a(uint64_t off, uint32_t len, uint8_t seed) {
+        for (uint32_t i = 0; i < len; ++i) ma[off + i] = uint8_t(seed + i * 5);
+    }
+    RdmaPair pair;
+    std::vector<uint8_t> ma, mb;
+    Side a, b;
+    AddressHandle* ah_b = nullptr;
+};
+
+TEST_F(UdTest, SendLandsAfterTheGrh) {
+    for (uint32_t len : {0u, 1u, 3u, 100u, 1023u, 1024u}) {
+        SCOPED_TRACE(len);
+        fill_a(0, len, uint8_t(len));
+        std::fill(mb.begin(), mb.begin() + 4096, 0xEE);
+        post_recv_b(len, 0, 2048);
+        Sge s = sge_a(0, len);
+        SendWr w = ud_wr(WrOpcode::send, 500 + len, &s);
+        ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+        auto rx = wait_wc(b, a, 1);
+        ASSERT_EQ(rx.size(), 1u);
+        EXPECT_EQ(rx[0].status, WcStatus::success) << to_string(rx[0].status);
+        EXPECT_EQ(rx[0].opcode, WcOpcode::recv);
+        EXPECT_EQ(rx[0].wr_id, len);
+        EXPECT_EQ(rx[0].byte_len, 40 + len);
+        EXPECT_EQ(rx[0].src_qp, a.qp->qp_num());
+        EXPECT_EQ(rx[0].qp_num, b.qp->qp_num());
+        EXPECT_EQ(rx[0].wc_flags, uint32_t(wc_grh));
+        // The GRH: 20 zero bytes, then the IPv4 header as it came.
+        for (int i = 0; i < 20; ++i) EXPECT_EQ(mb[i], 0) << i;
+        const uint8_t* ip = mb.data() + 20;
+        EXPECT_EQ(ip[0], 0x45);
+        EXPECT_EQ(ip[9], wire::kIpProtoUdp);
+        EXPECT_EQ(wire::load16(ip + 2), wire::kIpv4Header + wire::kUdpHeader + wire::kBth + wire::kDeth + len +
+                                            ((4 - len % 4) % 4) + wire::kIcrc);
+        EXPECT_EQ(wire::load32(ip + 12), 0x0a000001u);
+        EXPECT_EQ(wire::load32(ip + 16), 0x0a000002u);
+        EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + len, mb.begin() + 40));
+        EXPECT_EQ(mb[40 + len], 0xEE) << "nothing past the datagram";
+        auto tx = wait_wc(a, b, 1);
+        ASSERT_EQ(tx.size(), 1u);
+        EXPECT_EQ(tx[0].status, WcStatus::success);
+        EXPECT_EQ(tx[0].wr_id, 500 + len);
+        EXPECT_EQ(tx[0].opcode, WcOpcode::send);
+    }
+}
+
+TEST_F(UdTest, SendWithImmediateAndAScatteredGrh) {
+    fill_a(0, 300, 3);
+    // The GRH spans two SGEs, the payload two more.
+    Sge rs[4] = {sge_b(0, 16), sge_b(100, 30), sge_b(200, 200), sge_b(1000, 100)};
+    RecvWr r{7, rs, 4, 0};
+    ASSERT_TRUE(b.qp->post_recv(std::span(&r, 1)));
+    Sge s = sge_a(0, 300);
+    SendWr w = ud_wr(WrOpcode::send_with_imm, 8, &s);
+    w.imm_data = 0x44332211;
+    w.send_flags |= wr_solicited;
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto rx = wait_wc(b, a, 1);
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].byte_len, 340u);
+    EXPECT_EQ(rx[0].wc_flags, uint32_t(wc_grh | wc_with_imm));
+    EXPECT_EQ(rx[0].imm_data, 0x44332211u);
+    EXPECT_EQ(rx[0].src_qp, a.qp->qp_num());
+    std::vector<uint8_t> got(340);
+    std::memcpy(&got[0], &mb[0], 16);
+    std::memcpy(&got[16], &mb[100], 30);
+    std::memcpy(&got[46], &mb[200], 200);
+    std::memcpy(&got[246], &mb[1000], 94);
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(got[i], 0) << i;
+    EXPECT_EQ(got[20], 0x45);
+    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 300, got.begin() + 40));
+}
+
+TEST_F(UdTest, WrongQkeyIsDropped) {
+    post_recv_b(1, 0, 2048);
+    fill_a(0, 64, 1);
+    Sge s = sge_a(0, 64);
+    SendWr w = ud_wr(WrOpcode::send, 1, &s, 0x22222222);
+    const uint64_t dropped = pair.b->stats().rx_dropped;
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto tx = wait_wc(a, b, 1);
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::success) << "UD: the sender never knows";
+    EXPECT_TRUE(wait_wc(b, a, 1, std::chrono::milliseconds(20)).empty());
+    EXPECT_EQ(pair.b->stats().rx_dropped, dropped + 1);
+    // The receive is still there for the right Q_Key.
+    w = ud_wr(WrOpcode::send, 2, &s);
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto rx = wait_wc(b, a, 1);
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].wr_id, 1u);
+    EXPECT_EQ(rx[0].byte_len, 104u);
+}
+
+TEST_F(UdTest, ControlledQkeyUsesTheQpsOwn) {
+    post_recv_b(1, 0, 2048);
+    Sge s = sge_a(0, 32);
+    // The high bit set: the WR's Q_Key is not used, the sender QP's (kQkey) is.
+    SendWr w = ud_wr(WrOpcode::send, 1, &s, 0x80000000u | 0x1234);
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto rx = wait_wc(b, a, 1);
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].status, WcStatus::success);
+    // A sender whose own Q_Key differs: its controlled sends are dropped.
+    std::vector<uint8_t> mc(4096);
+    Side c = make_side(*pair.a, QpType::ud, mc);
+    bring_up(c, 0x33333333);
+    post_recv_b(2, 0, 2048);
+    Sge sc{reinterpret_cast<uint64_t>(mc.data()), 32, c.mr.lkey};
+    SendWr wc_ = wr_of(WrOpcode::send, 2, &sc);
+    wc_.ah = ah_b;
+    wc_.remote_qpn = b.qp->qp_num();
+    wc_.remote_qkey = 0x80000000u | kQkey;
+    ASSERT_TRUE(c.qp->post_send(std::span(&wc_, 1)));
+    EXPECT_TRUE(wait_wc(b, c, 1, std::chrono::milliseconds(20)).empty());
+}
+
+TEST_F(UdTest, DatagramLargerThanTheMtuIsRefusedLocally) {
+    post_recv_b(1, 0, 4096);
+    Sge s = sge_a(0, 1025);
+    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    const uint64_t tx_frames = pair.a->stats().tx_frames;
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto tx = wait_wc(a, b, 1);
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::loc_len_err) << to_string(tx[0].status);
+    EXPECT_EQ(pair.a->stats().tx_frames, tx_frames) << "nothing went on the wire";
+    EXPECT_TRUE(wait_wc(b, a, 1, std::chrono::milliseconds(10)).empty());
+}
+
+TEST_F(UdTest, ReceiveTooSmallForGrhAndPayload) {
+    post_recv_b(1, 0, 40 + 99);
+    Sge s = sge_a(0, 100);
+    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto rx = wait_wc(b, a, 1);
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].status, WcStatus::loc_len_err);
+    EXPECT_EQ(rx[0].wr_id, 1u);
+}
+
+TEST_F(UdTest, NoReceivePostedDropsTheDatagram) {
+    Sge s = sge_a(0, 10);
+    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    ASSERT_EQ(wait_wc(a, b, 1).size(), 1u);
+    b.port->progress();
+    post_recv_b(5, 0, 2048);
+    EXPECT_TRUE(wait_wc(b, a, 1, std::chrono::milliseconds(20)).empty()) << "not kept for a later receive";
+}
+
+TEST_F(UdTest, RcOperationsAreRefusedOnUd) {
+    Sge s = sge_a(0, 8);
+    for (WrOpcode op : {WrOpcode::rdma_write, WrOpcode::rdma_write_with_imm, WrOpcode::rdma_read,
+                        WrOpcode::atomic_cmp_and_swp, WrOpcode::atomic_fetch_and_add, WrOpcode::send_with_inv}) {
+        SendWr w = ud_wr(op, 1, &s);
+        EXPECT_EQ(a.qp->post_send(std::span(&w, 1)).error, EINVAL) << int(op);
+    }
+    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    w.ah = nullptr;
+    EXPECT_EQ(a.qp->post_send(std::span(&w, 1)).error, EINVAL) << "UD needs an address handle";
+}
+
+TEST_F(UdTest, DestinationThatNeverAnswersArpFailsTheWr) {
+    AhAttr nobody;
+    nobody.dgid = Gid::from_ipv4(0x0a000063);   // 10.0.0.99: no port has it
+    AddressHandle* ah = *pair.a->create_ah(nobody);
+    Sge s = sge_a(0, 10);
+    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    w.ah = ah;
+    SendWr after = ud_wr(WrOpcode::send, 2, &s);   // to b, behind it
+    SendWr both[2] = {w, after};
+    post_recv_b(9, 0, 2048);
+    ASSERT_TRUE(a.qp->post_send(both));
+    auto tx = wait_wc(a, b, 2, std::chrono::seconds(3));
+    ASSERT_EQ(tx.size(), 2u);
+    EXPECT_EQ(tx[0].wr_id, 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::retry_exc_err) << to_string(tx[0].status);
+    EXPECT_EQ(tx[0].vendor_err, detail::kVendorErrArpUnresolved);
+    EXPECT_EQ(tx[1].wr_id, 2u);
+    EXPECT_EQ(tx[1].status, WcStatus::success) << "a UD QP stays usable";
+    EXPECT_EQ(wait_wc(b, a, 1).size(), 1u);
+    EXPECT_GE(pair.a->stats().arp_requests, 4u);
+}
+
+TEST_F(UdTest, OneSenderToTwoQueuePairs) {
+    std::vector<uint8_t> mc(4096);
+    Side c = make_side(*pair.b, QpType::ud, mc);
+    bring_up(c, kQkey);
+    Sge rc{reinterpret_cast<uint64_t>(mc.data()), 2048, c.mr.lkey};
+    RecvWr r{1, &rc, 1, 0};
+    ASSERT_TRUE(c.qp->post_recv(std::span(&r, 1)));
+    post_recv_b(2, 0, 2048);
+    fill_a(0, 20, 9);
+    Sge s = sge_a(0, 20);
+    SendWr w[2] = {ud_wr(WrOpcode::send, 1, &s), ud_wr(WrOpcode::send, 2, &s)};
+    w[0].remote_qpn = c.qp->qp_num();
+    ASSERT_TRUE(a.qp->post_send(w));
+    auto rx = wait_wc(b, a, 1);   // b and c share the port, not the CQ
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].wr_id, 2u);
+    auto rxc = wait_wc(c, a, 1);
+    ASSERT_EQ(rxc.size(), 1u);
+    EXPECT_EQ(rxc[0].wr_id, 1u);
+    EXPECT_EQ(rxc[0].byte_len, 60u);
+    EXPECT_EQ(rxc[0].src_qp, a.qp->qp_num());
+    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 20, mc.begin() + 40));
+}
+
+}  // namespace
+}  // namespace vfab::rdma::test
