@@ -64,35 +64,48 @@ Result<void> PortImpl::init() {
     if (active_mtu_ == 0)
         return Error{EINVAL, str_cat("RDMA port: the device's MTU (", a.mtu, ") cannot carry 256-byte RoCE packets")};
 
+    // The raw queue pair first: its queues may hold fewer WRs than asked for (a virtqueue
+    // needs a descriptor more per WR); the buffers follow what it took.
+    uint32_t rx = cfg_.rx_buffers, tx = cfg_.tx_buffers;
+    if (a.max_qp_wr) rx = std::min(rx, a.max_qp_wr), tx = std::min(tx, a.max_qp_wr);
+    // Two raw CQs where the device has them, so that taking back send buffers never meets a
+    // received frame (one that does is put aside for the next poll_raw()).
+    auto rcq = dev_.create_cq(a.max_cq >= 2 ? rx : rx + tx);
+    if (!rcq) return Error{rcq.error().code, "RDMA port: " + rcq.error().message};
+    raw_rcq_ = raw_scq_ = *rcq;
+    if (a.max_cq >= 2) {
+        auto scq = dev_.create_cq(tx);
+        if (!scq) return Error{scq.error().code, "RDMA port: " + scq.error().message};
+        raw_scq_ = *scq;
+    }
+    for (;;) {
+        vfab::QpInitAttr qa;
+        qa.send_cq = raw_scq_;
+        qa.recv_cq = raw_rcq_;
+        qa.caps = {tx, rx, 1, 1};
+        qa.sq_sig_all = true;
+        auto qp = dev_.create_qp(qa);
+        if (qp) {
+            raw_qp_ = *qp;
+            break;
+        }
+        if (rx <= 8 || tx <= 8) return Error{qp.error().code, "RDMA port: " + qp.error().message};
+        rx /= 2;
+        tx /= 2;
+    }
+    cfg_.rx_buffers = rx;
+    cfg_.tx_buffers = tx;
+    deferred_rx_.reserve(rx + tx);
+
     const uint32_t frame = std::max<uint32_t>(a.recv_buffer_size, a.mtu + kEthHeader);
     slot_size_ = (frame + 63) & ~63u;
-    const uint32_t slots = cfg_.rx_buffers + cfg_.tx_buffers;
+    const uint32_t slots = rx + tx;
     auto arena = dev_.pd().create_arena(size_t(slot_size_) * slots);
     if (!arena) return Error{arena.error().code, "RDMA port: buffers: " + arena.error().message};
     buffers_ = static_cast<uint8_t*>((*arena)->data());
     auto mr = dev_.pd().register_memory(buffers_, uint64_t(slot_size_) * slots, dma::Access::local_write);
     if (!mr) return Error{mr.error().code, "RDMA port: buffers: " + mr.error().message};
     mr_ = *mr;
-
-    // Two raw CQs where the device has them, so that taking back send buffers never meets a
-    // received frame (one that does is put aside for the next poll_raw()).
-    auto rcq = dev_.create_cq(a.max_cq >= 2 ? cfg_.rx_buffers : slots);
-    if (!rcq) return Error{rcq.error().code, "RDMA port: " + rcq.error().message};
-    raw_rcq_ = raw_scq_ = *rcq;
-    if (a.max_cq >= 2) {
-        auto scq = dev_.create_cq(cfg_.tx_buffers);
-        if (!scq) return Error{scq.error().code, "RDMA port: " + scq.error().message};
-        raw_scq_ = *scq;
-    }
-    deferred_rx_.reserve(cfg_.rx_buffers);
-    vfab::QpInitAttr qa;
-    qa.send_cq = raw_scq_;
-    qa.recv_cq = raw_rcq_;
-    qa.caps = {cfg_.tx_buffers, cfg_.rx_buffers, 1, 1};
-    qa.sq_sig_all = true;
-    auto qp = dev_.create_qp(qa);
-    if (!qp) return Error{qp.error().code, "RDMA port: " + qp.error().message};
-    raw_qp_ = *qp;
 
     timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (timer_fd_ < 0) return Error::from_errno(errno, "RDMA port: timerfd_create");

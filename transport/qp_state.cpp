@@ -238,6 +238,10 @@ void QpImpl::on_packet(const Packet& p) noexcept {
     }
     if (p.info.has(has_deth)) return;   // a UD opcode to an RC queue pair
     if (p.src_ip != peer_ip_) return;   // RC: only the connected peer (as rxe checks the GIDs)
+    if (!peer_known_) {   // its ARP answer may still be on its way: answer where the request came from
+        std::memcpy(peer_mac_, p.src_mac, 6);
+        peer_known_ = true;
+    }
     if (p.info.has(is_request)) on_request(p);
     else on_response(p);
 }
