@@ -65,6 +65,8 @@ void QpImpl::retire() noexcept {
     }
     if (sq_head_ == before) return;
     retries_left_ = attr_.retry_cnt;   // progress: a fresh count for what is still outstanding
+    rnr_left_ = attr_.rnr_retry;       // (both are per message, IB spec 9.7.5.2.8 and 9.7.6.1.3)
+    retry_started_ = false;
     const bool partial = sq_next_ != sq_tail_ && sq_[sq_next_ & sq_mask_].started;
     if (sq_head_ == sq_next_ && !partial) retry_deadline_ = 0;
     else arm_retry(now_ns());
@@ -93,7 +95,7 @@ bool QpImpl::complete_through(uint32_t psn) noexcept {
         if (w.done) continue;
         if (waits_for_response(w.wr.opcode)) {
             if (psn_diff(psn, w.first_psn) >= 0) {
-                retry_from(psn_add(w.first_psn, w.read_pkts), true);
+                retry_on_response(psn_add(w.first_psn, w.read_pkts));
                 return true;
             }
             break;
@@ -103,6 +105,16 @@ bool QpImpl::complete_through(uint32_t psn) noexcept {
     }
     retire();
     return false;
+}
+
+// A retry a response calls for (NAK, implied NAK, a gap in read responses): one at a time.
+// Until a WR completes, the responses still arriving from before it call for the same again,
+// each of which would send everything again and earn yet more of them (as rxe's started_retry);
+// a response lost meanwhile is left to the timer.
+void QpImpl::retry_on_response(uint32_t psn) noexcept {
+    if (retry_started_) return;
+    retry_started_ = true;
+    retry_from(psn, true);
 }
 
 // Go back to `psn` and send everything from there again.
@@ -182,7 +194,7 @@ void QpImpl::on_aeth(const Packet& p) noexcept {
         return;
     case aeth::kNak:
         if (complete_through(before)) return;
-        if (syn == aeth::kNakPsnSeqError) retry_from(p.psn, true);
+        if (syn == aeth::kNakPsnSeqError) retry_on_response(p.psn);
         else fail_head(nak_status(syn), syn);
         return;
     default: return;   // reserved
@@ -198,7 +210,7 @@ void QpImpl::on_read_response(const Packet& p) noexcept {
         if (x.done) continue;
         if (x.wr.opcode == WrOpcode::rdma_read) { w = &x; break; }
         if (waits_for_response(x.wr.opcode)) {   // an atomic before: its answer was lost
-            retry_from(x.first_psn, true);
+            retry_on_response(x.first_psn);
             return;
         }
         if (psn_diff(p.psn, psn_add(x.first_psn, x.npkts - 1)) <= 0) return;
@@ -210,7 +222,7 @@ void QpImpl::on_read_response(const Packet& p) noexcept {
     }
     const uint32_t expected = psn_add(w->first_psn, w->read_pkts);
     if (p.psn != expected) {
-        if (psn_diff(p.psn, expected) > 0) retry_from(expected, true);
+        if (psn_diff(p.psn, expected) > 0) retry_on_response(expected);
         return;
     }
     const bool last = p.info.has(is_last);
@@ -233,7 +245,7 @@ void QpImpl::on_atomic_ack(const Packet& p) noexcept {
         if (x.done) continue;
         if (waits_for_response(x.wr.opcode)) {
             if (x.wr.opcode == WrOpcode::rdma_read || x.first_psn != p.psn) {
-                if (psn_diff(p.psn, x.first_psn) > 0) retry_from(psn_add(x.first_psn, x.read_pkts), true);
+                if (psn_diff(p.psn, x.first_psn) > 0) retry_on_response(psn_add(x.first_psn, x.read_pkts));
                 return;
             }
             const uint64_t orig = p.atomic_orig;   // the requester's memory holds it in host order

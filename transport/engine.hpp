@@ -154,6 +154,7 @@ private:
     void on_atomic_ack(const Packet& p) noexcept;
     bool complete_through(uint32_t psn) noexcept;
     void retry_from(uint32_t psn, bool count) noexcept;
+    void retry_on_response(uint32_t psn) noexcept;
     void fail_head(WcStatus st, uint32_t vendor_err) noexcept;
     void retire() noexcept;
     void complete_send(const SendWqe& w) noexcept;
@@ -199,6 +200,7 @@ private:
     uint64_t rnr_deadline_ = 0;   // 0: not waiting for an RNR timer
     uint32_t rnr_psn_ = 0;
     uint8_t retries_left_ = 7, rnr_left_ = 7;
+    bool retry_started_ = false;  // a retry a response called for is under way (retry_on_response)
     bool waiting_arp_ = false;
 
     // Responder.

@@ -134,7 +134,7 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
         sq_head_ = sq_next_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
         rd_atomic_ = pkts_unacked_ = 0;
         retry_deadline_ = rnr_deadline_ = 0;
-        in_send_ = in_write_ = nak_seq_sent_ = ack_pending_ = peer_known_ = waiting_arp_ = false;
+        in_send_ = in_write_ = nak_seq_sent_ = ack_pending_ = peer_known_ = waiting_arp_ = retry_started_ = false;
         for (auto& r : res_) r = Resource{};
         state_ = QpState::reset;
         return {};

@@ -45,7 +45,7 @@ inline Side make_side(rdma::Port& port, rdma::QpType type, std::vector<uint8_t>&
 
 // INIT -> RTR -> RTS towards `peer`, as ibv_rc_pingpong does.
 inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn, uint32_t mtu = 3,
-                       uint8_t timeout = 8, uint8_t retry = 7) {
+                       uint8_t timeout = 8, uint8_t retry = 7, uint8_t rnr_retry = 7) {
     QpAttr a;
     a.qp_state = QpState::init;
     a.qp_access_flags = kAllRemote;
@@ -64,7 +64,7 @@ inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t pee
     a.sq_psn = my_psn;
     a.timeout = timeout;
     a.retry_cnt = retry;
-    a.rnr_retry = 7;
+    a.rnr_retry = rnr_retry;
     a.max_rd_atomic = 4;
     r = me.qp->modify(a, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
                              attr_max_qp_rd_atomic);

@@ -1,0 +1,449 @@
+// RC over a wire that drops, duplicates, reorders and corrupts frames: thousands of operations
+// of every kind complete exactly once, in order, successfully and with the right data, and every
+// receive once with the right bytes; then the ways an RC QP gives up (retry_cnt, rnr_retry, ARP)
+// end in error completions, never in a hang.
+//
+// VFAB_RDMA_LOSS_OPS sets the operations of the main run (default 10000, all four faults at 5%,
+// path MTU 1024); the other runs do a fraction of it (a quarter; an eighth or a sixteenth at MTU 256, where a
+// 64 KiB message is 256 packets), to stay within seconds under ASan.
+#include <cstdlib>
+#include <deque>
+#include <random>
+
+#include "../../transport/engine.hpp"
+#include "rdma_connect.hpp"
+
+namespace vfab::rdma::test {
+namespace {
+
+using vfab::test::Faults;
+
+uint64_t loss_ops() {
+    const char* e = std::getenv("VFAB_RDMA_LOSS_OPS");
+    return e && *e ? std::strtoull(e, nullptr, 10) : 10000;
+}
+
+// Both sides' memory: what each is as requester and as responder.
+constexpr uint32_t kSlot = 64 * 1024;        // the largest message
+constexpr uint32_t kWindow = 16;             // operations outstanding per flow
+constexpr uint32_t kRecvSlots = 16;          // receives posted ahead
+constexpr uint64_t kSrc = 0;                 // 128 KiB of random bytes: SEND/WRITE source, READ target
+constexpr uint64_t kRecv = 2 * kSlot;        // receive buffers
+constexpr uint64_t kWrite = kRecv + uint64_t(kRecvSlots) * kSlot;    // WRITE targets
+constexpr uint64_t kRead = kWrite + uint64_t(kWindow) * kSlot;       // READ destinations
+constexpr uint64_t kAtomicRes = kRead + uint64_t(kWindow) * kSlot;   // atomics' original values
+constexpr uint64_t kCounter = kAtomicRes + 8 * kWindow;              // FETCH_ADD's word
+constexpr uint64_t kCasWord = kCounter + 8;                          // CMP_SWAP's word
+constexpr uint64_t kMemSize = kCasWord + 8;
+
+// One direction of traffic: `req` posts, `resp` serves and receives.
+class Flow {
+public:
+    Flow(Side& req, Side& resp, uint64_t total, uint32_t seed) : req_(req), resp_(resp), total_(total), rng_(seed) {}
+
+    void post_some() {
+        while (recv_posted_ - recv_done_ < kRecvSlots) {
+            Sge s = sge(resp_, kRecv + (recv_posted_ % kRecvSlots) * kSlot, kSlot);
+            RecvWr r{recv_posted_, &s, 1, 0};
+            ASSERT_TRUE(resp_.qp->post_recv(std::span(&r, 1)));
+            ++recv_posted_;
+        }
+        while (posted_ < total_ && posted_ - done_ < kWindow) post_one();
+    }
+
+    void on_send_wc(const Wc& wc) {
+        ASSERT_FALSE(outstanding_.empty()) << "a completion nobody waits for: wr_id " << wc.wr_id;
+        const Op op = outstanding_.front();
+        outstanding_.pop_front();
+        ASSERT_EQ(wc.wr_id, op.id) << "completions in posting order";
+        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status) << " op " << op.id << " opcode " << int(op.opcode);
+        ASSERT_EQ(wc.qp_num, req_.qp->qp_num());
+        const uint8_t* rq = req_.mem->data();
+        const uint8_t* rs = resp_.mem->data();
+        switch (op.opcode) {
+        case WrOpcode::send:
+        case WrOpcode::send_with_imm: ASSERT_EQ(wc.opcode, WcOpcode::send); break;
+        case WrOpcode::rdma_write:
+        case WrOpcode::rdma_write_with_imm:
+            ASSERT_EQ(wc.opcode, WcOpcode::rdma_write);
+            ASSERT_EQ(std::memcmp(rs + kWrite + op.slot * kSlot, rq + kSrc + op.off, op.len), 0)
+                << "WRITE " << op.id << " of " << op.len;
+            break;
+        case WrOpcode::rdma_read:
+            ASSERT_EQ(wc.opcode, WcOpcode::rdma_read);
+            ASSERT_EQ(std::memcmp(rq + kRead + op.slot * kSlot, rs + kSrc + op.off, op.len), 0)
+                << "READ " << op.id << " of " << op.len;
+            break;
+        case WrOpcode::atomic_fetch_and_add:
+        case WrOpcode::atomic_cmp_and_swp: {
+            ASSERT_EQ(wc.opcode, op.opcode == WrOpcode::atomic_fetch_and_add ? WcOpcode::fetch_add : WcOpcode::comp_swap);
+            uint64_t orig;
+            std::memcpy(&orig, rq + kAtomicRes + op.slot * 8, 8);
+            ASSERT_EQ(orig, op.expect) << "atomic " << op.id;
+            break;
+        }
+        default: FAIL();
+        }
+        ++done_;
+    }
+
+    void on_recv_wc(const Wc& wc) {
+        ASSERT_EQ(wc.wr_id, recv_done_) << "receives complete in posting order";
+        ASSERT_FALSE(recv_expect_.empty()) << "a receive completed with no message for it";
+        const Op op = recv_expect_.front();
+        recv_expect_.pop_front();
+        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+        ASSERT_EQ(wc.qp_num, resp_.qp->qp_num());
+        ASSERT_EQ(wc.byte_len, op.len) << "message " << op.id;
+        const bool write = op.opcode == WrOpcode::rdma_write_with_imm;
+        ASSERT_EQ(wc.opcode, write ? WcOpcode::recv_rdma_with_imm : WcOpcode::recv);
+        if (op.opcode == WrOpcode::send) {
+            ASSERT_EQ(wc.wc_flags, 0u);
+        } else {
+            ASSERT_EQ(wc.wc_flags, uint32_t(wc_with_imm));
+            ASSERT_EQ(wc.imm_data, op.imm);
+        }
+        if (!write) {
+            ASSERT_EQ(std::memcmp(resp_.mem->data() + kRecv + (wc.wr_id % kRecvSlots) * kSlot,
+                                  req_.mem->data() + kSrc + op.off, op.len),
+                      0)
+                << "SEND " << op.id << " of " << op.len;
+        }
+        ++recv_done_;
+    }
+
+    bool finished() const { return done_ == total_ && recv_expect_.empty(); }
+    // After the run: the words every atomic went through.
+    void check_atomics() const {
+        uint64_t counter, cas;
+        std::memcpy(&counter, resp_.mem->data() + kCounter, 8);
+        std::memcpy(&cas, resp_.mem->data() + kCasWord, 8);
+        EXPECT_EQ(counter, fetch_adds_) << "each FETCH_ADD ran exactly once";
+        EXPECT_EQ(cas, cas_value_) << "the CMP_SWAP chain";
+    }
+    uint64_t done() const { return done_; }
+    uint64_t receives() const { return recv_done_; }
+    uint64_t counts[7] = {};
+
+private:
+    struct Op {
+        uint64_t id;
+        WrOpcode opcode;
+        uint32_t len, off, slot, imm;
+        uint64_t expect;
+    };
+    static Sge sge(Side& s, uint64_t off, uint32_t len) {
+        return {reinterpret_cast<uint64_t>(s.mem->data() + off), len, s.mr.lkey};
+    }
+    uint32_t pick_len() {
+        const uint32_t r = rng_() % 100;
+        if (r < 10) return 0;
+        if (r < 45) return 1 + rng_() % 64;
+        if (r < 80) return 65 + rng_() % 1500;
+        if (r < 96) return 1500 + rng_() % 8192;
+        return 8192 + rng_() % (kSlot - 8192 + 1);
+    }
+    void post_one() {
+        static constexpr WrOpcode kOps[7] = {WrOpcode::send, WrOpcode::send_with_imm, WrOpcode::rdma_write,
+                                             WrOpcode::rdma_write_with_imm, WrOpcode::rdma_read,
+                                             WrOpcode::atomic_cmp_and_swp, WrOpcode::atomic_fetch_and_add};
+        const uint32_t k = rng_() % 7;
+        Op op{posted_, kOps[k], 0, 0, uint32_t(posted_ % kWindow), 0, 0};
+        ++counts[k];
+        Sge s{};
+        SendWr w = wr_of(op.opcode, op.id, &s);
+        switch (op.opcode) {
+        case WrOpcode::send:
+        case WrOpcode::send_with_imm:
+        case WrOpcode::rdma_write:
+        case WrOpcode::rdma_write_with_imm:
+        case WrOpcode::rdma_read:
+            op.len = pick_len();
+            op.off = rng_() % (2 * kSlot - op.len + 1);
+            break;
+        default: op.len = 8; break;
+        }
+        switch (op.opcode) {
+        case WrOpcode::send_with_imm:
+        case WrOpcode::rdma_write_with_imm:
+            op.imm = uint32_t(rng_());
+            w.imm_data = op.imm;
+            [[fallthrough]];
+        case WrOpcode::send:
+            s = sge(req_, kSrc + op.off, op.len);
+            if (op.opcode != WrOpcode::rdma_write_with_imm) {
+                recv_expect_.push_back(op);
+                break;
+            }
+            [[fallthrough]];
+        case WrOpcode::rdma_write:
+            s = sge(req_, kSrc + op.off, op.len);
+            w.remote_addr = reinterpret_cast<uint64_t>(resp_.mem->data() + kWrite + op.slot * kSlot);
+            w.rkey = resp_.mr.rkey;
+            if (op.opcode == WrOpcode::rdma_write_with_imm) recv_expect_.push_back(op);
+            break;
+        case WrOpcode::rdma_read:
+            s = sge(req_, kRead + op.slot * kSlot, op.len);
+            w.remote_addr = reinterpret_cast<uint64_t>(resp_.mem->data() + kSrc + op.off);
+            w.rkey = resp_.mr.rkey;
+            break;
+        case WrOpcode::atomic_fetch_and_add:
+            s = sge(req_, kAtomicRes + op.slot * 8, 8);
+            w.remote_addr = reinterpret_cast<uint64_t>(resp_.mem->data() + kCounter);
+            w.rkey = resp_.mr.rkey;
+            w.compare_add = 1;
+            op.expect = fetch_adds_++;
+            break;
+        case WrOpcode::atomic_cmp_and_swp:
+            s = sge(req_, kAtomicRes + op.slot * 8, 8);
+            w.remote_addr = reinterpret_cast<uint64_t>(resp_.mem->data() + kCasWord);
+            w.rkey = resp_.mr.rkey;
+            op.expect = cas_value_;
+            if (rng_() % 8 == 0) {   // one that must fail: the word stays
+                w.compare_add = cas_value_ + 1000;
+                w.swap = 0xDEAD;
+            } else {
+                w.compare_add = cas_value_;
+                w.swap = ++cas_value_;
+            }
+            break;
+        default: break;
+        }
+        std::memset(req_.mem->data() + kAtomicRes + op.slot * 8, 0xFF, 8);
+        outstanding_.push_back(op);
+        const PostResult r = req_.qp->post_send(std::span(&w, 1));
+        ASSERT_TRUE(r) << "post_send: " << r.error;
+        ++posted_;
+    }
+
+    Side& req_;
+    Side& resp_;
+    const uint64_t total_;
+    std::mt19937 rng_;
+    uint64_t posted_ = 0, done_ = 0;
+    uint64_t recv_posted_ = 0, recv_done_ = 0;
+    uint64_t fetch_adds_ = 0, cas_value_ = 0;
+    std::deque<Op> outstanding_, recv_expect_;
+};
+
+struct LossCase {
+    const char* name;
+    Faults faults;
+    uint32_t path_mtu;     // enum ibv_mtu
+    uint32_t ops_divisor;  // of loss_ops()
+    bool both_ways;
+};
+
+class LossTest : public ::testing::TestWithParam<LossCase> {};
+
+TEST_P(LossTest, EveryOperationOnceInOrderWithItsData) {
+    const LossCase& c = GetParam();
+    RdmaPair pair;
+    std::vector<uint8_t> ma(kMemSize), mb(kMemSize);
+    std::mt19937 fill(7);
+    for (uint64_t i = 0; i < 2 * kSlot; ++i) {
+        ma[kSrc + i] = uint8_t(fill());
+        mb[kSrc + i] = uint8_t(fill());
+    }
+    Side a = make_side(*pair.a, QpType::rc, ma);
+    Side b = make_side(*pair.b, QpType::rc, mb);
+    connect_rc(a, b, 0xFFFF00, 0x000100, c.path_mtu, /*timeout=*/6);   // 262 us; PSNs that wrap
+    connect_rc(b, a, 0x000100, 0xFFFF00, c.path_mtu, 6);
+    pair.wire.faults = c.faults;
+
+    const uint64_t n = std::max<uint64_t>(loss_ops() / c.ops_divisor, 1);
+    Flow ab(a, b, n, 1), ba(b, a, c.both_ways ? n : 0, 2);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    Wc wc[64];
+    auto dispatch = [&](Side& s, Flow& as_req, Flow& as_resp) {
+        const int k = s.cq->poll(wc);
+        ASSERT_GE(k, 0);
+        for (int i = 0; i < k; ++i) {
+            if (wc[i].opcode == WcOpcode::recv || wc[i].opcode == WcOpcode::recv_rdma_with_imm) as_resp.on_recv_wc(wc[i]);
+            else as_req.on_send_wc(wc[i]);
+            if (::testing::Test::HasFatalFailure()) return;
+        }
+    };
+    while (!(ab.finished() && ba.finished())) {
+        ASSERT_LT(std::chrono::steady_clock::now(), end)
+            << "stuck: a->b " << ab.done() << "/" << n << ", b->a " << ba.done() << ", a state "
+            << to_string(a.qp->state()) << ", b state " << to_string(b.qp->state());
+        ab.post_some();
+        ba.post_some();
+        ASSERT_NO_FATAL_FAILURE(dispatch(a, ab, ba));
+        ASSERT_NO_FATAL_FAILURE(dispatch(b, ba, ab));
+    }
+    // Nothing completes a second time, however long the ports keep running.
+    pair.wire.faults = {};
+    for (int i = 0; i < 200; ++i) {
+        EXPECT_EQ(a.cq->poll(wc), 0);
+        EXPECT_EQ(b.cq->poll(wc), 0);
+    }
+    ab.check_atomics();
+    ba.check_atomics();
+    EXPECT_EQ(a.qp->state(), QpState::rts);
+    EXPECT_EQ(b.qp->state(), QpState::rts);
+    for (int k = 0; k < 7; ++k) EXPECT_GT(ab.counts[k], n / 20) << "every kind of operation, kind " << k;
+    const auto& w = pair.wire;
+    if (c.faults.drop) { EXPECT_GT(w.dropped, 0u); }
+    if (c.faults.duplicate) { EXPECT_GT(w.duplicated, 0u); }
+    if (c.faults.reorder) { EXPECT_GT(w.reordered, 0u); }
+    if (c.faults.corrupt) { EXPECT_GT(pair.a->stats().rx_icrc_errors + pair.b->stats().rx_icrc_errors, 0u); }
+    RecordProperty("retransmits", int(pair.a->stats().retransmits + pair.b->stats().retransmits));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, LossTest,
+    ::testing::Values(LossCase{"all5pct_mtu1024", {5, 5, 5, 5}, 3, 1, false},
+                      LossCase{"all5pct_mtu256", {5, 5, 5, 5}, 1, 8, false},
+                      LossCase{"all5pct_both_ways", {5, 5, 5, 5}, 3, 4, true},
+                      LossCase{"drop_mtu1024", {10, 0, 0, 0}, 3, 4, false},
+                      LossCase{"drop_mtu256", {10, 0, 0, 0}, 1, 16, false},
+                      LossCase{"duplicate_mtu1024", {0, 10, 0, 0}, 3, 4, false},
+                      LossCase{"duplicate_mtu256", {0, 10, 0, 0}, 1, 16, false},
+                      LossCase{"reorder_mtu1024", {0, 0, 10, 0}, 3, 4, false},
+                      LossCase{"reorder_mtu256", {0, 0, 10, 0}, 1, 16, false},
+                      LossCase{"corrupt_mtu1024", {0, 0, 0, 10}, 3, 4, false},
+                      LossCase{"corrupt_mtu256", {0, 0, 0, 10}, 1, 16, false}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// ---- giving up ---------------------------------------------------------------------------------------
+
+class GiveUpTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ma.assign(1 << 16, 0);
+        mb.assign(1 << 16, 0);
+        a = make_side(*pair.a, QpType::rc, ma);
+        b = make_side(*pair.b, QpType::rc, mb);
+    }
+    // a's retry_cnt and rnr_retry as given; both sides' ARP done by one exchange.
+    void connect(uint8_t retry_cnt, uint8_t rnr_retry) {
+        connect_rc(a, b, 100, 200, 3, /*timeout=*/4, retry_cnt, rnr_retry);   // 65 us
+        connect_rc(b, a, 200, 100, 3, 4);
+        Sge s = sge_a(0, 4);
+        SendWr w = wr_of(WrOpcode::rdma_write, 999, &s);
+        w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
+        w.rkey = b.mr.rkey;
+        ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+        auto tx = wait_wc(a, b, 1);
+        ASSERT_EQ(tx.size(), 1u);
+        ASSERT_EQ(tx[0].status, WcStatus::success);
+    }
+    Sge sge_a(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(ma.data() + off), len, a.mr.lkey}; }
+    void post_sends(uint64_t first_id, int n, WrOpcode op = WrOpcode::send) {
+        for (int i = 0; i < n; ++i) {
+            Sge s = sge_a(0, 100);
+            SendWr w = wr_of(op, first_id + i, &s);
+            w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
+            w.rkey = b.mr.rkey;
+            ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+        }
+    }
+    void expect_first_fails_rest_flushed(const std::vector<Wc>& tx, WcStatus first, uint32_t vendor_err = 0) {
+        ASSERT_FALSE(tx.empty());
+        EXPECT_EQ(tx[0].status, first) << to_string(tx[0].status);
+        if (vendor_err) { EXPECT_EQ(tx[0].vendor_err, vendor_err); }
+        for (size_t i = 1; i < tx.size(); ++i) {
+            EXPECT_EQ(tx[i].status, WcStatus::wr_flush_err) << i;
+            EXPECT_EQ(tx[i].wr_id, tx[0].wr_id + i);
+        }
+        EXPECT_EQ(a.qp->state(), QpState::error);
+    }
+    // A port's drop hook that drops nothing and counts the RNR NAKs going by.
+    static bool count_rnr_naks(void* ctx, const uint8_t* f, uint32_t len) {
+        constexpr size_t kBth = wire::kRoceHeadroom;
+        if (len >= kBth + wire::kBth + wire::kAeth && f[kBth] == wire::op::acknowledge &&
+            (f[kBth + wire::kBth] & wire::aeth::kTypeMask) == wire::aeth::kRnrNak)
+            ++*static_cast<uint32_t*>(ctx);
+        return false;
+    }
+    RdmaPair pair;
+    std::vector<uint8_t> ma, mb;
+    Side a, b;
+};
+
+TEST_F(GiveUpTest, RetryCountExhaustedWhenThePeerIsGone) {
+    ASSERT_NO_FATAL_FAILURE(connect(/*retry_cnt=*/3, 7));
+    pair.wire.faults.drop = 100;
+    post_sends(1, 5);
+    const uint64_t before = pair.a->stats().retransmits;
+    auto tx = wait_wc(a, b, 5, std::chrono::seconds(5));
+    ASSERT_EQ(tx.size(), 5u);
+    EXPECT_EQ(tx[0].wr_id, 1u);
+    expect_first_fails_rest_flushed(tx, WcStatus::retry_exc_err);
+    EXPECT_EQ(pair.a->stats().retransmits - before, 3u) << "retry_cnt retransmissions, then the error";
+}
+
+TEST_F(GiveUpTest, RetryCountZeroGivesUpAtTheFirstTimeout) {
+    ASSERT_NO_FATAL_FAILURE(connect(/*retry_cnt=*/0, 7));
+    pair.wire.faults.drop = 100;
+    post_sends(1, 2, WrOpcode::rdma_read);
+    auto tx = wait_wc(a, b, 2, std::chrono::seconds(5));
+    ASSERT_EQ(tx.size(), 2u);
+    expect_first_fails_rest_flushed(tx, WcStatus::retry_exc_err);
+}
+
+TEST_F(GiveUpTest, RnrRetryExhaustedWithNoReceivePosted) {
+    ASSERT_NO_FATAL_FAILURE(connect(7, /*rnr_retry=*/2));
+    uint32_t rnr_naks = 0;
+    pair.a->set_rx_drop_hook(count_rnr_naks, &rnr_naks);
+    post_sends(1, 3);
+    auto tx = wait_wc(a, b, 3, std::chrono::seconds(5));
+    ASSERT_EQ(tx.size(), 3u);
+    expect_first_fails_rest_flushed(tx, WcStatus::rnr_retry_exc_err);
+    EXPECT_EQ(tx[0].vendor_err, uint32_t(wire::aeth::kRnrNak | 1)) << "the RNR NAK's syndrome (timer code 1)";
+    EXPECT_EQ(rnr_naks, 3u) << "the first RNR NAK and rnr_retry more";
+    pair.a->set_rx_drop_hook(nullptr, nullptr);
+}
+
+// The RNR retry count is per message (as the transport retry count): messages that each meet
+// one RNR NAK all succeed with rnr_retry 1.
+TEST_F(GiveUpTest, RnrRetryCountIsPerMessage) {
+    ASSERT_NO_FATAL_FAILURE(connect(7, /*rnr_retry=*/1));
+    uint32_t rnr_naks = 0;
+    pair.a->set_rx_drop_hook(count_rnr_naks, &rnr_naks);
+    for (uint64_t id = 1; id <= 5; ++id) {
+        SCOPED_TRACE(id);
+        post_sends(id, 1);
+        for (int i = 0; i < 100 && rnr_naks < id; ++i) {
+            pair.a->progress();
+            pair.b->progress();
+        }
+        ASSERT_EQ(rnr_naks, id) << "one RNR NAK for each message";
+        Sge r{reinterpret_cast<uint64_t>(mb.data()), 4096, b.mr.lkey};
+        RecvWr rw{id, &r, 1, 0};
+        ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
+        auto tx = wait_wc(a, b, 1);
+        ASSERT_EQ(tx.size(), 1u);
+        EXPECT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
+        auto rx = wait_wc(b, a, 1);
+        ASSERT_EQ(rx.size(), 1u);
+    }
+    pair.a->set_rx_drop_hook(nullptr, nullptr);
+}
+
+TEST_F(GiveUpTest, PeerThatNeverAnswersArp) {
+    QpAttr x;
+    x.qp_state = QpState::init;
+    x.qp_access_flags = kAllRemote;
+    ASSERT_TRUE(a.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_access_flags));
+    x.qp_state = QpState::rtr;
+    x.dest_qp_num = 0x100;
+    x.ah_attr.dgid = Gid::from_ipv4(0x0a000063);   // 10.0.0.99: nobody
+    ASSERT_TRUE(a.qp->modify(x, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
+                                    attr_max_dest_rd_atomic | attr_min_rnr_timer));
+    x.qp_state = QpState::rts;
+    x.timeout = 4;
+    ASSERT_TRUE(a.qp->modify(x, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
+                                    attr_max_qp_rd_atomic));
+    post_sends(1, 3);
+    auto tx = wait_wc(a, b, 3, std::chrono::seconds(5));
+    ASSERT_EQ(tx.size(), 3u);
+    EXPECT_EQ(tx[0].wr_id, 1u);
+    expect_first_fails_rest_flushed(tx, WcStatus::retry_exc_err, detail::kVendorErrArpUnresolved);
+    EXPECT_GE(pair.a->stats().arp_requests, 4u);
+}
+
+}  // namespace
+}  // namespace vfab::rdma::test
