@@ -86,6 +86,23 @@ void QpImpl::fail_head(WcStatus st, uint32_t vendor_err) noexcept {
     to_error();
 }
 
+void QpImpl::acked_through(uint32_t psn) noexcept {
+    uint32_t next = psn_add(psn, 1);
+    // An ACK past a READ or atomic still waiting for its answer does not acknowledge what the
+    // answer has not brought (9.7.5.1.2: it is an implied NAK for it).
+    for (uint32_t i = sq_head_, end = sent_end(); i != end; ++i) {
+        const SendWqe& w = sq_[i & sq_mask_];
+        if (w.done || !waits_for_response(w.wr.opcode)) continue;
+        const uint32_t limit = psn_add(w.first_psn, w.read_pkts);
+        if (psn_diff(next, limit) > 0) next = limit;
+        break;
+    }
+    if (psn_diff(next, una_) > 0) {
+        una_ = next;
+        if (sq_next_ != sq_tail_) ready();   // the send window opened
+    }
+}
+
 // An acknowledgement of every PSN up to `psn`: SENDs and WRITEs that end there complete. A READ
 // or atomic not yet answered that it passes lost its response: sent again (implied NAK,
 // 9.7.5.1.2). True when that happened.
@@ -155,7 +172,10 @@ void QpImpl::on_timer(uint64_t now) noexcept {
             const SendWqe& w = sq_[i & sq_mask_];
             if (!w.started) break;
             if (w.done) continue;
-            retry_from(psn_add(w.first_psn, w.wr.opcode == WrOpcode::rdma_read ? w.read_pkts : 0), true);
+            uint32_t from = psn_add(w.first_psn, w.wr.opcode == WrOpcode::rdma_read ? w.read_pkts : 0);
+            // Within a SEND or WRITE, what was acknowledged stays acknowledged.
+            if (!waits_for_response(w.wr.opcode) && psn_diff(una_, from) > 0 && psn_diff(una_, next_psn_) < 0) from = una_;
+            retry_from(from, true);
             return;
         }
     }
@@ -177,8 +197,12 @@ void QpImpl::on_aeth(const Packet& p) noexcept {
     const uint8_t syn = p.syndrome;
     const uint32_t before = psn_add(p.psn, kPsnMask);   // p.psn - 1
     switch (syn & aeth::kTypeMask) {
-    case aeth::kAck: complete_through(p.psn); return;
+    case aeth::kAck:
+        acked_through(p.psn);
+        complete_through(p.psn);
+        return;
     case aeth::kRnrNak:
+        acked_through(before);
         if (complete_through(before)) return;
         if (attr_.rnr_retry != 7) {
             if (rnr_left_ == 0) {
@@ -193,6 +217,7 @@ void QpImpl::on_aeth(const Packet& p) noexcept {
         port_.note_deadline(rnr_deadline_);
         return;
     case aeth::kNak:
+        acked_through(before);
         if (complete_through(before)) return;
         if (syn == aeth::kNakPsnSeqError) retry_on_response(p.psn);
         else fail_head(nak_status(syn), syn);
@@ -205,7 +230,7 @@ void QpImpl::on_aeth(const Packet& p) noexcept {
 // passes an unanswered atomic, or comes early, means a response was lost: sent again.
 void QpImpl::on_read_response(const Packet& p) noexcept {
     SendWqe* w = nullptr;
-    for (uint32_t i = sq_head_; i != sq_next_; ++i) {
+    for (uint32_t i = sq_head_, end = sent_end(); i != end; ++i) {
         SendWqe& x = sq_[i & sq_mask_];
         if (x.done) continue;
         if (x.wr.opcode == WrOpcode::rdma_read) { w = &x; break; }
@@ -227,20 +252,25 @@ void QpImpl::on_read_response(const Packet& p) noexcept {
     }
     const bool last = p.info.has(is_last);
     const uint32_t offset = w->read_pkts * mtu_;
-    if (p.payload_len > mtu_ || (!last && p.payload_len != mtu_) || offset + p.payload_len > w->length ||
-        (last && offset + p.payload_len != w->length)) {
+    // A READ goes as requests of a window each, and again from a lost response on: the LAST of
+    // an earlier request may come where the current one goes on. Every response but the one
+    // ending the WR carries exactly the MTU.
+    const uint32_t end = offset + p.payload_len;
+    if (p.payload_len > mtu_ || (!last && p.payload_len != mtu_) || end > w->length ||
+        (p.payload_len != mtu_ && end != w->length)) {
         fail_head(WcStatus::bad_resp_err, 0);
         return;
     }
     copy_to_segments(&sq_segs_[w->seg0], w->nseg, offset, p.payload, p.payload_len);
+    acked_through(p.psn);
     ++w->read_pkts;
-    if (last) w->done = true;
+    if (end == w->length && (last || w->length == 0)) w->done = true;
     else arm_retry(now_ns());
     retire();
 }
 
 void QpImpl::on_atomic_ack(const Packet& p) noexcept {
-    for (uint32_t i = sq_head_; i != sq_next_; ++i) {
+    for (uint32_t i = sq_head_, end = sent_end(); i != end; ++i) {
         SendWqe& x = sq_[i & sq_mask_];
         if (x.done) continue;
         if (waits_for_response(x.wr.opcode)) {
@@ -250,6 +280,7 @@ void QpImpl::on_atomic_ack(const Packet& p) noexcept {
             }
             const uint64_t orig = p.atomic_orig;   // the requester's memory holds it in host order
             copy_to_segments(&sq_segs_[x.seg0], x.nseg, 0, reinterpret_cast<const uint8_t*>(&orig), 8);
+            acked_through(p.psn);
             x.done = true;
             break;
         }

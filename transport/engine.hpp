@@ -21,6 +21,9 @@ uint64_t now_ns() noexcept;
 inline constexpr uint32_t kVendorErrArpUnresolved = 0x10001;
 inline constexpr uint32_t kFirstQpn = 0x100;   // QP numbers: kFirstQpn + index in the port's table
 inline constexpr uint32_t kAckReqInterval = 32; // AckReq at least every this many packets of a message
+// Packets sent and not yet acknowledged, at most: a burst the peer's receive ring can take
+// (rxe keeps 128 too). Without a bound a 1 MiB message overruns a NIC's ring at every try.
+inline constexpr int32_t kMaxUnackedPsns = 128;
 
 class PortImpl;
 class QpImpl;
@@ -194,6 +197,13 @@ private:
     std::vector<uint8_t> inline_;
     uint32_t sq_mask_ = 0, sq_head_ = 0, sq_next_ = 0, sq_tail_ = 0;
     uint32_t next_psn_ = 0;       // of the next packet to send
+    uint32_t una_ = 0;            // the oldest PSN not acknowledged
+    void acked_through(uint32_t psn) noexcept;   // una_ moves past `psn`
+    // The end of the WRs with packets on the wire: sq_next_, or one past it while the WR there
+    // is part sent (a long READ goes out a window of responses at a time).
+    uint32_t sent_end() const noexcept {
+        return sq_next_ != sq_tail_ && sq_[sq_next_ & sq_mask_].started ? sq_next_ + 1 : sq_next_;
+    }
     uint32_t rd_atomic_ = 0;      // READs and atomics started and not completed
     uint32_t pkts_unacked_ = 0;   // since the last AckReq
     uint64_t retry_deadline_ = 0; // 0: timer off

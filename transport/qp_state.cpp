@@ -150,7 +150,7 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
         }
     }
     if (to == QpState::rts && state_ == QpState::rtr) {
-        next_psn_ = attr_.sq_psn;
+        next_psn_ = una_ = attr_.sq_psn;
         retries_left_ = attr_.retry_cnt;
         rnr_left_ = attr_.rnr_retry;
     }

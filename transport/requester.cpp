@@ -189,6 +189,7 @@ void QpImpl::pump() noexcept {
                           : 1;
             if (rd) ++rd_atomic_;
         }
+        if (psn_diff(next_psn_, una_) >= kMaxUnackedPsns) return;   // an acknowledgement readies us
         if (!send_rc_packet(w)) {
             ready();
             return;
@@ -235,15 +236,18 @@ bool QpImpl::send_rc_packet(SendWqe& w) noexcept {
     h.psn = psn;
     uint32_t payload = 0;
     switch (w.wr.opcode) {
-    case WrOpcode::rdma_read:
+    case WrOpcode::rdma_read: {
+        // A long READ goes as several requests of at most a send window of responses each:
+        // the responder sends them back to back, and a receive ring takes a window, not 1 MiB.
+        const uint32_t chunk = std::min(w.length - offset, uint32_t(kMaxUnackedPsns) * mtu_);
         h.opcode = op::read_request;
         h.va = w.wr.remote_addr + offset;
         h.rkey = w.wr.rkey;
-        h.dma_len = w.length - offset;
+        h.dma_len = chunk;
         h.ack_req = true;
-        w.read_pkts = idx;
-        next_psn_ = psn_add(w.first_psn, w.npkts);
+        next_psn_ = psn_add(psn, std::max<uint32_t>(1, (chunk + mtu_ - 1) / mtu_));
         break;
+    }
     case WrOpcode::atomic_cmp_and_swp:
     case WrOpcode::atomic_fetch_and_add: {
         const bool cas = w.wr.opcode == WrOpcode::atomic_cmp_and_swp;
@@ -268,7 +272,9 @@ bool QpImpl::send_rc_packet(SendWqe& w) noexcept {
         h.imm_be = w.wr.imm_data;
         h.inv_rkey = w.wr.imm_data;   // SEND_WITH_INV: the rkey to invalidate
         h.solicited = last && (w.wr.send_flags & wr_solicited);
-        h.ack_req = last || ++pkts_unacked_ >= kAckReqInterval;
+        // AckReq on a message's last packet, every kAckReqInterval packets, and on the one that
+        // fills the send window (else nothing would ever open it).
+        h.ack_req = last || ++pkts_unacked_ >= kAckReqInterval || psn_diff(psn_add(psn, 1), una_) >= kMaxUnackedPsns;
         if (h.ack_req) pkts_unacked_ = 0;
         next_psn_ = psn_add(psn, 1);
     }
