@@ -165,6 +165,9 @@ private:
         my_.gid = port_->gid();
         std::printf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", my_.lid, my_.qpn, my_.psn,
                     rdma::gid_to_string(my_.gid).c_str());
+        // The peer resolves our address when it connects, while we wait on the TCP exchange: a
+        // progress thread answers its ARP meanwhile (rxe gives up after a second).
+        if (auto r = port_->start_progress_thread(-1); !r) return fail(r.error().message);
         Result<rdma::Endpoint> peer = rdma::Endpoint{};
         if (!a_.server.empty()) {
             peer = rdma::exchange_as_client(a_.server, a_.port, my_);
@@ -174,6 +177,7 @@ private:
                 return {};
             });
         }
+        port_->stop_progress_thread();
         if (!peer) return fail(peer.error().message);
         std::printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", peer->lid, peer->qpn, peer->psn,
                     rdma::gid_to_string(peer->gid).c_str());

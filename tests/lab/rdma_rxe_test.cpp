@@ -1,0 +1,283 @@
+// vfab's RDMA transport against the Linux kernel's own RoCEv2 (rdma_rxe), which no one here
+// wrote: vfab drives 0000:00:02.0 through VFIO as 10.77.0.1; the kernel's e1000e has
+// 0000:00:03.0 as 10.77.0.2 with rxe0 on it (RxePeer); the two NICs share QEMU's hub 0.
+//   - rdma-core's unmodified ibv_rc_pingpong / ibv_ud_pingpong against vfab's examples
+//     (examples/rc_pingpong, ud_pingpong), vfab as server and as client;
+//   - rxe_verbs_peer (the system's libibverbs on rxe0) running WRITE, READ, FETCH_ADD and
+//     CMP_SWAP against vfab's memory, and vfab running them against rxe's, checked byte by
+//     byte; a wrong rkey from either side ends in a remote access error and writes nothing.
+// The pingpong tools' TCP side channel runs over 127.0.0.1 in the guest; RoCE goes over the wire.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "../unit/rdma_connect.hpp"
+#include "lab_env.hpp"
+#include "rxe_peer.hpp"
+#include "vfab/rdma/exchange.hpp"
+
+namespace vfab::rdma::test {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace vfab::lab;
+
+constexpr const char* kVfabNic = "0000:00:02.0";
+constexpr const char* kVfabIp = "10.77.0.1";
+constexpr uint32_t kVfabIpv4 = 0x0a4d0001;
+constexpr uint16_t kVerbsPort = 18600;
+
+class RdmaRxe : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        if (!in_lab() || flavor() != "debian") return;
+        peer_ = new RxePeer();
+        error_ = peer_->start();
+    }
+    static void TearDownTestSuite() {
+        if (peer_) {
+            const std::string e = peer_->stop();
+            EXPECT_TRUE(e.empty()) << e;
+        }
+        delete peer_;
+        peer_ = nullptr;
+    }
+    void SetUp() override {
+        if (!in_lab()) GTEST_SKIP() << "needs the lab (scripts/lab)";
+        if (flavor() != "debian") GTEST_SKIP() << "the kernel's rxe is in the debian lab kernel only";
+        ASSERT_TRUE(error_.empty()) << error_;
+    }
+    static std::vector<std::string> vfab_tool(const char* name, std::vector<std::string> extra) {
+        std::vector<std::string> a = {std::string("/vfab/bin/") + name, "-d", kVfabNic, "--ip", kVfabIp};
+        a.insert(a.end(), extra.begin(), extra.end());
+        return a;
+    }
+    static void expect_pair(const PairOutcome& r, const std::string& iters_line) {
+        EXPECT_EQ(r.server.rc, 0) << "server: " << r.server.summary();
+        EXPECT_EQ(r.client.rc, 0) << "client: " << r.client.summary();
+        EXPECT_NE(r.server.out.find(iters_line), std::string::npos) << r.server.summary();
+        EXPECT_NE(r.client.out.find(iters_line), std::string::npos) << r.client.summary();
+    }
+    static RxePeer* peer_;
+    static std::string error_;
+};
+RxePeer* RdmaRxe::peer_ = nullptr;
+std::string RdmaRxe::error_;
+
+TEST_F(RdmaRxe, RcPingpongVfabServerRxeClient) {
+    for (const char* size : {"1", "4096", "20000"}) {
+        SCOPED_TRACE(size);
+        auto r = run_server_client(vfab_tool("rc_pingpong", {"-n", "100", "-s", size}),
+                                   {"ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-s", size, "127.0.0.1"}, 120s);
+        expect_pair(r, "100 iters in");
+    }
+}
+
+TEST_F(RdmaRxe, RcPingpongRxeServerVfabClient) {
+    for (const char* size : {"1", "4096", "20000"}) {
+        SCOPED_TRACE(size);
+        auto r = run_server_client({"ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-s", size},
+                                   vfab_tool("rc_pingpong", {"-n", "100", "-s", size, "127.0.0.1"}), 120s);
+        expect_pair(r, "100 iters in");
+    }
+}
+
+TEST_F(RdmaRxe, UdPingpongBothWays) {
+    auto r = run_server_client(vfab_tool("ud_pingpong", {"-n", "100", "-s", "1000"}),
+                               {"ibv_ud_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-s", "1000", "127.0.0.1"}, 120s);
+    expect_pair(r, "100 iters in");
+    r = run_server_client({"ibv_ud_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-s", "1000"},
+                          vfab_tool("ud_pingpong", {"-n", "100", "-s", "1000", "127.0.0.1"}), 120s);
+    expect_pair(r, "100 iters in");
+}
+
+// ---- one-sided operations with rxe_verbs_peer ----------------------------------------------------
+
+struct Remote {
+    uint32_t qpn = 0, psn = 0, rkey = 0, len = 0;
+    uint64_t addr = 0;
+    Gid gid;
+};
+
+// A vfab RC queue pair on 00:02.0 connected to rxe_verbs_peer's over its TCP line exchange.
+class VerbsPeerTest : public RdmaRxe {
+protected:
+    void connect_to_peer(const char* mode) {
+        helper_ = std::make_unique<Child>(std::vector<std::string>{"/vfab/bin/rxe_verbs_peer", mode, std::to_string(kVerbsPort)});
+        ASSERT_TRUE(wait_for([] { return tcp_listening(kVerbsPort); }, 20s)) << helper_->wait(0ms).summary();
+        auto dev = vfab::Device::open(kVfabNic);
+        ASSERT_TRUE(dev) << dev.error().message;
+        dev_ = std::move(*dev);
+        PortConfig pc;
+        pc.ipv4 = kVfabIpv4;
+        auto port = Port::create(*dev_, pc);
+        ASSERT_TRUE(port) << port.error().message;
+        port_ = std::move(*port);
+        mem_.assign(1 << 20, 0);
+        me_ = make_side(*port_, QpType::rc, mem_);
+        // rxe resolves 10.77.0.1 when it connects (modify to RTR), within a second, while this
+        // thread waits on the TCP exchange: the progress thread answers ARP meanwhile.
+        ASSERT_TRUE(port_->start_progress_thread(-1));
+        fd_ = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        sockaddr_in sa = inet(pkt::ipv4(127, 0, 0, 1), kVerbsPort);
+        ASSERT_EQ(::connect(fd_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+        const std::string line = read_line_fd();
+        char gid[33] = {};
+        ASSERT_EQ(std::sscanf(line.c_str(), "%x %x %32s %x %lx %x", &remote_.qpn, &remote_.psn, gid, &remote_.rkey,
+                              &remote_.addr, &remote_.len),
+                  6)
+            << line;
+        for (int i = 0; i < 16; ++i) {
+            unsigned b;
+            std::sscanf(gid + 2 * i, "%2x", &b);
+            remote_.gid.raw[i] = uint8_t(b);
+        }
+        char mine[200];
+        int n = std::snprintf(mine, sizeof mine, "%x %x ", me_.qp->qp_num(), 0x13579bu);
+        for (uint8_t b : port_->gid().raw) n += std::snprintf(mine + n, sizeof mine - size_t(n), "%02x", b);
+        std::snprintf(mine + n, sizeof mine - size_t(n), " %x %lx %x\n", me_.mr.rkey,
+                      reinterpret_cast<unsigned long>(mem_.data()), uint32_t(mem_.size()));
+        ASSERT_EQ(::write(fd_.get(), mine, std::strlen(mine)), ssize_t(std::strlen(mine)));
+        QpAttr a;
+        a.qp_state = QpState::init;
+        a.qp_access_flags = kAllRemote;
+        ASSERT_TRUE(me_.qp->modify(a, attr_state | attr_pkey_index | attr_port | attr_access_flags));
+        a.qp_state = QpState::rtr;
+        a.path_mtu = 3;
+        a.dest_qp_num = remote_.qpn;
+        a.rq_psn = remote_.psn;
+        a.max_dest_rd_atomic = 4;
+        a.min_rnr_timer = 12;
+        a.ah_attr.dgid = remote_.gid;
+        ASSERT_TRUE(me_.qp->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
+                                          attr_max_dest_rd_atomic | attr_min_rnr_timer));
+        a.qp_state = QpState::rts;
+        a.sq_psn = 0x13579b;
+        a.timeout = 16;
+        a.max_rd_atomic = 4;
+        ASSERT_TRUE(me_.qp->modify(a, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
+                                          attr_max_qp_rd_atomic));
+        ASSERT_EQ(read_line_fd(), "ready");
+        port_->stop_progress_thread();
+    }
+    void TearDown() override {
+        if (port_) port_->stop_progress_thread();
+        fd_ = Fd();
+        if (helper_) {
+            const Outcome o = helper_->wait(30s);
+            if (HasFailure()) std::printf("rxe_verbs_peer: %s\n", o.summary().c_str());
+        }
+        port_.reset();
+        dev_.reset();
+    }
+    std::string read_line_fd() {
+        std::string s;
+        char c;
+        pollfd p{fd_.get(), POLLIN, 0};
+        while (::poll(&p, 1, 60000) == 1 && ::read(fd_.get(), &c, 1) == 1 && c != '\n') s += c;
+        return s;
+    }
+    // Runs the port until one completion.
+    Wc complete_one() {
+        Wc wc{};
+        wc.status = WcStatus::general_err;
+        wc.vendor_err = 0xdead;
+        const auto end = std::chrono::steady_clock::now() + 60s;
+        while (std::chrono::steady_clock::now() < end)
+            if (me_.cq->poll(std::span(&wc, 1)) == 1) break;
+        return wc;
+    }
+    Wc post(WrOpcode op, uint64_t local_off, uint32_t len, uint64_t remote_off, uint64_t cmp_add = 0, uint64_t swap = 0,
+            uint32_t rkey_xor = 0) {
+        Sge s{reinterpret_cast<uint64_t>(mem_.data() + local_off), len, me_.mr.lkey};
+        SendWr w = wr_of(op, 1, &s);
+        w.remote_addr = remote_.addr + remote_off;
+        w.rkey = remote_.rkey ^ rkey_xor;
+        w.compare_add = cmp_add;
+        w.swap = swap;
+        EXPECT_TRUE(me_.qp->post_send(std::span(&w, 1)));
+        return complete_one();
+    }
+    std::vector<uint8_t> dump(uint64_t off, uint64_t len) {
+        const std::string cmd = str_cat("dump ", std::hex, off, " ", len, "\n");
+        EXPECT_EQ(::write(fd_.get(), cmd.data(), cmd.size()), ssize_t(cmd.size()));
+        const std::string hex = read_line_fd();
+        std::vector<uint8_t> out;
+        for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(uint8_t(std::stoul(hex.substr(i, 2), nullptr, 16)));
+        return out;
+    }
+    std::unique_ptr<Child> helper_;
+    std::unique_ptr<vfab::Device> dev_;
+    std::unique_ptr<Port> port_;
+    std::vector<uint8_t> mem_;
+    Side me_;
+    Remote remote_;
+    Fd fd_;
+};
+
+uint8_t peer_byte(size_t i) { return uint8_t(i * 7 + 3); }   // rxe_verbs_peer's buffer
+uint8_t pattern(size_t i, unsigned seed) { return uint8_t(i * 13 + seed + (i >> 10)); }
+
+TEST_F(VerbsPeerTest, RxeWritesReadsAndUpdatesVfabMemory) {
+    ASSERT_NO_FATAL_FAILURE(connect_to_peer("initiator"));
+    // vfab is the passive target: the application posts and polls nothing; the opt-in
+    // progress thread serves the peer.
+    ASSERT_TRUE(port_->start_progress_thread(-1));
+    const Outcome o = helper_->wait(120s);
+    port_->stop_progress_thread();
+    EXPECT_EQ(o.rc, 0) << o.summary();
+    EXPECT_EQ(o.out.find("FAIL"), std::string::npos) << o.out;
+    for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(mem_[i], pattern(i, 1)) << i;
+    for (size_t i = 0; i < 100000; ++i) ASSERT_EQ(mem_[16384 + i], pattern(i, 2)) << i;
+    uint64_t counter;
+    std::memcpy(&counter, mem_.data() + 512 * 1024, 8);
+    EXPECT_EQ(counter, 0xabcdef0123456789ull);
+    // Nothing else written: the wrong-rkey WRITE aimed at 600000.
+    EXPECT_TRUE(std::all_of(mem_.begin() + 4096, mem_.begin() + 16384, [](uint8_t b) { return b == 0; }));
+    EXPECT_TRUE(std::all_of(mem_.begin() + 116384, mem_.begin() + 512 * 1024, [](uint8_t b) { return b == 0; }));
+    EXPECT_TRUE(std::all_of(mem_.begin() + 512 * 1024 + 8, mem_.end(), [](uint8_t b) { return b == 0; }));
+}
+
+TEST_F(VerbsPeerTest, VfabWritesReadsAndUpdatesRxeMemory) {
+    ASSERT_NO_FATAL_FAILURE(connect_to_peer("target"));
+    for (size_t i = 0; i < 4096; ++i) mem_[i] = pattern(i, 5);
+    Wc wc = post(WrOpcode::rdma_write, 0, 4096, 0);
+    EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+    for (size_t i = 0; i < 50000; ++i) mem_[8192 + i] = pattern(i, 6);
+    wc = post(WrOpcode::rdma_write, 8192, 50000, 100000);
+    EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+    wc = post(WrOpcode::rdma_read, 200000, 150000, 60000);
+    ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+    for (size_t i = 0; i < 150000; ++i) {
+        const size_t r = 60000 + i;
+        const uint8_t want = r >= 100000 && r < 150000 ? pattern(r - 100000, 6) : peer_byte(r);
+        ASSERT_EQ(mem_[200000 + i], want) << "byte " << r << " of rxe's buffer";
+    }
+    for (uint64_t k = 0; k < 10; ++k) {
+        wc = post(WrOpcode::atomic_fetch_and_add, 400000, 8, 512 * 1024, 5);
+        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+        uint64_t before;
+        std::memcpy(&before, mem_.data() + 400000, 8);
+        EXPECT_EQ(before, 5 * k);
+    }
+    wc = post(WrOpcode::atomic_cmp_and_swp, 400000, 8, 512 * 1024, 50, 0x1122334455667788ull);
+    EXPECT_EQ(wc.status, WcStatus::success);
+    // A wrong rkey: rxe refuses it, vfab's WR ends in a remote access error.
+    wc = post(WrOpcode::rdma_write, 0, 64, 700000, 0, 0, 0x100);
+    EXPECT_EQ(wc.status, WcStatus::rem_access_err) << to_string(wc.status);
+
+    const auto head = dump(0, 4096);
+    ASSERT_EQ(head.size(), 4096u);
+    for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(head[i], pattern(i, 5)) << i;
+    const auto counter = dump(512 * 1024, 8);
+    uint64_t c = 0;
+    std::memcpy(&c, counter.data(), 8);
+    EXPECT_EQ(c, 0x1122334455667788ull);
+    const auto untouched = dump(700000, 64);
+    ASSERT_EQ(untouched.size(), 64u);
+    for (size_t i = 0; i < 64; ++i) EXPECT_EQ(untouched[i], peer_byte(700000 + i)) << i;
+    ASSERT_EQ(::write(fd_.get(), "quit\n", 5), 5);
+}
+
+}  // namespace
+}  // namespace vfab::rdma::test
