@@ -190,6 +190,10 @@ void QpImpl::pump() noexcept {
             if (rd) ++rd_atomic_;
         }
         if (psn_diff(next_psn_, una_) >= kMaxUnackedPsns) return;   // an acknowledgement readies us
+        // A READ asks for its next part once every response of the last part is in: the responder
+        // keeps one resource per request, max_dest_rd_atomic of them, and two parts of one READ
+        // with atomics behind would push out the first part's, which its lost responses need.
+        if (w.wr.opcode == WrOpcode::rdma_read && psn_diff(next_psn_, psn_add(w.first_psn, w.read_pkts)) > 0) return;
         if (!send_rc_packet(w)) {
             ready();
             return;
