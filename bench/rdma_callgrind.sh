@@ -1,0 +1,52 @@
+#!/bin/sh
+# Instructions per message of vfab's RDMA transport (RC WRITE and SEND, 64 B, 1 KiB, 4 KiB,
+# path MTU 1024), counted by callgrind in bench/rdma_fastpath: two ports over two fake raw
+# devices wired in memory (tests/unit/rdma_fake_link.hpp). Collected inside the bench's
+# counted_* calls into the transport only, with the fake devices' own functions (their queue
+# pair's post_send / post_recv and their CQs' poll, which copy frames over the wire model)
+# toggled off again, so the figure is requester + completer + responder, nothing of the model.
+#   bench/rdma_callgrind.sh [BUILD_DIR] [MESSAGES]      (build/release, 10000)
+# Two shapes each: one message at a time (window 1, each signalled) and a window of 32 with
+# a completion every 8.
+set -eu
+build=${1:-build/release}
+messages=${2:-10000}
+exe=$build/bench/rdma_fastpath
+[ -x "$exe" ] || { echo "no $exe: cmake --build --preset release --target rdma_fastpath" >&2; exit 1; }
+command -v valgrind >/dev/null || { echo "valgrind is missing: scripts/setup installs it" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# inclusive FILE PATTERN: the inclusive Ir of the functions whose name matches PATTERN (summed).
+inclusive() {
+    callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+        awk -v p="$2" '$0 ~ p { gsub(",", "", $1); s += $1 } END { print s + 0 }'
+}
+exclusive() {
+    callgrind_annotate --inclusive=no --threshold=100 "$1" 2>/dev/null |
+        awk -v p="$2" '$0 ~ p { gsub(",", "", $1); s += $1 } END { print s + 0 }'
+}
+printf '%-5s %6s %-10s %8s | %9s %9s %9s | %7s %7s\n' op size shape "Ir/msg" post_send req_poll responder icrc memcpy
+for op in write send; do
+    for size in 64 1024 4096; do
+        for shape in "1 1" "32 8"; do
+            # shellcheck disable=SC2086 # $shape is two words: WINDOW SIGNAL
+            set -- $shape
+            out=$tmp/cg.$op.$size.$1
+            valgrind --tool=callgrind --callgrind-out-file="$out" \
+                --toggle-collect='counted_*' --toggle-collect='*FakeQp::post_send*' \
+                --toggle-collect='*FakeQp::post_recv*' --toggle-collect='*FakeCq::poll*' \
+                "$exe" "$op" "$size" "$messages" "$1" "$2" >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
+            total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
+            post=$(inclusive "$out" 'counted_post_send')
+            rpoll=$(inclusive "$out" 'counted_requester_poll')
+            resp=$(inclusive "$out" 'counted_responder_')
+            icrc=$(exclusive "$out" 'Crc32::update|icrc_begin_ipv4|icrc_ipv4')
+            copy=$(exclusive "$out" '__memcpy|__memmove')
+            printf '%-5s %6s %-10s %8d | %9d %9d %9d | %7d %7d\n' "$op" "$size" "w$1/s$2" $((total / messages)) \
+                $((post / messages)) $((rpoll / messages)) $((resp / messages)) $((icrc / messages)) $((copy / messages))
+        done
+    done
+done
+echo "Ir/msg = post_send + req_poll + responder (instructions per message, $messages messages after a warm-up);"
+echo "icrc and memcpy: the part of Ir/msg spent computing or checking ICRCs and copying payloads, both sides."
+echo "wN/sK: N messages outstanding at most, a completion every K."

@@ -1,0 +1,232 @@
+// Cost of vfab's RDMA transport per message, without a device: two ports wired to each other
+// through tests/unit/rdma_fake_link.hpp (two fake raw devices that hand each frame over in
+// memory), an RC queue pair on each, one side sending WRITEs or SENDs of one size to the other.
+// bench/rdma_callgrind.sh counts the transport's instructions with callgrind — requester,
+// responder and completer, not the fake devices' own copying — which is the figure to compare;
+// the wall-clock time printed here includes the model and is indicative only.
+//
+//   rdma_fastpath write|send SIZE [MESSAGES] [WINDOW] [SIGNAL]
+//     SIZE bytes a message (path MTU 1024, as in the lab), WINDOW messages outstanding at most,
+//     a completion every SIGNAL messages (and for the last). Defaults: 20000 messages, window 1,
+//     every message signalled.
+//
+// Every call into the transport goes through the counted_* functions below, so that callgrind
+// can collect inside them only (--toggle-collect='*counted_*') and leave out the fake devices'
+// functions called from within (toggled off again by name, see bench/rdma_callgrind.sh):
+//   counted_post_send       the requester as the application's post_send runs it (the first
+//                           packets of the message are built and handed to the raw queue pair)
+//   counted_requester_poll  the requester's CQ poll: its port's progress — ACKs and the
+//                           completer, more packets once the send window opens, completions
+//   counted_responder       the responder's port: requests parsed, checked and executed,
+//                           ACKs sent; for SEND its CQ poll and receives posted again
+// Counters are zeroed after a warm-up of 64 messages (ARP, first touches), so set-up is not counted.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rdma_fake_link.hpp"
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define VFAB_BENCH_ZERO_STATS() CALLGRIND_ZERO_STATS
+#else
+#define VFAB_BENCH_ZERO_STATS() ((void)0)
+#endif
+
+using namespace vfab::rdma;
+namespace dma = vfab::dma;
+using vfab::PostResult;
+
+namespace {
+
+constexpr uint32_t kAllRemote = uint32_t(dma::Access::local_write | dma::Access::remote_write |
+                                         dma::Access::remote_read | dma::Access::remote_atomic);
+
+struct Side {
+    Port* port = nullptr;
+    Cq* cq = nullptr;
+    Qp* qp = nullptr;
+    std::vector<uint8_t> mem;
+    dma::MemoryRegion mr;
+};
+
+[[noreturn]] void die(const std::string& what) {
+    std::fprintf(stderr, "rdma_fastpath: %s\n", what.c_str());
+    std::exit(1);
+}
+
+void make_side(Side& s, Port& port, size_t bytes) {
+    s.port = &port;
+    auto cq = port.create_cq(4096);
+    if (!cq) die(cq.error().message);
+    s.cq = *cq;
+    QpInitAttr ia;
+    ia.qp_type = QpType::rc;
+    ia.send_cq = ia.recv_cq = s.cq;
+    ia.cap.max_send_wr = 1024;
+    ia.cap.max_recv_wr = 1024;
+    auto qp = port.create_qp(ia);
+    if (!qp) die(qp.error().message);
+    s.qp = *qp;
+    s.mem.assign(bytes, 0x5a);
+    auto mr = port.pd().register_memory(s.mem.data(), s.mem.size(), dma::Access(kAllRemote));
+    if (!mr) die(mr.error().message);
+    s.mr = *mr;
+}
+
+// INIT -> RTR -> RTS towards `peer`, as an application does it.
+void connect(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn) {
+    QpAttr a;
+    a.qp_state = QpState::init;
+    a.qp_access_flags = kAllRemote;
+    if (auto r = me.qp->modify(a, attr_state | attr_pkey_index | attr_port | attr_access_flags); !r) die(r.error().message);
+    a.qp_state = QpState::rtr;
+    a.path_mtu = 3;   // 1024
+    a.dest_qp_num = peer.qp->qp_num();
+    a.rq_psn = peer_psn;
+    a.max_dest_rd_atomic = 16;
+    a.min_rnr_timer = 1;
+    a.ah_attr.dgid = peer.port->gid();
+    if (auto r = me.qp->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
+                                      attr_max_dest_rd_atomic | attr_min_rnr_timer);
+        !r)
+        die(r.error().message);
+    a.qp_state = QpState::rts;
+    a.sq_psn = my_psn;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 16;
+    if (auto r = me.qp->modify(a, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
+                                      attr_max_qp_rd_atomic);
+        !r)
+        die(r.error().message);
+}
+
+}  // namespace
+
+// The counted calls (callgrind collects inside these only). Outside the anonymous namespace and
+// never inlined, so that their names survive as they are.
+extern "C" {
+__attribute__((noinline)) PostResult counted_post_send(Qp* qp, const SendWr* wr) { return qp->post_send(std::span(wr, 1)); }
+__attribute__((noinline)) int counted_requester_poll(Cq* cq, Wc* wc, size_t n) { return cq->poll(std::span(wc, n)); }
+__attribute__((noinline)) int counted_responder_poll(Cq* cq, Wc* wc, size_t n) { return cq->poll(std::span(wc, n)); }
+__attribute__((noinline)) int counted_responder_progress(Port* port) { return port->progress(); }
+__attribute__((noinline)) PostResult counted_responder_post_recv(Qp* qp, const RecvWr* wr, size_t n) {
+    return qp->post_recv(std::span(wr, n));
+}
+}
+
+namespace {
+
+struct Run {
+    bool send = false;
+    uint32_t size = 64;
+    uint64_t messages = 20000;
+    uint32_t window = 1, signal = 1;
+};
+
+// Sends `n` messages A -> B; the number completed (n unless something failed).
+uint64_t transfer(const Run& r, Side& a, Side& b, uint64_t n) {
+    Sge s{reinterpret_cast<uint64_t>(a.mem.data()), r.size, a.mr.lkey};
+    SendWr w;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.opcode = r.send ? WrOpcode::send : WrOpcode::rdma_write;
+    w.remote_addr = reinterpret_cast<uint64_t>(b.mem.data());
+    w.rkey = b.mr.rkey;
+    // SEND: receives for a window ahead, posted again as they complete (one call per poll).
+    Sge rs{reinterpret_cast<uint64_t>(b.mem.data()), r.size, b.mr.lkey};
+    std::vector<RecvWr> recvs(1024, RecvWr{0, &rs, 1, 0});
+    uint64_t received = 0;
+    auto repost = [&](size_t k) {
+        if (!counted_responder_post_recv(b.qp, recvs.data(), k)) die("post_recv refused");
+    };
+    if (r.send) repost(std::min<size_t>(recvs.size(), r.window + 64));
+    uint64_t posted = 0, completed = 0;
+    Wc wc[64];
+    uint64_t idle = 0;
+    while (completed < n) {
+        while (posted < n && posted - completed < r.window) {
+            w.wr_id = posted;
+            w.send_flags = (posted + 1) % r.signal == 0 || posted + 1 == n ? uint32_t(wr_signaled) : 0u;
+            if (!counted_post_send(a.qp, &w)) die("post_send refused");
+            ++posted;
+        }
+        int k = counted_requester_poll(a.cq, wc, 64);
+        for (int i = 0; i < k; ++i) {
+            if (wc[i].status != WcStatus::success) die(std::string("completion: ") + to_string(wc[i].status));
+            completed = wc[i].wr_id + 1;
+        }
+        bool work = k > 0;
+        if (r.send) {
+            const int m = counted_responder_poll(b.cq, wc, 64);
+            for (int i = 0; i < m; ++i)
+                if (wc[i].status != WcStatus::success) die(std::string("receive: ") + to_string(wc[i].status));
+            if (m > 0) {
+                received += uint64_t(m);
+                repost(size_t(m));
+                work = true;
+            }
+        } else {
+            work |= counted_responder_progress(b.port) > 0;
+        }
+        idle = work ? 0 : idle + 1;
+        if (idle > 10000000) die("no progress for 10 million rounds");
+    }
+    if (r.send) {   // the last receives complete with (or before) the last ACK: take them
+        for (int spins = 0; received < n && spins < 1000000; ++spins) {
+            const int m = counted_responder_poll(b.cq, wc, 64);
+            if (m > 0) received += uint64_t(m), repost(size_t(m));
+        }
+        if (received != n) die("receives missing");
+    }
+    return completed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 3) {
+        std::fprintf(stderr, "usage: rdma_fastpath write|send SIZE [MESSAGES] [WINDOW] [SIGNAL]\n");
+        return 2;
+    }
+    Run r;
+    const std::string op = argv[1];
+    if (op != "write" && op != "send") {
+        std::fprintf(stderr, "rdma_fastpath: the operation is write or send\n");
+        return 2;
+    }
+    r.send = op == "send";
+    r.size = uint32_t(std::atoi(argv[2]));
+    if (argc > 3) r.messages = uint64_t(std::atoll(argv[3]));
+    if (argc > 4) r.window = uint32_t(std::atoi(argv[4]));
+    if (argc > 5) r.signal = uint32_t(std::atoi(argv[5]));
+    if (r.size == 0 || r.size > (1u << 20) || r.messages == 0 || r.window == 0 || r.window > 512 || r.signal == 0 ||
+        r.signal > r.window) {
+        std::fprintf(stderr, "rdma_fastpath: SIZE 1..1 MiB, MESSAGES > 0, WINDOW 1..512, SIGNAL 1..WINDOW\n");
+        return 2;
+    }
+    vfab::test::RdmaPair pair(1500);   // a 1500-byte link: path MTU 1024, as the lab's NICs and rxe
+    Side a, b;
+    make_side(a, *pair.a, std::max<size_t>(r.size, 4096));
+    make_side(b, *pair.b, std::max<size_t>(r.size, 4096));
+    connect(a, b, 100, 200);
+    connect(b, a, 200, 100);
+
+    transfer(r, a, b, 64);   // warm-up: ARP both ways, first touches
+    VFAB_BENCH_ZERO_STATS();
+    const auto t0 = std::chrono::steady_clock::now();
+    transfer(r, a, b, r.messages);
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    const PortStats sa = a.port->stats(), sb = b.port->stats();
+    if (sa.retransmits || sb.retransmits) die("retransmissions on a lossless wire");
+    std::printf("rdma_fastpath %s size=%u messages=%llu window=%u signal=%u: %.0f ns/message incl. the model, "
+                "frames a->b %llu b->a %llu\n",
+                op.c_str(), r.size, (unsigned long long)r.messages, r.window, r.signal, ns / double(r.messages),
+                (unsigned long long)sa.tx_frames, (unsigned long long)sb.tx_frames);
+    return 0;
+}
