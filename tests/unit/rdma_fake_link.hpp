@@ -224,7 +224,7 @@ inline void FakeQp::deliver() {
         const Posted r = rq.front();
         rq.pop_front();
         const uint32_t len = uint32_t(std::min<size_t>(f.size(), r.sge.length));
-        std::memcpy(reinterpret_cast<void*>(r.sge.addr), f.data(), len);
+        if (len) std::memcpy(reinterpret_cast<void*>(r.sge.addr), f.data(), len);
         rcq_->push({r.wr_id, WcStatus::success, WcOpcode::recv, 0, len, 1, 0});
     }
 }
