@@ -249,6 +249,7 @@ public:
     void stop_progress_thread() override;
     PortStats stats() const override;
     void set_rx_drop_hook(DropHook drop, void* ctx) override { drop_ = drop; drop_ctx_ = ctx; }
+    void set_tx_drop_hook(DropHook drop, void* ctx) override { tx_drop_ = drop; tx_drop_ctx_ = ctx; }
 
     // The lock every API call takes while the progress thread runs.
     class Guard {
@@ -327,8 +328,9 @@ private:
     std::vector<ArpEntry> arp_;
     uint64_t next_deadline_ = 0;
     int timer_fd_ = -1;
-    DropHook drop_ = nullptr;
+    DropHook drop_ = nullptr, tx_drop_ = nullptr;
     void* drop_ctx_ = nullptr;
+    void* tx_drop_ctx_ = nullptr;
 
     std::mutex mu_;
     std::atomic<bool> threaded_{false};

@@ -152,6 +152,11 @@ uint8_t* PortImpl::tx_buffer() noexcept {
 
 void PortImpl::tx_queue(uint8_t* buf, uint32_t len) noexcept {
     const uint32_t slot = uint32_t((buf - buffers_) / slot_size_);
+    if (tx_drop_ && tx_drop_(tx_drop_ctx_, buf, len)) {   // the test hook: lost on the way out
+        ++stats_.tx_frames;
+        tx_free_.push_back(slot);
+        return;
+    }
     const size_t i = tx_batch_.size();
     tx_sges_[i] = {reinterpret_cast<uint64_t>(buf), len, mr_.lkey};
     tx_batch_.push_back({slot, &tx_sges_[i], 1, 0});

@@ -11,7 +11,7 @@
 
 # Kernel modules the guest may load; their dependencies are added from modinfo.
 GUEST_MODULES=(vfio-pci vfio_iommu_type1 e1000e igb igbvf virtio_net virtio_pci
-               rdma_rxe ib_uverbs crc32_generic)
+               rdma_rxe ib_uverbs crc32_generic sch_netem)
 
 # copy_with_libs STAGE FILE DEST: FILE to STAGE/DEST plus every shared library it loads.
 # System libraries keep their paths; the project's own (libvfab.so.1 in a build tree, which
@@ -35,7 +35,7 @@ copy_with_libs() {
 # About 5.5 MB on top of what the lab's own binaries bring (libc), gathered in under a second.
 RDMA_TOOLS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong
             ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat
-            rdma)
+            rdma tc)
 
 # rdma_stage STAGE: the tools above, ip, and libibverbs' rxe provider (the only one: libibverbs
 # loads the providers /etc/libibverbs.d names).

@@ -11,6 +11,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <deque>
+#include <random>
+
 #include "../unit/rdma_connect.hpp"
 #include "lab_env.hpp"
 #include "rxe_peer.hpp"
@@ -102,7 +105,9 @@ struct Remote {
 // A vfab RC queue pair on 00:02.0 connected to rxe_verbs_peer's over its TCP line exchange.
 class VerbsPeerTest : public RdmaRxe {
 protected:
-    void connect_to_peer(const char* mode) {
+    // `timeout`: vfab's local ACK timeout (16: 268 ms, generous for TCG; the lossy test wants
+    // lost packets sent again sooner).
+    void connect_to_peer(const char* mode, uint8_t timeout = 16) {
         helper_ = std::make_unique<Child>(std::vector<std::string>{"/vfab/bin/rxe_verbs_peer", mode, std::to_string(kVerbsPort)});
         ASSERT_TRUE(wait_for([] { return tcp_listening(kVerbsPort); }, 20s)) << helper_->wait(0ms).summary();
         auto dev = vfab::Device::open(kVfabNic);
@@ -153,7 +158,7 @@ protected:
                                           attr_max_dest_rd_atomic | attr_min_rnr_timer));
         a.qp_state = QpState::rts;
         a.sq_psn = 0x13579b;
-        a.timeout = 16;
+        a.timeout = timeout;
         a.max_rd_atomic = 4;
         ASSERT_TRUE(me_.qp->modify(a, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
                                           attr_max_qp_rd_atomic));
@@ -276,6 +281,186 @@ TEST_F(VerbsPeerTest, VfabWritesReadsAndUpdatesRxeMemory) {
     const auto untouched = dump(700000, 64);
     ASSERT_EQ(untouched.size(), 64u);
     for (size_t i = 0; i < 64; ++i) EXPECT_EQ(untouched[i], peer_byte(700000 + i)) << i;
+    ASSERT_EQ(::write(fd_.get(), "quit\n", 5), 5);
+}
+
+}  // namespace
+}  // namespace vfab::rdma::test
+
+namespace vfab::rdma::test {
+namespace {
+
+// ---- a lossy link ----------------------------------------------------------------------------------
+
+// Drops a frame in `percent` of the calls (a fixed seed: runs repeat).
+struct Dropper {
+    std::mt19937 rng{2026};
+    unsigned percent = 0;
+    uint64_t dropped = 0;
+    static bool hook(void* ctx, const uint8_t*, uint32_t) {
+        auto* d = static_cast<Dropper*>(ctx);
+        if (std::uniform_int_distribution<unsigned>(0, 99)(d->rng) >= d->percent) return false;
+        ++d->dropped;
+        return true;
+    }
+};
+
+uint64_t fnv(uint64_t h, const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+// vfab runs 10,000 operations of every kind against rxe's memory while netem loses, reorders
+// and duplicates what rxe sends, and vfab's own hooks drop what it sends and receives: every
+// WR completes once, in order, successfully, with the right data; rxe's memory and the SENDs
+// it received are what they must be.
+TEST_F(VerbsPeerTest, TenThousandOperationsOverALossyLink) {
+    ASSERT_NO_FATAL_FAILURE(connect_to_peer("target", 11));   // 8.4 ms
+    const uint64_t ops = [] {
+        const char* e = std::getenv("VFAB_RDMA_LAB_LOSS_OPS");
+        return e ? std::strtoull(e, nullptr, 0) : 10000ull;
+    }();
+    Outcome mod = run_program({"modprobe", "sch_netem"});
+    ASSERT_EQ(mod.rc, 0) << mod.summary();
+    Outcome tc = run_program({"/usr/bin/tc", "qdisc", "add", "dev", peer_->ifname(), "root", "netem", "loss", "3%",
+                              "delay", "1ms", "reorder", "10%", "duplicate", "2%"});
+    ASSERT_EQ(tc.rc, 0) << tc.summary();
+    Dropper rx, tx;
+    rx.percent = tx.percent = 3;
+    port_->set_rx_drop_hook(&Dropper::hook, &rx);
+    port_->set_tx_drop_hook(&Dropper::hook, &tx);
+
+    // rxe's buffer as the test expects it: 16 slots of 32 KiB, a counter, a swap word.
+    constexpr uint32_t kSlots = 16, kSlot = 32768, kCounter = 512 * 1024, kSwap = kCounter + 8;
+    std::vector<uint8_t> model(kSlots * kSlot);
+    for (size_t i = 0; i < model.size(); ++i) model[i] = peer_byte(i);
+    uint64_t counter = 0, swap = 0, send_hash = 14695981039346656037ull, sends = 0;
+    std::mt19937 rng(7);
+    struct Expect {
+        WrOpcode op;
+        uint64_t local;       // where READ data / atomic results land
+        std::vector<uint8_t> data;   // READ: the bytes; atomics: the 8-byte original
+    };
+    std::deque<Expect> outstanding;
+    uint64_t posted = 0, done = 0;
+    constexpr uint32_t kWindow = 8;
+    // Local memory: [0, 512K) sources, [512K, 1M) READ and atomic results, one 64 KiB area per
+    // outstanding WR.
+    for (size_t i = 0; i < 512 * 1024; ++i) mem_[i] = uint8_t(i * 31 + (i >> 12));
+    const auto end = std::chrono::steady_clock::now() + 600s;
+    while (done < ops && std::chrono::steady_clock::now() < end) {
+        while (posted < ops && outstanding.size() < kWindow) {
+            const uint64_t area = 512 * 1024 + (posted % kWindow) * 65536 / 2;
+            const uint32_t kind = uint32_t(rng() % 7);
+            const uint32_t len = std::array<uint32_t, 6>{0, 1, 100, 1024, 5000, 32768}[rng() % 6];
+            const uint32_t slot = uint32_t(rng() % kSlots), src = uint32_t(rng() % (256 * 1024));
+            Sge s{};
+            SendWr w;
+            w.wr_id = posted;
+            w.sg_list = &s;
+            w.num_sge = 1;
+            w.send_flags = wr_signaled;
+            Expect e{};
+            switch (kind) {
+            case 0:   // WRITE (twice as often as the others)
+            case 1:
+                // Fenced: a READ answered again after a loss reads the memory as it is then
+                // (IB spec 9.4.3: responders may execute a repeated READ again), so a WRITE
+                // must not pass an earlier READ of the same bytes.
+                w.opcode = WrOpcode::rdma_write;
+                w.send_flags |= wr_fence;
+                s = {reinterpret_cast<uint64_t>(mem_.data() + src), len, me_.mr.lkey};
+                w.remote_addr = remote_.addr + slot * kSlot;
+                w.rkey = remote_.rkey;
+                std::memcpy(model.data() + slot * kSlot, mem_.data() + src, len);
+                break;
+            case 2:   // READ
+                w.opcode = WrOpcode::rdma_read;
+                s = {reinterpret_cast<uint64_t>(mem_.data() + area), len, me_.mr.lkey};
+                w.remote_addr = remote_.addr + slot * kSlot;
+                w.rkey = remote_.rkey;
+                e.data.assign(model.begin() + slot * kSlot, model.begin() + slot * kSlot + len);
+                break;
+            case 3:   // FETCH_ADD
+                w.opcode = WrOpcode::atomic_fetch_and_add;
+                s = {reinterpret_cast<uint64_t>(mem_.data() + area), 8, me_.mr.lkey};
+                w.remote_addr = remote_.addr + kCounter;
+                w.rkey = remote_.rkey;
+                w.compare_add = 1;
+                e.data.resize(8);
+                std::memcpy(e.data.data(), &counter, 8);
+                ++counter;
+                break;
+            case 4:   // CMP_SWAP that matches
+                w.opcode = WrOpcode::atomic_cmp_and_swp;
+                s = {reinterpret_cast<uint64_t>(mem_.data() + area), 8, me_.mr.lkey};
+                w.remote_addr = remote_.addr + kSwap;
+                w.rkey = remote_.rkey;
+                w.compare_add = swap;
+                w.swap = posted * 0x9e3779b97f4a7c15ull;
+                e.data.resize(8);
+                std::memcpy(e.data.data(), &swap, 8);
+                swap = w.swap;
+                break;
+            default: {   // SEND / SEND with immediate
+                const bool imm = kind == 6;
+                w.opcode = imm ? WrOpcode::send_with_imm : WrOpcode::send;
+                w.imm_data = htonl(uint32_t(posted));
+                s = {reinterpret_cast<uint64_t>(mem_.data() + src), len, me_.mr.lkey};
+                const uint32_t host_imm = imm ? uint32_t(posted) : 0;
+                send_hash = fnv(send_hash, &len, 4);
+                send_hash = fnv(send_hash, &host_imm, 4);
+                send_hash = fnv(send_hash, mem_.data() + src, len);
+                ++sends;
+            }
+            }
+            e.op = w.opcode;
+            e.local = area;
+            ASSERT_TRUE(me_.qp->post_send(std::span(&w, 1)));
+            outstanding.push_back(std::move(e));
+            ++posted;
+        }
+        Wc wc[8];
+        const int n = me_.cq->poll(wc);
+        for (int i = 0; i < n; ++i) {
+            ASSERT_EQ(wc[i].wr_id, done) << "completions in posting order";
+            ASSERT_EQ(wc[i].status, WcStatus::success) << to_string(wc[i].status) << " op " << done;
+            const Expect& e = outstanding.front();
+            if (!e.data.empty()) {
+                ASSERT_EQ(std::memcmp(mem_.data() + e.local, e.data.data(), e.data.size()), 0)
+                    << "op " << done << " (opcode " << int(e.op) << ") brought the wrong data";
+            }
+            outstanding.pop_front();
+            ++done;
+        }
+    }
+    port_->set_rx_drop_hook(nullptr, nullptr);
+    port_->set_tx_drop_hook(nullptr, nullptr);
+    (void)run_program({"/usr/bin/tc", "qdisc", "del", "dev", peer_->ifname(), "root"});
+    ASSERT_EQ(done, ops) << "operations completed before the time limit";
+    const PortStats st = port_->stats();
+    std::printf("lossy link: %lu operations, vfab dropped %lu received and %lu sent frames, %lu retransmissions, "
+                "%lu NAKs sent\n",
+                ops, rx.dropped, tx.dropped, st.retransmits, st.naks_sent);
+
+    const auto slots = dump(0, model.size());
+    ASSERT_EQ(slots.size(), model.size());
+    EXPECT_TRUE(slots == model) << "rxe's buffer is not what the WRITEs made it";
+    const auto words = dump(kCounter, 16);
+    uint64_t c = 0, w = 0;
+    std::memcpy(&c, words.data(), 8);
+    std::memcpy(&w, words.data() + 8, 8);
+    EXPECT_EQ(c, counter) << "each FETCH_ADD ran once";
+    EXPECT_EQ(w, swap);
+    ASSERT_EQ(::write(fd_.get(), "recvlog\n", 8), 8);
+    const std::string log = read_line_fd();
+    uint64_t got = 0, hash = 0;
+    int errors = -1;
+    ASSERT_EQ(std::sscanf(log.c_str(), "%lu %lx %d", &got, &hash, &errors), 3) << log;
+    EXPECT_EQ(got, sends) << "each SEND received once";
+    EXPECT_EQ(hash, send_hash) << "the SENDs' bytes, lengths and immediates, in order";
+    EXPECT_EQ(errors, 0);
     ASSERT_EQ(::write(fd_.get(), "quit\n", 5), 5);
 }
 

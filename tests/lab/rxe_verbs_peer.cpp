@@ -3,9 +3,11 @@
 // interoperate with. It listens on TCP 127.0.0.1:PORT, trades one line with the test
 //   "<qpn> <psn> <gid: 32 hex digits> <rkey> <addr> <len>"   (hex numbers)
 // and connects an RC queue pair to the test's. Then:
-//   target     its 1 MiB buffer (bytes (i * 7 + 3) & 0xff, the 8 bytes at 512 KiB zero) is the
-//              test's to write, read and update; it answers "dump OFF LEN" lines with the bytes
-//              in hex, and ends at "quit".
+//   target     its 1 MiB buffer (bytes (i * 7 + 3) & 0xff, the 16 bytes at 512 KiB zero) is the
+//              test's to write, read and update; SENDs land in receives it keeps posted (64 KiB
+//              each, past the buffer). It answers "dump OFF LEN" with the bytes in hex and
+//              "recvlog" with "<messages> <hash>" (FNV-1a over each message's length, immediate
+//              and bytes, in arrival order), and ends at "quit".
 //   initiator  it runs WRITE, READ, FETCH_ADD, CMP_SWAP against the test's buffer, checks what
 //              comes back, and last a WRITE with a wrong rkey, which must end in
 //              IBV_WC_REM_ACCESS_ERR. One line per step ("ok ..." / "FAIL ..."); exit 0 iff all ok.
@@ -15,7 +17,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cinttypes>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +29,8 @@
 namespace {
 
 constexpr size_t kBuf = 1 << 20;
+constexpr size_t kRecvSlot = 1 << 16;
+constexpr uint32_t kRecvs = 64;   // receives kept posted (target mode), after the 1 MiB buffer
 constexpr size_t kCounter = 512 * 1024;
 
 struct Dest {
@@ -153,9 +159,55 @@ int run_initiator(Verbs& v, const Dest& r) {
     return bad ? 1 : 0;
 }
 
+uint64_t fnv(uint64_t h, const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+bool post_recv(Verbs& v, uint32_t slot) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(v.buf + kBuf + slot * kRecvSlot), uint32_t(kRecvSlot), v.mr->lkey};
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.wr_id = slot;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    return ibv_post_recv(v.qp, &wr, &bad) == 0;
+}
+
 int run_target(Verbs& v, int fd) {
+    // The receive side: every SEND is logged in order and its receive posted again.
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> messages{0}, hash{14695981039346656037ull};
+    std::atomic<int> errors{0};
+    std::thread receiver([&] {
+        while (!stop.load()) {
+            ibv_wc wc{};
+            if (ibv_poll_cq(v.cq, 1, &wc) != 1) {
+                usleep(20);
+                continue;
+            }
+            if (wc.status != IBV_WC_SUCCESS || !(wc.opcode & IBV_WC_RECV)) {
+                ++errors;
+                continue;
+            }
+            uint64_t h = hash.load();
+            const uint32_t imm = (wc.wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc.imm_data) : 0;
+            h = fnv(h, &wc.byte_len, 4);
+            h = fnv(h, &imm, 4);
+            h = fnv(h, v.buf + kBuf + wc.wr_id * kRecvSlot, wc.byte_len);
+            hash.store(h);
+            ++messages;
+            if (!post_recv(v, uint32_t(wc.wr_id))) ++errors;
+        }
+    });
     for (;;) {
         const std::string line = read_line(fd);
+        if (line == "recvlog") {
+            char b[64];
+            std::snprintf(b, sizeof b, "%" PRIu64 " %" PRIx64 " %d\n", messages.load(), hash.load(), errors.load());
+            write_str(fd, b);
+            continue;
+        }
         size_t off = 0, len = 0;
         if (std::sscanf(line.c_str(), "dump %zx %zx", &off, &len) == 2 && off + len <= kBuf) {
             std::string hex;
@@ -168,7 +220,9 @@ int run_target(Verbs& v, int fd) {
             write_str(fd, hex + "\n");
             continue;
         }
-        return 0;   // "quit", or the test went away
+        stop = true;   // "quit", or the test went away
+        receiver.join();
+        return 0;
     }
 }
 
@@ -186,23 +240,26 @@ int main(int argc, char** argv) {
     for (int i = 0; list && i < ndev; ++i)
         if (std::string(ibv_get_device_name(list[i])) == "rxe0") v.ctx = ibv_open_device(list[i]);
     if (!v.ctx) return die("open rxe0");
-    v.buf = static_cast<uint8_t*>(std::aligned_alloc(4096, kBuf));
+    v.buf = static_cast<uint8_t*>(std::aligned_alloc(4096, kBuf + kRecvs * kRecvSlot));
     for (size_t i = 0; i < kBuf; ++i) v.buf[i] = uint8_t(i * 7 + 3);
-    std::memset(v.buf + kCounter, 0, 8);
+    std::memset(v.buf + kCounter, 0, 16);
     const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    if (!(v.pd = ibv_alloc_pd(v.ctx)) || !(v.mr = ibv_reg_mr(v.pd, v.buf, kBuf, access)) ||
-        !(v.cq = ibv_create_cq(v.ctx, 64, nullptr, nullptr, 0)))
+    if (!(v.pd = ibv_alloc_pd(v.ctx)) || !(v.mr = ibv_reg_mr(v.pd, v.buf, kBuf + kRecvs * kRecvSlot, access)) ||
+        !(v.cq = ibv_create_cq(v.ctx, 256, nullptr, nullptr, 0)))
         return die("pd/mr/cq");
     ibv_qp_init_attr ia{};
     ia.send_cq = ia.recv_cq = v.cq;
     ia.qp_type = IBV_QPT_RC;
-    ia.cap = {64, 16, 1, 1, 0};
+    ia.cap = {64, kRecvs, 1, 1, 0};
     if (!(v.qp = ibv_create_qp(v.pd, &ia))) return die("create_qp");
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
     a.qp_access_flags = access;
     if (ibv_modify_qp(v.qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return die("INIT");
+    if (mode == "target")
+        for (uint32_t i = 0; i < kRecvs; ++i)
+            if (!post_recv(v, i)) return die("post_recv");
     Dest me;
     me.qpn = v.qp->qp_num;
     me.psn = 0x2468ac;

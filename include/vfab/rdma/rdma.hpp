@@ -155,6 +155,8 @@ public:
     // before the transport sees them (loss injection). nullptr removes it.
     using DropHook = bool (*)(void* ctx, const uint8_t* frame, uint32_t len);
     virtual void set_rx_drop_hook(DropHook drop, void* ctx) = 0;
+    // The same for frames about to be sent (they are counted as sent and never leave).
+    virtual void set_tx_drop_hook(DropHook drop, void* ctx) = 0;
 
     Port(const Port&) = delete;
     Port& operator=(const Port&) = delete;
