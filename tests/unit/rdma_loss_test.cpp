@@ -234,6 +234,8 @@ struct LossCase {
     bool both_ways;
 };
 
+void PrintTo(const LossCase& c, std::ostream* os) { *os << c.name; }
+
 class LossTest : public ::testing::TestWithParam<LossCase> {};
 
 TEST_P(LossTest, EveryOperationOnceInOrderWithItsData) {
