@@ -1,0 +1,197 @@
+// The C API of the RDMA transport (vfab/rdma.h) over its C++ API (vfab/rdma/rdma.hpp). The
+// structures pass through as they are: their layouts are checked here against the C++ ones.
+#include <cstddef>
+#include <cstring>
+
+#include "api/c_api_internal.hpp"
+#include "vfab/rdma.h"
+#include "vfab/rdma/rdma.hpp"
+
+using namespace vfab;
+using capi::fail;
+using capi::null_arg;
+
+struct vfab_rdma_port {
+    vfab_device* dev = nullptr;
+    std::unique_ptr<rdma::Port> port;
+};
+
+namespace {
+
+#define SAME_FIELD(c, cpp, cf, cppf) static_assert(offsetof(c, cf) == offsetof(cpp, cppf), #c "." #cf)
+static_assert(sizeof(vfab_rdma_wc) == sizeof(rdma::Wc));
+SAME_FIELD(vfab_rdma_wc, rdma::Wc, status, status);
+SAME_FIELD(vfab_rdma_wc, rdma::Wc, imm_data, imm_data);
+SAME_FIELD(vfab_rdma_wc, rdma::Wc, wc_flags, wc_flags);
+SAME_FIELD(vfab_rdma_wc, rdma::Wc, dlid_path_bits, dlid_path_bits);
+static_assert(sizeof(vfab_rdma_send_wr) == sizeof(rdma::SendWr));
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, opcode, opcode);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_addr, remote_addr);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, swap, swap);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, ah, ah);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_qkey, remote_qkey);
+static_assert(sizeof(vfab_rdma_ah_attr) == sizeof(rdma::AhAttr));
+SAME_FIELD(vfab_rdma_ah_attr, rdma::AhAttr, flow_label, flow_label);
+SAME_FIELD(vfab_rdma_ah_attr, rdma::AhAttr, sgid_index, sgid_index);
+static_assert(sizeof(vfab_rdma_qp_attr) == sizeof(rdma::QpAttr));
+SAME_FIELD(vfab_rdma_qp_attr, rdma::QpAttr, ah_attr, ah_attr);
+SAME_FIELD(vfab_rdma_qp_attr, rdma::QpAttr, pkey_index, pkey_index);
+SAME_FIELD(vfab_rdma_qp_attr, rdma::QpAttr, rnr_retry, rnr_retry);
+#undef SAME_FIELD
+
+rdma::Cq* cq_of(vfab_rdma_cq* cq) { return reinterpret_cast<rdma::Cq*>(cq); }
+rdma::Qp* qp_of(vfab_rdma_qp* qp) { return reinterpret_cast<rdma::Qp*>(qp); }
+const rdma::Qp* qp_of(const vfab_rdma_qp* qp) { return reinterpret_cast<const rdma::Qp*>(qp); }
+
+template <class T>
+T* null_result(int err) {
+    errno = err;
+    return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+vfab_rdma_port* vfab_rdma_port_create(vfab_device* dev, const vfab_rdma_port_config* c) {
+    if (!dev || !c) return null_result<vfab_rdma_port>(null_arg("vfab_rdma_port_create", dev ? "config" : "dev"));
+    rdma::PortConfig pc;
+    pc.ipv4 = c->ipv4;
+    if (c->rx_buffers) pc.rx_buffers = c->rx_buffers;
+    if (c->tx_buffers) pc.tx_buffers = c->tx_buffers;
+    if (c->max_qp) pc.max_qp = c->max_qp;
+    if (c->arp_timeout_ms) pc.arp_timeout_ms = c->arp_timeout_ms;
+    if (c->arp_attempts) pc.arp_attempts = c->arp_attempts;
+    if (c->ttl) pc.ttl = c->ttl;
+    auto port = rdma::Port::create(*dev->dev, pc);
+    if (!port) return null_result<vfab_rdma_port>(fail(port.error()));
+    auto h = std::make_unique<vfab_rdma_port>();
+    h->dev = dev;
+    h->port = std::move(*port);
+    return h.release();
+}
+
+int vfab_rdma_port_destroy(vfab_rdma_port* port) {
+    if (!port) return null_arg("vfab_rdma_port_destroy", "port");
+    delete port;
+    return 0;
+}
+
+int vfab_rdma_port_gid(const vfab_rdma_port* port, uint8_t gid[16]) {
+    if (!port || !gid) return null_arg("vfab_rdma_port_gid", port ? "gid" : "port");
+    std::memcpy(gid, port->port->gid().raw, 16);
+    return 0;
+}
+
+uint32_t vfab_rdma_port_active_mtu(const vfab_rdma_port* port) { return port ? port->port->active_mtu() : 0; }
+
+int vfab_rdma_progress(vfab_rdma_port* port) { return port ? port->port->progress() : -EINVAL; }
+
+int vfab_rdma_start_progress_thread(vfab_rdma_port* port, int cpu) {
+    if (!port) return null_arg("vfab_rdma_start_progress_thread", "port");
+    if (auto r = port->port->start_progress_thread(cpu); !r) return fail(r.error());
+    return 0;
+}
+
+void vfab_rdma_stop_progress_thread(vfab_rdma_port* port) {
+    if (port) port->port->stop_progress_thread();
+}
+
+vfab_rdma_cq* vfab_rdma_create_cq(vfab_rdma_port* port, uint32_t cqe) {
+    if (!port) return null_result<vfab_rdma_cq>(null_arg("vfab_rdma_create_cq", "port"));
+    auto cq = port->port->create_cq(cqe);
+    if (!cq) return null_result<vfab_rdma_cq>(fail(cq.error()));
+    return reinterpret_cast<vfab_rdma_cq*>(*cq);
+}
+
+int vfab_rdma_destroy_cq(vfab_rdma_cq* cq) {
+    if (!cq) return null_arg("vfab_rdma_destroy_cq", "cq");
+    if (auto r = cq_of(cq)->destroy(); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_rdma_poll_cq(vfab_rdma_cq* cq, int num_entries, vfab_rdma_wc* wc) {
+    if (!cq || (!wc && num_entries > 0) || num_entries < 0) [[unlikely]]
+        return -EINVAL;
+    return cq_of(cq)->poll({reinterpret_cast<rdma::Wc*>(wc), size_t(num_entries)});
+}
+
+int vfab_rdma_req_notify_cq(vfab_rdma_cq* cq, int solicited_only) {
+    if (!cq) return null_arg("vfab_rdma_req_notify_cq", "cq");
+    if (auto r = cq_of(cq)->arm(solicited_only != 0); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_rdma_cq_channel_fd(vfab_rdma_cq* cq) { return cq ? cq_of(cq)->channel_fd() : -null_arg("vfab_rdma_cq_channel_fd", "cq"); }
+
+int64_t vfab_rdma_cq_take_events(vfab_rdma_cq* cq) {
+    return cq ? int64_t(cq_of(cq)->take_events()) : -null_arg("vfab_rdma_cq_take_events", "cq");
+}
+
+vfab_rdma_qp* vfab_rdma_create_qp(vfab_rdma_port* port, const vfab_rdma_qp_init_attr* a) {
+    if (!port || !a) return null_result<vfab_rdma_qp>(null_arg("vfab_rdma_create_qp", port ? "attr" : "port"));
+    rdma::QpInitAttr ia;
+    ia.qp_type = rdma::QpType(a->qp_type);
+    ia.send_cq = cq_of(a->send_cq);
+    ia.recv_cq = cq_of(a->recv_cq);
+    if (a->max_send_wr) ia.cap.max_send_wr = a->max_send_wr;
+    if (a->max_recv_wr) ia.cap.max_recv_wr = a->max_recv_wr;
+    if (a->max_send_sge) ia.cap.max_send_sge = a->max_send_sge;
+    if (a->max_recv_sge) ia.cap.max_recv_sge = a->max_recv_sge;
+    if (a->max_inline_data) ia.cap.max_inline_data = a->max_inline_data;
+    ia.sq_sig_all = a->sq_sig_all != 0;
+    auto qp = port->port->create_qp(ia);
+    if (!qp) return null_result<vfab_rdma_qp>(fail(qp.error()));
+    return reinterpret_cast<vfab_rdma_qp*>(*qp);
+}
+
+int vfab_rdma_destroy_qp(vfab_rdma_qp* qp) {
+    if (!qp) return null_arg("vfab_rdma_destroy_qp", "qp");
+    if (auto r = qp_of(qp)->destroy(); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_rdma_modify_qp(vfab_rdma_qp* qp, const vfab_rdma_qp_attr* attr, uint32_t mask) {
+    if (!qp || !attr) return null_arg("vfab_rdma_modify_qp", qp ? "attr" : "qp");
+    if (auto r = qp_of(qp)->modify(*reinterpret_cast<const rdma::QpAttr*>(attr), mask); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_rdma_query_qp(const vfab_rdma_qp* qp, vfab_rdma_qp_attr* attr) {
+    if (!qp || !attr) return null_arg("vfab_rdma_query_qp", qp ? "attr" : "qp");
+    *reinterpret_cast<rdma::QpAttr*>(attr) = qp_of(qp)->query();
+    return 0;
+}
+
+uint32_t vfab_rdma_qp_num(const vfab_rdma_qp* qp) { return qp ? qp_of(qp)->qp_num() : 0; }
+
+int vfab_rdma_post_send(vfab_rdma_qp* qp, const vfab_rdma_send_wr* wrs, uint32_t n, uint32_t* posted) {
+    if (!qp || (!wrs && n)) [[unlikely]]
+        return EINVAL;
+    const PostResult r = qp_of(qp)->post_send({reinterpret_cast<const rdma::SendWr*>(wrs), n});
+    if (posted) *posted = r.posted;
+    return r.error;
+}
+
+int vfab_rdma_post_recv(vfab_rdma_qp* qp, const vfab_recv_wr* wrs, uint32_t n, uint32_t* posted) {
+    if (!qp || (!wrs && n)) [[unlikely]]
+        return EINVAL;
+    const PostResult r = qp_of(qp)->post_recv({reinterpret_cast<const RecvWr*>(wrs), n});
+    if (posted) *posted = r.posted;
+    return r.error;
+}
+
+vfab_rdma_ah* vfab_rdma_create_ah(vfab_rdma_port* port, const vfab_rdma_ah_attr* attr) {
+    if (!port || !attr) return null_result<vfab_rdma_ah>(null_arg("vfab_rdma_create_ah", port ? "attr" : "port"));
+    auto ah = port->port->create_ah(*reinterpret_cast<const rdma::AhAttr*>(attr));
+    if (!ah) return null_result<vfab_rdma_ah>(fail(ah.error()));
+    return reinterpret_cast<vfab_rdma_ah*>(*ah);
+}
+
+int vfab_rdma_destroy_ah(vfab_rdma_ah* ah) {
+    if (!ah) return null_arg("vfab_rdma_destroy_ah", "ah");
+    if (auto r = reinterpret_cast<rdma::AddressHandle*>(ah)->destroy(); !r) return fail(r.error());
+    return 0;
+}
+
+}  // extern "C"

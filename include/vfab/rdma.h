@@ -1,0 +1,174 @@
+/* vfab's RDMA transport from C (libvfab.so): RC and UD queue pairs speaking RoCEv2 over any
+ * device vfab drives, over the C++ API of vfab/rdma/rdma.hpp (docs/rdma.md).
+ *
+ *   vfab_device *dev = vfab_open("0000:03:00.0", NULL);
+ *   struct vfab_rdma_port_config pc = {.ipv4 = 0x0a4d0001};        // 10.77.0.1, vfab's own
+ *   vfab_rdma_port *port = vfab_rdma_port_create(dev, &pc);
+ *   vfab_rdma_cq *cq = vfab_rdma_create_cq(port, 256);
+ *   struct vfab_rdma_qp_init_attr qa = {.qp_type = VFAB_RDMA_QPT_RC, .send_cq = cq, .recv_cq = cq};
+ *   vfab_rdma_qp *qp = vfab_rdma_create_qp(port, &qa);
+ *   vfab_mr *mr = vfab_reg_mr(dev, buf, len, VFAB_ACCESS_LOCAL_WRITE | VFAB_ACCESS_REMOTE_WRITE);
+ *   vfab_rdma_modify_qp(qp, &attr, VFAB_RDMA_QP_STATE | ...);     // INIT, RTR, RTS as ibv_modify_qp
+ *   vfab_rdma_post_send(qp, wrs, n, NULL);
+ *   int got = vfab_rdma_poll_cq(cq, 16, wc);
+ *
+ * The conventions of vfab.h hold: int results are 0 or a positive errno value (counts and
+ * descriptors: negative errno values), pointers NULL with errno set, vfab_last_error() says
+ * why. Memory is registered with vfab_reg_mr on the port's device. Structures have the
+ * layout of the C++ API's (and, for vfab_rdma_wc, of struct ibv_wc); values are libibverbs'.
+ * The port owns its CQs, QPs and AHs; vfab_rdma_port_destroy() before vfab_close().
+ */
+#ifndef VFAB_RDMA_H
+#define VFAB_RDMA_H
+
+#include <stdint.h>
+
+#include "vfab/vfab.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vfab_rdma_port vfab_rdma_port;
+typedef struct vfab_rdma_cq vfab_rdma_cq;
+typedef struct vfab_rdma_qp vfab_rdma_qp;
+typedef struct vfab_rdma_ah vfab_rdma_ah;
+
+struct vfab_rdma_port_config {
+    uint32_t ipv4;            /* vfab's own IPv4 address, host order */
+    uint32_t rx_buffers;      /* 0: 256 */
+    uint32_t tx_buffers;      /* 0: 256 */
+    uint32_t max_qp;          /* 0: 256 */
+    uint32_t arp_timeout_ms;  /* 0: 500 */
+    uint32_t arp_attempts;    /* 0: 4 */
+    uint8_t ttl;              /* 0: 64 */
+};
+
+enum vfab_rdma_qp_type { VFAB_RDMA_QPT_RC = 2, VFAB_RDMA_QPT_UD = 4 };
+enum vfab_rdma_qp_state {
+    VFAB_RDMA_QPS_RESET, VFAB_RDMA_QPS_INIT, VFAB_RDMA_QPS_RTR, VFAB_RDMA_QPS_RTS,
+    VFAB_RDMA_QPS_SQD, VFAB_RDMA_QPS_SQE, VFAB_RDMA_QPS_ERR
+};
+enum vfab_rdma_wr_opcode {
+    VFAB_RDMA_WR_RDMA_WRITE, VFAB_RDMA_WR_RDMA_WRITE_WITH_IMM, VFAB_RDMA_WR_SEND, VFAB_RDMA_WR_SEND_WITH_IMM,
+    VFAB_RDMA_WR_RDMA_READ, VFAB_RDMA_WR_ATOMIC_CMP_AND_SWP, VFAB_RDMA_WR_ATOMIC_FETCH_AND_ADD,
+    VFAB_RDMA_WR_LOCAL_INV, VFAB_RDMA_WR_BIND_MW, VFAB_RDMA_WR_SEND_WITH_INV
+};
+enum vfab_rdma_send_flags {
+    VFAB_RDMA_SEND_FENCE = 1, VFAB_RDMA_SEND_SIGNALED = 2, VFAB_RDMA_SEND_SOLICITED = 4, VFAB_RDMA_SEND_INLINE = 8
+};
+enum vfab_rdma_wc_opcode {
+    VFAB_RDMA_WC_SEND, VFAB_RDMA_WC_RDMA_WRITE, VFAB_RDMA_WC_RDMA_READ, VFAB_RDMA_WC_COMP_SWAP,
+    VFAB_RDMA_WC_FETCH_ADD, VFAB_RDMA_WC_BIND_MW, VFAB_RDMA_WC_LOCAL_INV,
+    VFAB_RDMA_WC_RECV = 128, VFAB_RDMA_WC_RECV_RDMA_WITH_IMM
+};
+enum vfab_rdma_wc_flags { VFAB_RDMA_WC_GRH = 1, VFAB_RDMA_WC_WITH_IMM = 2, VFAB_RDMA_WC_WITH_INV = 8 };
+enum vfab_rdma_qp_attr_mask {
+    VFAB_RDMA_QP_STATE = 1 << 0, VFAB_RDMA_QP_CUR_STATE = 1 << 1, VFAB_RDMA_QP_ACCESS_FLAGS = 1 << 3,
+    VFAB_RDMA_QP_PKEY_INDEX = 1 << 4, VFAB_RDMA_QP_PORT = 1 << 5, VFAB_RDMA_QP_QKEY = 1 << 6,
+    VFAB_RDMA_QP_AV = 1 << 7, VFAB_RDMA_QP_PATH_MTU = 1 << 8, VFAB_RDMA_QP_TIMEOUT = 1 << 9,
+    VFAB_RDMA_QP_RETRY_CNT = 1 << 10, VFAB_RDMA_QP_RNR_RETRY = 1 << 11, VFAB_RDMA_QP_RQ_PSN = 1 << 12,
+    VFAB_RDMA_QP_MAX_QP_RD_ATOMIC = 1 << 13, VFAB_RDMA_QP_MIN_RNR_TIMER = 1 << 15, VFAB_RDMA_QP_SQ_PSN = 1 << 16,
+    VFAB_RDMA_QP_MAX_DEST_RD_ATOMIC = 1 << 17, VFAB_RDMA_QP_DEST_QPN = 1 << 20
+};
+
+/* struct ibv_wc, field for field; status: enum vfab_wc_status's values (ibv_wc_status). */
+struct vfab_rdma_wc {
+    uint64_t wr_id;
+    uint32_t status;
+    uint32_t opcode;          /* enum vfab_rdma_wc_opcode */
+    uint32_t vendor_err;
+    uint32_t byte_len;
+    uint32_t imm_data;        /* network byte order; the invalidated rkey with VFAB_RDMA_WC_WITH_INV */
+    uint32_t qp_num;
+    uint32_t src_qp;
+    uint32_t wc_flags;        /* enum vfab_rdma_wc_flags */
+    uint16_t pkey_index;
+    uint16_t slid;
+    uint8_t sl;
+    uint8_t dlid_path_bits;
+};
+
+struct vfab_rdma_ah_attr {
+    uint8_t dgid[16];         /* ::ffff:a.b.c.d */
+    uint8_t hop_limit;
+    uint8_t traffic_class;
+    uint32_t flow_label;
+    uint8_t sgid_index;
+};
+
+struct vfab_rdma_send_wr {
+    uint64_t wr_id;
+    const struct vfab_sge *sg_list;
+    uint32_t num_sge;
+    uint32_t opcode;          /* enum vfab_rdma_wr_opcode */
+    uint32_t send_flags;      /* enum vfab_rdma_send_flags */
+    uint32_t imm_data;        /* network byte order; the rkey to invalidate for SEND_WITH_INV */
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint64_t compare_add;
+    uint64_t swap;
+    vfab_rdma_ah *ah;         /* UD */
+    uint32_t remote_qpn;
+    uint32_t remote_qkey;
+};
+
+struct vfab_rdma_qp_attr {
+    uint32_t qp_state;        /* enum vfab_rdma_qp_state */
+    uint32_t path_mtu;        /* 1 (256) ... 5 (4096) */
+    uint32_t qkey;
+    uint32_t rq_psn;
+    uint32_t sq_psn;
+    uint32_t dest_qp_num;
+    uint32_t qp_access_flags; /* VFAB_ACCESS_REMOTE_* */
+    struct vfab_rdma_ah_attr ah_attr;
+    uint16_t pkey_index;
+    uint8_t port_num;
+    uint8_t max_rd_atomic;
+    uint8_t max_dest_rd_atomic;
+    uint8_t min_rnr_timer;
+    uint8_t timeout;
+    uint8_t retry_cnt;
+    uint8_t rnr_retry;
+};
+
+struct vfab_rdma_qp_init_attr {
+    uint32_t qp_type;         /* enum vfab_rdma_qp_type */
+    vfab_rdma_cq *send_cq;
+    vfab_rdma_cq *recv_cq;
+    uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;   /* 0: defaults */
+    int sq_sig_all;
+};
+
+vfab_rdma_port *vfab_rdma_port_create(vfab_device *dev, const struct vfab_rdma_port_config *config);
+int vfab_rdma_port_destroy(vfab_rdma_port *port);
+int vfab_rdma_port_gid(const vfab_rdma_port *port, uint8_t gid[16]);
+uint32_t vfab_rdma_port_active_mtu(const vfab_rdma_port *port);   /* 1 (256) ... 5 (4096) */
+int vfab_rdma_progress(vfab_rdma_port *port);                      /* work done */
+int vfab_rdma_start_progress_thread(vfab_rdma_port *port, int cpu);
+void vfab_rdma_stop_progress_thread(vfab_rdma_port *port);
+
+vfab_rdma_cq *vfab_rdma_create_cq(vfab_rdma_port *port, uint32_t cqe);
+int vfab_rdma_destroy_cq(vfab_rdma_cq *cq);
+int vfab_rdma_poll_cq(vfab_rdma_cq *cq, int num_entries, struct vfab_rdma_wc *wc);
+int vfab_rdma_req_notify_cq(vfab_rdma_cq *cq, int solicited_only);
+int vfab_rdma_cq_channel_fd(vfab_rdma_cq *cq);
+int64_t vfab_rdma_cq_take_events(vfab_rdma_cq *cq);
+
+vfab_rdma_qp *vfab_rdma_create_qp(vfab_rdma_port *port, const struct vfab_rdma_qp_init_attr *attr);
+int vfab_rdma_destroy_qp(vfab_rdma_qp *qp);
+int vfab_rdma_modify_qp(vfab_rdma_qp *qp, const struct vfab_rdma_qp_attr *attr, uint32_t mask);
+int vfab_rdma_query_qp(const vfab_rdma_qp *qp, struct vfab_rdma_qp_attr *attr);
+uint32_t vfab_rdma_qp_num(const vfab_rdma_qp *qp);
+/* `posted` (may be NULL): how many WRs from the front were queued. */
+int vfab_rdma_post_send(vfab_rdma_qp *qp, const struct vfab_rdma_send_wr *wrs, uint32_t n, uint32_t *posted);
+int vfab_rdma_post_recv(vfab_rdma_qp *qp, const struct vfab_recv_wr *wrs, uint32_t n, uint32_t *posted);
+
+vfab_rdma_ah *vfab_rdma_create_ah(vfab_rdma_port *port, const struct vfab_rdma_ah_attr *attr);
+int vfab_rdma_destroy_ah(vfab_rdma_ah *ah);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,178 @@
+/* The RDMA transport's C API (vfab/rdma.h) from C (-std=c11 -Wpedantic): two RC queue pairs
+ * of one port talking to each other through the fake provider, whose frames loop back; SEND
+ * with immediate data and RDMA WRITE arrive whole; NULL handles are argument errors. Returns
+ * 0, or 1 with what failed in `why`. */
+#include "c_rdma_check.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vfab/rdma.h"
+
+#define CHECK(cond)                                                                       \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            snprintf(why, why_len, "%s:%d: %s (last error: %s)", __FILE__, __LINE__, #cond, \
+                     vfab_last_error());                                                  \
+            return 1;                                                                     \
+        }                                                                                 \
+    } while (0)
+
+/* RESET -> INIT -> RTR -> RTS towards `peer` on the same port. */
+static int connect_rc(vfab_rdma_qp *qp, const vfab_rdma_qp *peer, const uint8_t gid[16]) {
+    struct vfab_rdma_qp_attr a;
+    memset(&a, 0, sizeof a);
+    a.qp_state = VFAB_RDMA_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = VFAB_ACCESS_LOCAL_WRITE | VFAB_ACCESS_REMOTE_WRITE | VFAB_ACCESS_REMOTE_READ;
+    if (vfab_rdma_modify_qp(qp, &a, VFAB_RDMA_QP_STATE | VFAB_RDMA_QP_PKEY_INDEX | VFAB_RDMA_QP_PORT |
+                                        VFAB_RDMA_QP_ACCESS_FLAGS))
+        return 1;
+    a.qp_state = VFAB_RDMA_QPS_RTR;
+    a.path_mtu = 3;
+    a.dest_qp_num = vfab_rdma_qp_num(peer);
+    a.rq_psn = 7;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 1;
+    memcpy(a.ah_attr.dgid, gid, 16);
+    a.ah_attr.hop_limit = 64;
+    if (vfab_rdma_modify_qp(qp, &a, VFAB_RDMA_QP_STATE | VFAB_RDMA_QP_AV | VFAB_RDMA_QP_PATH_MTU |
+                                        VFAB_RDMA_QP_DEST_QPN | VFAB_RDMA_QP_RQ_PSN |
+                                        VFAB_RDMA_QP_MAX_DEST_RD_ATOMIC | VFAB_RDMA_QP_MIN_RNR_TIMER))
+        return 1;
+    a.qp_state = VFAB_RDMA_QPS_RTS;
+    a.sq_psn = 7;
+    a.timeout = 10;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    return vfab_rdma_modify_qp(qp, &a, VFAB_RDMA_QP_STATE | VFAB_RDMA_QP_SQ_PSN | VFAB_RDMA_QP_TIMEOUT |
+                                           VFAB_RDMA_QP_RETRY_CNT | VFAB_RDMA_QP_RNR_RETRY |
+                                           VFAB_RDMA_QP_MAX_QP_RD_ATOMIC) != 0;
+}
+
+/* Polls until `n` completions arrived (or a generous number of tries). */
+static int wait_wc(vfab_rdma_cq *cq, int n, struct vfab_rdma_wc *wc) {
+    int got = 0;
+    long tries;
+    for (tries = 0; got < n && tries < 10000000; ++tries) got += vfab_rdma_poll_cq(cq, n - got, wc + got);
+    return got;
+}
+
+int c_rdma_loopback(const char *pci, const char *sysfs_root, const char *provider_dir, char *why, size_t why_len) {
+    struct vfab_open_opts opts;
+    struct vfab_rdma_port_config pc;
+    struct vfab_rdma_qp_init_attr qi;
+    struct vfab_rdma_wc wc[4];
+    struct vfab_rdma_send_wr swr;
+    struct vfab_recv_wr rwr;
+    struct vfab_mr_attr m;
+    struct vfab_sge sge;
+    vfab_device *dev;
+    vfab_rdma_port *port;
+    vfab_rdma_cq *cq;
+    vfab_rdma_qp *a, *b;
+    vfab_mr *mr;
+    uint8_t gid[16], *buf;
+    uint32_t posted = 0;
+    int i;
+
+    memset(&pc, 0, sizeof pc);
+    memset(wc, 0, sizeof wc);
+    CHECK(vfab_rdma_port_create(NULL, &pc) == NULL && errno == EINVAL);
+    CHECK(vfab_rdma_create_cq(NULL, 8) == NULL && errno == EINVAL);
+    CHECK(vfab_rdma_post_send(NULL, NULL, 0, NULL) == EINVAL);
+    CHECK(vfab_rdma_poll_cq(NULL, 1, wc) == -EINVAL);
+
+    memset(&opts, 0, sizeof opts);
+    opts.sysfs_root = sysfs_root;
+    opts.provider_dir = provider_dir;
+    opts.iommu_backend = VFAB_IOMMU_LEGACY;
+    dev = vfab_open(pci, &opts);
+    CHECK(dev != NULL);
+    CHECK(vfab_rdma_port_create(dev, &pc) == NULL && errno == EINVAL);   /* no address */
+    pc.ipv4 = 0x0a090001;
+    port = vfab_rdma_port_create(dev, &pc);
+    CHECK(port != NULL);
+    CHECK(vfab_rdma_port_gid(port, gid) == 0 && gid[10] == 0xff && gid[15] == 1);
+    CHECK(vfab_rdma_port_active_mtu(port) == 3);
+    cq = vfab_rdma_create_cq(port, 64);
+    CHECK(cq != NULL);
+    memset(&qi, 0, sizeof qi);
+    qi.qp_type = VFAB_RDMA_QPT_RC;
+    qi.send_cq = qi.recv_cq = cq;
+    a = vfab_rdma_create_qp(port, &qi);
+    b = vfab_rdma_create_qp(port, &qi);
+    CHECK(a != NULL && b != NULL && vfab_rdma_qp_num(a) != vfab_rdma_qp_num(b));
+    CHECK(connect_rc(a, b, gid) == 0);
+    CHECK(connect_rc(b, a, gid) == 0);
+
+    buf = aligned_alloc(4096, 65536);
+    CHECK(buf != NULL);
+    for (i = 0; i < 8192; ++i) buf[i] = (uint8_t)(i * 3);
+    memset(buf + 8192, 0, 65536 - 8192);
+    mr = vfab_reg_mr(dev, buf, 65536, VFAB_ACCESS_LOCAL_WRITE | VFAB_ACCESS_REMOTE_WRITE);
+    CHECK(mr != NULL && vfab_query_mr(mr, &m) == 0);
+
+    /* SEND with immediate data, 3000 bytes (three packets), into a receive of b. */
+    sge.addr = (uintptr_t)(buf + 16384);
+    sge.length = 8192;
+    sge.lkey = m.lkey;
+    memset(&rwr, 0, sizeof rwr);
+    rwr.wr_id = 77;
+    rwr.sg_list = &sge;
+    rwr.num_sge = 1;
+    CHECK(vfab_rdma_post_recv(b, &rwr, 1, &posted) == 0 && posted == 1);
+    {
+        struct vfab_sge s = {(uintptr_t)buf, 3000, 0};
+        s.lkey = m.lkey;
+        memset(&swr, 0, sizeof swr);
+        swr.wr_id = 5;
+        swr.sg_list = &s;
+        swr.num_sge = 1;
+        swr.opcode = VFAB_RDMA_WR_SEND_WITH_IMM;
+        swr.send_flags = VFAB_RDMA_SEND_SIGNALED;
+        swr.imm_data = 0x44332211;
+        CHECK(vfab_rdma_post_send(a, &swr, 1, &posted) == 0 && posted == 1);
+        CHECK(wait_wc(cq, 2, wc) == 2);
+    }
+    for (i = 0; i < 2; ++i) {
+        CHECK(wc[i].status == VFAB_WC_SUCCESS);
+        if (wc[i].opcode == VFAB_RDMA_WC_RECV) {
+            CHECK(wc[i].wr_id == 77 && wc[i].byte_len == 3000 && wc[i].imm_data == 0x44332211);
+            CHECK((wc[i].wc_flags & VFAB_RDMA_WC_WITH_IMM) && wc[i].qp_num == vfab_rdma_qp_num(b));
+        } else {
+            CHECK(wc[i].opcode == VFAB_RDMA_WC_SEND && wc[i].wr_id == 5);
+        }
+    }
+    CHECK(memcmp(buf, buf + 16384, 3000) == 0);
+
+    /* RDMA WRITE of 5000 bytes to 40000. */
+    {
+        struct vfab_sge s = {(uintptr_t)(buf + 100), 5000, 0};
+        s.lkey = m.lkey;
+        memset(&swr, 0, sizeof swr);
+        swr.wr_id = 6;
+        swr.sg_list = &s;
+        swr.num_sge = 1;
+        swr.opcode = VFAB_RDMA_WR_RDMA_WRITE;
+        swr.send_flags = VFAB_RDMA_SEND_SIGNALED;
+        swr.remote_addr = (uintptr_t)(buf + 40000);
+        swr.rkey = m.rkey;
+        CHECK(vfab_rdma_post_send(a, &swr, 1, NULL) == 0);
+        CHECK(wait_wc(cq, 1, wc) == 1 && wc[0].status == VFAB_WC_SUCCESS && wc[0].opcode == VFAB_RDMA_WC_RDMA_WRITE);
+    }
+    CHECK(memcmp(buf + 100, buf + 40000, 5000) == 0);
+
+    CHECK(vfab_rdma_destroy_cq(cq) == EBUSY);
+    CHECK(vfab_rdma_destroy_qp(a) == 0 && vfab_rdma_destroy_qp(b) == 0);
+    CHECK(vfab_rdma_destroy_qp(a) == ENODEV);
+    CHECK(vfab_rdma_destroy_cq(cq) == 0);
+    CHECK(vfab_rdma_port_destroy(port) == 0);
+    CHECK(vfab_dereg_mr(mr) == 0);
+    CHECK(vfab_close(dev) == 0);
+    free(buf);
+    return 0;
+}
