@@ -1,0 +1,108 @@
+#!/bin/sh
+# RDMA over the lab's two e1000e (hub 0): vfab <-> vfab, vfab <-> rxe and rxe <-> rxe in ONE lab
+# boot, ROUNDS interleaved rounds (bench/lab/rdma_vs_rxe_guest.sh), then a table of medians and
+# the ratios against rxe <-> rxe: write bandwidth, READ / SEND / WRITE latency, FETCH_ADD rate,
+# and the pingpong tools' usec/iter.
+#   bench/rdma_vs_rxe.sh [ROUNDS] [BUILD_DIR] [key=value ...]        (3, build/release)
+#   keys (passed to the guest): bw_size=65536 bw_iters=300 lat_size=64 lat_iters=2000
+#                               atomic_iters=2000 extra_nics=0|1 setups=ABC
+# Needs rdma_bench, rdma_bench_verbs and rc_pingpong built:
+#   cmake --build --preset release -j2 --target rdma_bench rdma_bench_verbs rc_pingpong
+# The guest's raw lines go to BUILD_DIR/rdma_vs_rxe.log (the table is made from them again
+# with RDMA_VS_RXE_REPLAY=that.log).
+set -eu
+rounds=${1:-3}
+build=${2:-build/release}
+[ $# -gt 0 ] && shift
+[ $# -gt 0 ] && shift
+root=$(cd "$(dirname "$0")/.." && pwd)
+log=$build/rdma_vs_rxe.log
+if [ -n "${RDMA_VS_RXE_REPLAY:-}" ]; then
+    log=$RDMA_VS_RXE_REPLAY
+else
+    for b in bench/rdma_bench bench/rdma_bench_verbs examples/rc_pingpong; do
+        [ -x "$build/$b" ] || { echo "no $build/$b: cmake --build --preset release -j2 --target $(basename "$b")" >&2; exit 1; }
+    done
+    case $rounds in '' | *[!0-9]*) echo "usage: $0 [ROUNDS] [BUILD_DIR] [key=value ...]" >&2; exit 2 ;; esac
+    echo "one lab boot, $rounds rounds (about $((rounds * 2 + 1)) minutes); raw lines in $log" >&2
+    "$root/scripts/lab" --timeout $((180 + rounds * 400)) --log "$log.console" \
+        --extra "$build/bench/rdma_bench" --extra "$build/bench/rdma_bench_verbs" --extra "$build/examples/rc_pingpong" \
+        run "$root/bench/lab/rdma_vs_rxe_guest.sh:$rounds $*" >"$log" 2>&1 ||
+        { grep -E 'FAILED|failed|rdma_guest|lab\[' "$log" | tail -40 >&2; exit 1; }
+fi
+tr -d '\r' <"$log" | python3 -c '
+import re, statistics, sys
+runs = {}      # (figure, label) -> [values]
+failed = []
+def add(fig, label, v):
+    runs.setdefault((fig, label), []).append(float(v))
+for line in sys.stdin:
+    line = line.strip()
+    if line.startswith("rdma_bench ") and "role=server" not in line:
+        f = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        label, mode = f.get("label"), f.get("mode")
+        if "FAILED" in line:
+            failed.append(line)
+            continue
+        if mode == "write_bw": add("write_bw Gb/s", label, f["gbps"])
+        elif mode == "atomic_rate": add("atomic kops/s", label, float(f["ops_per_s"]) / 1e3)
+        else:
+            add(mode + " median us", label, f["median_us"])
+            add(mode + " p99 us", label, f["p99_us"])
+    elif line.startswith("perftest "):
+        w = line.split()
+        label, tool = w[1].split("=")[1], w[2].split("=")[1]
+        n = [float(x) for x in w[3:]]
+        if tool == "ib_write_bw": add("write_bw Gb/s", label, n[3])
+        elif tool == "ib_atomic_bw": add("atomic kops/s", label, n[4] * 1e3)
+        else:
+            mode = tool[3:]   # ib_read_lat -> read_lat
+            add(mode + " median us", label, n[4])    # t_typical
+            add(mode + " p99 us", label, n[7])       # 99% percentile
+    elif line.startswith("pingpong ") and "usec/iter" in line:
+        m = re.search(r"label=(\S+).*= ([0-9.]+) usec/iter", line)
+        if m: add("pingpong usec/iter", m.group(1), m.group(2))
+if not runs:
+    sys.exit("no figures in the log")
+figs = ["write_bw Gb/s", "read_lat median us", "read_lat p99 us", "send_lat median us", "send_lat p99 us",
+        "write_lat median us", "write_lat p99 us", "atomic kops/s", "pingpong usec/iter"]
+order = ["vfab-vfab", "vfab-vfab-1t", "vfab-rxe", "rxe-vfab", "rxe-rxe", "rxe-rxe-perftest"]
+labels = [l for l in order if any(k[1] == l for k in runs)] + sorted({k[1] for k in runs} - set(order))
+med = {k: statistics.median(v) for k, v in runs.items()}
+def cell(fig, label):
+    v = med.get((fig, label))
+    return "-" if v is None else ("%.3f" % v if v < 1 else "%.1f" % v if v < 100 else "%.0f" % v)
+ratios = [l for l in ["vfab-vfab", "vfab-vfab-1t", "vfab-rxe", "rxe-vfab"] if l in labels]
+print("medians over rounds (runs per cell: %s)" % ", ".join(sorted({"%d" % len(v) for v in runs.values()})))
+head = ["figure"] + labels + ["%s / rxe-rxe" % l for l in ratios]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for fig in figs:
+    row = [fig] + [cell(fig, l) for l in labels]
+    base = med.get((fig, "rxe-rxe"))
+    for l in ratios:
+        v = med.get((fig, l))
+        row.append("-" if v is None or not base else "%.2f" % (v / base))
+    print("| " + " | ".join(row) + " |")
+print()
+def verdict(name, fig, label, want, better):
+    v, b = med.get((fig, label)), med.get((fig, "rxe-rxe"))
+    if v is None or not b:
+        return
+    r = v / b
+    ok = r >= want if better == "more" else r <= want
+    print("target %-26s %-13s %.2fx rxe-rxe (%s %.1fx): %s" % (name, label, r, ">=" if better == "more" else "<=", want,
+                                                              "met" if ok else "NOT met"))
+for label in ["vfab-vfab", "vfab-vfab-1t"]:
+    verdict("write bandwidth", "write_bw Gb/s", label, 3.0, "more")
+    verdict("read latency (median)", "read_lat median us", label, 0.3, "less")
+    verdict("send latency (median)", "send_lat median us", label, 0.3, "less")
+print()
+print("every run (figure / label: values in run order):")
+for (fig, label), v in sorted(runs.items(), key=lambda kv: (figs.index(kv[0][0]) if kv[0][0] in figs else 99, kv[0][1])):
+    print("  %-20s %-18s %s" % (fig, label, " ".join("%g" % x for x in v)))
+if failed:
+    print("\nFAILED runs:")
+    for l in failed: print("  " + l)
+    sys.exit(1)
+'
