@@ -52,6 +52,8 @@ Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const Devic
 }
 
 Result<void> Device::init(const DeviceOptions& opts) {
+    if (opts.mtu && (opts.mtu < 68 || opts.mtu > kMaxMtu))
+        return Error{EINVAL, str_cat("virtio-net: MTU ", opts.mtu, " is out of range: 68 to ", kMaxMtu, " (0: 1500)")};
     opts_ = opts;
     const std::string where = vfio_->address().to_string();
     if (auto r = vfio_->enable_bus_master(); !r) return r;
@@ -92,7 +94,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.vendor_id = kVendorId;
     attr_.device_id = kDeviceIds[0];
     std::copy(cfg.mac, cfg.mac + 6, attr_.mac);
-    attr_.mtu = 1500;
+    attr_.mtu = opts.mtu ? opts.mtu : kDefaultMtu;
     attr_.max_qp = pairs;
     attr_.max_cq = vectors_ - 1;
     if (virtio::has_feature(features_, nf::RSS)) {

@@ -95,6 +95,8 @@ Result<std::unique_ptr<Device>> Device::open_vhost_user(std::string_view socket_
 }
 
 Result<void> Device::init_vhost(const DeviceOptions& opts) {
+    if (opts.mtu && (opts.mtu < 68 || opts.mtu > kMaxMtu))
+        return Error{EINVAL, str_cat("virtio-net: MTU ", opts.mtu, " is out of range: 68 to ", kMaxMtu, " (0: 1500)")};
     opts_ = opts;
     const std::string where = str_cat("the vhost-user backend at ", vhost_->path());
     // Not negotiated: ACCESS_PLATFORM (vhost-user rings are this process's addresses), CTRL_VQ
@@ -130,7 +132,7 @@ Result<void> Device::init_vhost(const DeviceOptions& opts) {
     attr_.vendor_id = kVendorId;
     attr_.device_id = kDeviceIds[0];
     std::copy(mac.begin(), mac.end(), attr_.mac);
-    attr_.mtu = 1500;
+    attr_.mtu = opts.mtu ? opts.mtu : kDefaultMtu;
     attr_.max_qp = 1;
     qps_.resize(1);
     attr_.max_cq = kVhostCqs;

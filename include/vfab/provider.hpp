@@ -40,7 +40,7 @@ namespace vfab::provider {
 // Record, OpenOptions, the multiplexed classes' virtual functions, types.hpp, Result/Error,
 // the dma:: classes the device hands out.
 inline constexpr uint32_t kAbiVersion = 4;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
-                                             // 4: dma::Translation and MrTable's slots carry the CPU address
+                                             // 4: dma::Translation and MrTable's slots carry the CPU address, OpenOptions::mtu
 
 struct PciId {
     uint16_t vendor = 0;
@@ -181,11 +181,15 @@ public:
     }
 
     // The provider's options for `opts`: the fields both have (vfio.backend, vfio.sysfs_root,
-    // promiscuous); an error when opts asks for something the provider cannot do.
+    // promiscuous, mtu); an error when opts asks for something the provider cannot do.
     static Result<Options> options(const OpenOptions& opts) {
         Options o{};
         if constexpr (requires { o.vfio.backend = opts.backend; }) o.vfio.backend = opts.backend;
         if constexpr (requires { o.vfio.sysfs_root = opts.sysfs_root; }) o.vfio.sysfs_root = opts.sysfs_root;
+        if constexpr (requires { o.mtu = opts.mtu; })
+            o.mtu = opts.mtu;
+        else if (opts.mtu && opts.mtu != 1500)
+            return Error{EOPNOTSUPP, str_cat("this provider runs 1500-byte links only: open the device without mtu ", opts.mtu)};
         if constexpr (requires { o.promiscuous = opts.promiscuous; })
             o.promiscuous = opts.promiscuous;
         else if (opts.promiscuous)

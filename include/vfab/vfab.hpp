@@ -41,6 +41,9 @@ struct OpenOptions {
     // else legacy (VFAB_IOMMU_BACKEND overrides). No-IOMMU mode only when asked for.
     vfio::IommuBackend backend = vfio::IommuBackend::automatic;
     bool promiscuous = false;   // accept every unicast and multicast frame
+    // The link's MTU (largest frame mtu + 14 bytes): 0 for the device's default (1500). Larger
+    // ("jumbo") where the provider can (virtio-net); EOPNOTSUPP where it cannot.
+    uint32_t mtu = 0;
     // Where libvfab-<name>.so provider plugins are looked for. Empty: the environment
     // variable VFAB_PROVIDER_DIR, else the install's <libdir>/vfab/providers.
     std::string provider_dir;

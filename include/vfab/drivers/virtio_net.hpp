@@ -56,7 +56,12 @@ struct DeviceOptions {
     // The MAC address over vhost-user (back-ends such as DPDK's offer none); default
     // kDefaultVhostMac, a locally administered address. Ignored over VFIO (the device has one).
     std::optional<std::array<uint8_t, 6>> mac;
+    // The largest frame is mtu + 14 bytes; receive buffers must hold as much (0: 1500). Up to
+    // kMaxMtu: frames longer than 1514 bytes ("jumbo") for links and peers that carry them.
+    uint32_t mtu = 0;
 };
+inline constexpr uint32_t kDefaultMtu = 1500;
+inline constexpr uint32_t kMaxMtu = 9000;
 
 inline constexpr std::array<uint8_t, 6> kDefaultVhostMac = {0x02, 0x76, 0x66, 0x61, 0x62, 0x01};
 // Over vhost-user a completion queue that polls nothing this many times in a row checks
