@@ -128,6 +128,10 @@ int64_t vfab_rdma_cq_take_events(vfab_rdma_cq* cq) {
     return cq ? int64_t(cq_of(cq)->take_events()) : -null_arg("vfab_rdma_cq_take_events", "cq");
 }
 
+uint64_t vfab_rdma_cq_overruns(const vfab_rdma_cq* cq) {
+    return cq ? reinterpret_cast<const rdma::Cq*>(cq)->overruns() : 0;
+}
+
 vfab_rdma_qp* vfab_rdma_create_qp(vfab_rdma_port* port, const vfab_rdma_qp_init_attr* a) {
     if (!port || !a) return null_result<vfab_rdma_qp>(null_arg("vfab_rdma_create_qp", port ? "attr" : "port"));
     rdma::QpInitAttr ia;

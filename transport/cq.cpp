@@ -35,7 +35,7 @@ Result<void> CqImpl::init() {
 
 bool CqImpl::push(const Wc& wc, bool solicited) noexcept {
     if (tail_ - head_ == ring_.size()) {
-        ++overruns;
+        ++overruns_;
         return false;
     }
     ring_[tail_++ & (ring_.size() - 1)] = wc;

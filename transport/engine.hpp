@@ -48,13 +48,14 @@ public:
     Result<void> arm(bool solicited_only) override;
     int channel_fd() const noexcept override { return epoll_fd_; }
     uint64_t take_events() noexcept override;
+    uint64_t overruns() const noexcept override { return overruns_; }
     Result<void> destroy() override;
 
     // Adds a completion; false (and counted) when the queue is full.
     bool push(const Wc& wc, bool solicited) noexcept;
     uint32_t users = 0;        // queue pairs using it
     bool destroyed = false;
-    uint64_t overruns = 0;
+    uint64_t overruns_ = 0;
 
 private:
     PortImpl& port_;

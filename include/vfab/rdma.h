@@ -154,6 +154,8 @@ int vfab_rdma_poll_cq(vfab_rdma_cq *cq, int num_entries, struct vfab_rdma_wc *wc
 int vfab_rdma_req_notify_cq(vfab_rdma_cq *cq, int solicited_only);
 int vfab_rdma_cq_channel_fd(vfab_rdma_cq *cq);
 int64_t vfab_rdma_cq_take_events(vfab_rdma_cq *cq);
+/* Completions lost because the CQ was full (size it for every WR that can complete on it). */
+uint64_t vfab_rdma_cq_overruns(const vfab_rdma_cq *cq);
 
 vfab_rdma_qp *vfab_rdma_create_qp(vfab_rdma_port *port, const struct vfab_rdma_qp_init_attr *attr);
 int vfab_rdma_destroy_qp(vfab_rdma_qp *qp);

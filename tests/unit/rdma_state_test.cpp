@@ -396,7 +396,7 @@ TEST_F(StateTest, CqOverrunIsCounted) {
     EXPECT_EQ(small->poll(wc), 4);
     EXPECT_EQ(wc[0].wr_id, 0u);
     EXPECT_EQ(wc[3].wr_id, 3u);
-    EXPECT_EQ(static_cast<detail::CqImpl*>(small)->overruns, 6u);
+    EXPECT_EQ(small->overruns(), 6u);
     EXPECT_EQ(small->poll(wc), 0);
 }
 

@@ -72,6 +72,9 @@ public:
     virtual int channel_fd() const noexcept = 0;
     // Clears the channel, runs progress; the number of completion notifications since the last call.
     virtual uint64_t take_events() noexcept = 0;
+    // Completions lost because the queue was full (ibv's CQ overrun): size a CQ for every WR
+    // that can complete on it; a non-zero count means the application missed completions.
+    virtual uint64_t overruns() const noexcept = 0;
     // EBUSY while a queue pair uses it.
     virtual Result<void> destroy() = 0;
     Cq(const Cq&) = delete;
