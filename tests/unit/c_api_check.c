@@ -8,16 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "c_check.h"
 #include "vfab/vfab.h"
-
-#define CHECK(cond)                                                                       \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            snprintf(why, why_len, "%s:%d: %s (last error: %s)", __FILE__, __LINE__, #cond, \
-                     vfab_last_error());                                                  \
-            return 1;                                                                     \
-        }                                                                                 \
-    } while (0)
 
 /* The last error names the function and the NULL argument. */
 static int says(const char *function, const char *arg) {

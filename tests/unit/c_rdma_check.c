@@ -9,16 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "c_check.h"
 #include "vfab/rdma.h"
-
-#define CHECK(cond)                                                                       \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            snprintf(why, why_len, "%s:%d: %s (last error: %s)", __FILE__, __LINE__, #cond, \
-                     vfab_last_error());                                                  \
-            return 1;                                                                     \
-        }                                                                                 \
-    } while (0)
 
 /* RESET -> INIT -> RTR -> RTS towards `peer` on the same port. */
 static int connect_rc(vfab_rdma_qp *qp, const vfab_rdma_qp *peer, const uint8_t gid[16]) {
