@@ -18,20 +18,27 @@ CqImpl::~CqImpl() {
     if (event_fd_ >= 0) ::close(event_fd_);
 }
 
-Result<void> CqImpl::init() {
-    event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (event_fd_ < 0) return Error::from_errno(errno, "create_cq: eventfd");
-    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epoll_fd_ < 0) return Error::from_errno(errno, "create_cq: epoll_create1");
-    for (int fd : {event_fd_, port_.raw_recv_cq()->channel_fd(), port_.timer_fd()}) {
+Result<void> open_channel(PortImpl& port, int& event_fd, int& epoll_fd, const char* who) {
+    event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (event_fd < 0) return Error::from_errno(errno, str_cat(who, ": eventfd"));
+    epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd < 0) return Error::from_errno(errno, str_cat(who, ": epoll_create1"));
+    for (int fd : {event_fd, port.raw_recv_cq()->channel_fd(), port.timer_fd()}) {
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.fd = fd;
-        if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0)
-            return Error::from_errno(errno, "create_cq: adding the port's descriptors to the channel");
+        if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0)
+            return Error::from_errno(errno, str_cat(who, ": adding the port's descriptors to the channel"));
     }
     return {};
 }
+
+void signal_channel(int event_fd) noexcept {
+    const uint64_t one = 1;
+    (void)!::write(event_fd, &one, sizeof one);
+}
+
+Result<void> CqImpl::init() { return open_channel(port_, event_fd_, epoll_fd_, "create_cq"); }
 
 bool CqImpl::push(const Wc& wc, bool solicited) noexcept {
     if (tail_ - head_ == ring_.size()) {
@@ -42,8 +49,7 @@ bool CqImpl::push(const Wc& wc, bool solicited) noexcept {
     const bool notify = armed_ && (!solicited_only_ || solicited || wc.status != WcStatus::success);
     if (notify) {
         armed_ = false;
-        const uint64_t one = 1;
-        (void)!::write(event_fd_, &one, sizeof one);
+        signal_channel(event_fd_);
     }
     return true;
 }
@@ -66,8 +72,7 @@ Result<void> CqImpl::arm(bool solicited_only) {
     port_.arm_timer();
     if (head_ != tail_) {
         armed_ = false;
-        const uint64_t one = 1;
-        (void)!::write(event_fd_, &one, sizeof one);
+        signal_channel(event_fd_);
     }
     return {};
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "packet.hpp"
+#include "raw_queue.hpp"
 #include "vfab/rdma/rdma.hpp"
 
 namespace vfab::rdma::detail {
@@ -37,6 +38,11 @@ struct Segment {
 // Copies between a WR's segments (at byte `offset` of their concatenation) and a flat buffer.
 void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
 void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept;
+
+// A CQ's channel: an eventfd for its completions in an epoll descriptor with the port's raw
+// receive channel and retransmission timer (cq.cpp).
+Result<void> open_channel(PortImpl& port, int& event_fd, int& epoll_fd, const char* who);
+void signal_channel(int event_fd) noexcept;
 
 class CqImpl final : public Cq {
 public:
@@ -249,6 +255,7 @@ public:
     Result<void> start_progress_thread(int cpu) override;
     void stop_progress_thread() override;
     PortStats stats() const override;
+    Result<RawQueue> raw_queue(uint32_t depth) override;
     void set_rx_drop_hook(DropHook drop, void* ctx) override { drop_ = drop; drop_ctx_ = ctx; }
     void set_tx_drop_hook(DropHook drop, void* ctx) override { tx_drop_ = drop; tx_drop_ctx_ = ctx; }
 
@@ -273,6 +280,8 @@ public:
     uint8_t* tx_buffer() noexcept;            // a free send buffer, null when none
     void tx_queue(uint8_t* buf, uint32_t len) noexcept;
     void tx_flush() noexcept;
+    void tx_release(uint8_t* buf) noexcept;   // a buffer from tx_buffer() not sent after all
+    uint32_t max_frame() const noexcept { return dev_.attr().mtu + wire::kEthHeader; }
     void mark_ready(QpImpl* qp) noexcept;
     void note_deadline(uint64_t when) noexcept;
     // ARP: the MAC of `ip` when known (true); starts resolving it otherwise. `failed` is set
@@ -297,6 +306,7 @@ private:
     };
     void on_frame(const uint8_t* f, uint32_t len) noexcept;
     void on_arp(const uint8_t* f, uint32_t len) noexcept;
+    void to_raw(const uint8_t* f, uint32_t len) noexcept;
     void send_arp(uint16_t op, const uint8_t* dst_mac, uint32_t dst_ip) noexcept;
     void arp_timers(uint64_t now) noexcept;
     void run_timers(uint64_t now) noexcept;
@@ -326,6 +336,8 @@ private:
     std::vector<std::unique_ptr<CqImpl>> cqs_;
     std::vector<std::unique_ptr<AhImpl>> ahs_;
     std::vector<QpImpl*> ready_;
+    std::unique_ptr<RawCq> app_raw_cq_;   // raw_queue(): the application's raw frames
+    std::unique_ptr<RawQp> app_raw_qp_;
     std::vector<ArpEntry> arp_;
     uint64_t next_deadline_ = 0;
     int timer_fd_ = -1;

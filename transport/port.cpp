@@ -164,6 +164,8 @@ void PortImpl::tx_queue(uint8_t* buf, uint32_t len) noexcept {
     if (tx_batch_.size() == tx_batch_.capacity()) tx_flush();
 }
 
+void PortImpl::tx_release(uint8_t* buf) noexcept { tx_free_.push_back(uint32_t((buf - buffers_) / slot_size_)); }
+
 void PortImpl::tx_flush() noexcept {
     if (tx_batch_.empty()) return;
     const PostResult r = raw_qp_->post_send(tx_batch_);
@@ -276,8 +278,14 @@ void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
     if (drop_ && drop_(drop_ctx_, f, len)) return;
     Packet p;
     switch (parse_frame(f, len, cfg_.ipv4, p)) {
-    case ParseResult::arp: on_arp(f, len); return;
-    case ParseResult::other: ++stats_.rx_other; return;
+    case ParseResult::arp:
+        on_arp(f, len);
+        to_raw(f, len);   // the application's raw traffic may speak ARP too
+        return;
+    case ParseResult::other:
+        ++stats_.rx_other;
+        to_raw(f, len);
+        return;
     case ParseResult::bad_icrc: ++stats_.rx_icrc_errors; ++stats_.rx_dropped; return;
     case ParseResult::malformed: ++stats_.rx_dropped; return;
     case ParseResult::roce: break;
@@ -290,6 +298,25 @@ void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
     }
     ++stats_.rx_roce;
     qps_[index]->on_packet(p);
+}
+
+void PortImpl::to_raw(const uint8_t* f, uint32_t len) noexcept {
+    if (!app_raw_qp_) return;
+    const uint64_t missed = app_raw_qp_->missed;
+    app_raw_qp_->deliver(f, len);
+    ++(app_raw_qp_->missed == missed ? stats_.rx_raw : stats_.rx_raw_missed);
+}
+
+Result<Port::RawQueue> PortImpl::raw_queue(uint32_t depth) {
+    Guard g(*this);
+    if (!app_raw_qp_) {
+        if (depth < 8 || depth > 16384) return Error{EINVAL, "raw_queue: depth is 8 to 16384"};
+        auto cq = std::make_unique<RawCq>(*this, depth * 2);
+        if (auto r = cq->init(); !r) return r.take_error();
+        app_raw_qp_ = std::make_unique<RawQp>(*this, *cq, depth);
+        app_raw_cq_ = std::move(cq);
+    }
+    return RawQueue{app_raw_qp_.get(), app_raw_cq_.get()};
 }
 
 // ---- ARP -------------------------------------------------------------------------------------------

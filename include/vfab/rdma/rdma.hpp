@@ -53,6 +53,8 @@ struct PortStats {
     uint64_t rx_dropped = 0;       // RoCEv2 packets dropped: malformed, bad ICRC, unknown QP, ...
     uint64_t rx_icrc_errors = 0;
     uint64_t rx_other = 0;         // neither ARP nor RoCEv2 for this port's address
+    uint64_t rx_raw = 0;           // frames copied into the raw queue's receives (raw_queue())
+    uint64_t rx_raw_missed = 0;    // frames for the raw queue that found no receive posted
     uint64_t tx_frames = 0;
     uint64_t retransmits = 0;      // packets sent again (timeout, NAK, RNR)
     uint64_t naks_sent = 0;
@@ -153,6 +155,18 @@ public:
     virtual void stop_progress_thread() = 0;
 
     virtual PortStats stats() const = 0;
+
+    // Raw Ethernet frames beside RDMA on the port's device queue (the same interfaces as a
+    // provider's raw queue pair and CQ): frames that are not RoCEv2 for the port's address —
+    // and every ARP frame — are copied into receives posted on `qp`; frames posted on `qp`
+    // leave with the port's (one copy each way). Made on the first call (`depth` WRs each
+    // way, at least 8), the same pair afterwards; it goes with the port. Without it those
+    // frames are counted (rx_other) and dropped.
+    struct RawQueue {
+        vfab::QueuePair* qp = nullptr;
+        vfab::CompletionQueue* cq = nullptr;
+    };
+    virtual Result<RawQueue> raw_queue(uint32_t depth = 256) = 0;
 
     // A test hook: received frames for which `drop(ctx, frame, len)` returns true are dropped
     // before the transport sees them (loss injection). nullptr removes it.

@@ -1,0 +1,64 @@
+// Raw Ethernet frames beside RDMA on the port's device queue: a software queue pair and CQ with
+// the provider API's interface (vfab::QueuePair, vfab::CompletionQueue). Frames that are not
+// the transport's — not RoCEv2 for the port's address, and every ARP frame too — are copied
+// into the receives posted here; frames posted here leave with the port's own. An application
+// keeps its raw traffic on a NIC whose only queue the port drives (e1000e, igbvf).
+#pragma once
+
+#include <vector>
+
+#include "vfab/vfab.hpp"
+
+namespace vfab::rdma::detail {
+
+class PortImpl;
+
+inline constexpr uint32_t kRawMaxSge = 8;   // SGEs of a raw send
+
+class RawCq final : public vfab::CompletionQueue {
+public:
+    RawCq(PortImpl& port, uint32_t depth);
+    ~RawCq() override;
+    Result<void> init();
+    int poll(std::span<Completion> out) noexcept override;
+    Result<void> arm() override;
+    int channel_fd() const noexcept override { return epoll_fd_; }
+    uint64_t take_events() noexcept override;
+    Result<void> destroy() override { return Error{EBUSY, "the raw CQ goes with its RDMA port"}; }
+    void push(const Completion& c) noexcept;
+    uint64_t overruns = 0;
+
+private:
+    PortImpl& port_;
+    std::vector<Completion> ring_;
+    uint64_t head_ = 0, tail_ = 0;
+    bool armed_ = false;
+    int event_fd_ = -1, epoll_fd_ = -1;
+};
+
+class RawQp final : public vfab::QueuePair {
+public:
+    RawQp(PortImpl& port, RawCq& cq, uint32_t depth);
+    PostResult post_send(std::span<const SendWr> wrs) noexcept override;
+    PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+    QpState state() const noexcept override { return QpState::ready; }
+    uint32_t qp_num() const noexcept override { return 0; }
+    const QpCaps& caps() const noexcept override { return caps_; }
+    uint32_t queue() const noexcept override { return 0; }
+    QpStats stats() const noexcept override { return stats_; }
+    Result<void> destroy() override { return Error{EBUSY, "the raw queue pair goes with its RDMA port"}; }
+    // A frame for the application: into the oldest receive, else counted as missed.
+    void deliver(const uint8_t* frame, uint32_t len) noexcept;
+    uint64_t missed = 0;
+
+private:
+    PortImpl& port_;
+    RawCq& cq_;
+    QpCaps caps_;
+    QpStats stats_;
+    std::vector<RecvWr> rq_;
+    std::vector<Sge> rq_sges_;
+    uint32_t rq_head_ = 0, rq_tail_ = 0;
+};
+
+}  // namespace vfab::rdma::detail
