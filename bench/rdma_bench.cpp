@@ -15,6 +15,8 @@
 // port's raw queue pair). Output: one line of key=value figures on stdout ("rdma_bench
 // label=L impl=vfab mode=... "), or "rdma_bench label=L ... FAILED: why" and exit 1.
 #include <net/if.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 
 #include <CLI/CLI.hpp>
@@ -228,6 +230,16 @@ void ensure_lo_up() {
     if (s >= 0) ::close(s);
 }
 
+// Pins the calling thread to `cpu` (-1: leaves it).
+void pin(int cpu) {
+    if (cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
+        std::fprintf(stderr, "rdma_bench: cannot pin a thread to CPU %d\n", cpu);
+}
+
 int report(const std::string& label, const std::string& where, const Params& p, const Outcome& o,
            const std::string& extra) {
     std::string line = "rdma_bench label=" + label + " impl=vfab " + where + " " + format_params(p);
@@ -320,7 +332,7 @@ int run(int argc, char** argv) {
     app.require_subcommand(1);
     Params p;
     std::string mode = "write_bw", label = "vfab", nics = "0000:00:02.0,0000:00:03.0", ips = "10.88.0.1,10.88.0.2";
-    std::string host, bdf, ip, passive = "poll";
+    std::string host, bdf, ip, passive = "poll", cpus;
     int threads = 2;
     uint16_t port = 18600;
     VfabConfig cfg;
@@ -350,6 +362,7 @@ int run(int argc, char** argv) {
         ->capture_default_str()->check(CLI::Range(1, 2));
     local->add_option("--passive", passive, "A passive target (write_bw, read_lat, atomic_rate) busy-polls (poll) or sleeps on its CQ channel between frames (sleep)")
         ->capture_default_str()->check(CLI::IsMember({"poll", "sleep"}));
+    local->add_option("--cpus", cpus, "CPUs of the initiator's and the target's thread, e.g. 1,0 (default: not pinned)");
     CLI::App* server = app.add_subcommand("server", "One end: serve one client");
     common(server);
     server->add_option("-d,--device", bdf, "The NIC (PCI address, bound to vfio-pci)")->required();
@@ -405,7 +418,12 @@ int run(int argc, char** argv) {
     sc.psn = 0x2000;
     if (!parse_ip(ips.substr(0, comma_ip), cfg.ip) || !parse_ip(ips.substr(comma_ip + 1), sc.ip))
         return std::fprintf(stderr, "rdma_bench: --ips: two IPv4 addresses\n"), 2;
-    const std::string where = "role=local nics=" + nics + " threads=" + std::to_string(threads) + " passive=" + passive;
+    int cpu_c = -1, cpu_s = -1;
+    if (!cpus.empty() && std::sscanf(cpus.c_str(), "%d,%d", &cpu_c, &cpu_s) != 2)
+        return std::fprintf(stderr, "rdma_bench: --cpus takes two CPU numbers, comma-separated\n"), 2;
+    pin(cpu_c);
+    const std::string where = "role=local nics=" + nics + " threads=" + std::to_string(threads) + " passive=" + passive +
+                              (cpus.empty() ? "" : " cpus=" + cpus);
     if (threads == 1) {
         std::string extra;
         const Outcome o = local_one_thread(cfg, sc, p, extra);
@@ -416,7 +434,10 @@ int run(int argc, char** argv) {
     if (ls < 0) return report(label, "role=local", p, {err, ""}, "");
     Outcome server_out;
     std::string server_extra;
-    std::thread st([&] { server_out = serve_one(port, sc, passive == "sleep", &server_extra, ls); });
+    std::thread st([&] {
+        pin(cpu_s);
+        server_out = serve_one(port, sc, passive == "sleep", &server_extra, ls);
+    });
     auto e = VfabEnd::make(cfg, p, err);
     Outcome o;
     if (!e) {

@@ -13,13 +13,13 @@
 # Each set-up also runs the pingpong tools (examples/rc_pingpong, ibv_rc_pingpong; usec/iter).
 # Prints the tools' result lines ("rdma_bench ...", "perftest ...", "pingpong ..."), and
 # "rdma_guest: ..." lines for what it does.
-#   rdma_vs_rxe_guest.sh [ROUNDS] [bw_size=65536] [bw_iters=300] [lat_size=64] [lat_iters=2000]
-#                        [atomic_iters=2000] [extra_nics=1] [setups=ABC]
+#   rdma_vs_rxe_guest.sh [ROUNDS] [bw_size=65536] [bw_iters=200] [lat_size=64] [lat_iters=1000]
+#                        [atomic_iters=1000] [extra_nics=1] [setups=ABC]
 # extra_nics=1: also vfab <-> vfab over virtio-net 04.0/06.0 and igb 05.0/0a.0, once a round;
 # setups: which of A, B, C to run (the others are only passed through).
 rounds=${1:-3}
 [ $# -gt 0 ] && shift
-bw_size=65536 bw_iters=300 lat_size=64 lat_iters=2000 atomic_iters=2000 extra_nics=0 setups=ABC
+bw_size=65536 bw_iters=200 lat_size=64 lat_iters=1000 atomic_iters=1000 extra_nics=0 setups=ABC
 for kv in "$@"; do
     case $kv in
     bw_size=* | bw_iters=* | lat_size=* | lat_iters=* | atomic_iters=* | extra_nics=* | setups=*) eval "${kv%%=*}=\${kv#*=}" ;;
@@ -111,16 +111,18 @@ wait_listen() {
     while ! tcp_listening "$1" && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
 }
 # pair SERVER_CMD -- CLIENT_CMD: the server in the background, the client once it listens
-# on PORT ($port), both with a time limit.
+# on PORT ($port), both with a time limit; the server on CPU 0, the client on CPU 1 (left to
+# themselves, the guest's scheduler now and then put both busy-polling ends on one vCPU, where
+# they took turns at its 4 ms tick). rdma_bench local pins its two threads the same way.
 pair() {
     scmd=""
     while [ "$1" != -- ]; do scmd="$scmd $1"; shift; done
     shift
     # shellcheck disable=SC2086
-    timeout 120 $scmd > /tmp/server.out 2>&1 &
+    timeout 120 taskset -c 0 $scmd > /tmp/server.out 2>&1 &
     spid=$!
     wait_listen "$port"
-    timeout 120 "$@" > /tmp/client.out 2>&1
+    timeout 120 taskset -c 1 "$@" > /tmp/client.out 2>&1
     crc=$?
     wait $spid
     src=$?
@@ -144,7 +146,7 @@ opts_of() {
 local_runs() {
     for m in $(modes); do
         # shellcheck disable=SC2046
-        timeout 120 "$bin/rdma_bench" local "$m" $(opts_of "$m") --nics "$2" --threads "$3" --label "$1" ||
+        timeout 120 "$bin/rdma_bench" local "$m" $(opts_of "$m") --nics "$2" --threads "$3" --cpus 1,0 --label "$1" ||
             say "$1 $m failed"
     done
 }
@@ -198,8 +200,14 @@ perftest() {
         return 0
     done
 }
+# frames NIC: what its interface sent and received so far.
+frames() { echo "$(cat "/sys/class/net/$1/statistics/tx_packets") $(cat "/sys/class/net/$1/statistics/rx_packets")"; }
 run_C() {
     case $setups in *C*) ;; *) return 0 ;; esac
+    na=$(ifname_of $A)
+    nb=$(ifname_of $B)
+    # shellcheck disable=SC2046
+    set -- $(frames "$na") $(frames "$nb") $(frames lo)
     port=18600
     for m in $(modes); do
         # shellcheck disable=SC2046
@@ -216,6 +224,9 @@ run_C() {
     pair ibv_rc_pingpong -d rxe0 -g 1 -s "$lat_size" -n 1000 -- \
         ibv_rc_pingpong -d rxe1 -g 1 -s "$lat_size" -n 1000 127.0.0.1 > /tmp/pp.out
     echo "pingpong label=rxe-rxe $(grep 'usec/iter' /tmp/pp.out)"
+    # shellcheck disable=SC2046
+    set -- "$@" $(frames "$na") $(frames "$nb") $(frames lo)
+    say "rxe <-> rxe went over the wire: $na sent $(($7 - $1)) and received $(($8 - $2)) frames, $nb sent $(($9 - $3)) and received $((${10} - $4)); lo carried $((${11} - $5)) (the side channels)"
 }
 
 # Set-ups: state A (both on vfio-pci) <-> B (03.0 the kernel's) <-> C (both the kernel's).
