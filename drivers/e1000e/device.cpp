@@ -35,6 +35,8 @@ Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const Devic
 
 Result<void> Device::init(const DeviceOptions& opts) {
     opts_ = opts;
+    if (opts.mtu && (opts.mtu < 68 || opts.mtu > kMaxMtu))
+        return Error{EINVAL, str_cat("e1000e: MTU ", opts.mtu, " is out of range: 68 to ", kMaxMtu, " (0: 1500)")};
     if (auto r = vfio_->enable_bus_master(); !r) return r;
     if (auto r = hw_reset(); !r) return r;
 
@@ -64,13 +66,13 @@ Result<void> Device::init(const DeviceOptions& opts) {
     const uint32_t ral = bar_->read32(reg::RAL0), rah = bar_->read32(reg::RAH0);
     for (int i = 0; i < 4; ++i) attr_.mac[i] = uint8_t(ral >> (8 * i));
     for (int i = 0; i < 2; ++i) attr_.mac[4 + i] = uint8_t(rah >> (8 * i));
-    attr_.mtu = 1500;
+    attr_.mtu = opts.mtu ? opts.mtu : 1500;
     attr_.max_qp = 1;
     attr_.max_cq = kMaxCq;
     attr_.max_qp_wr = kMaxQueueDepth;
     attr_.max_send_sge = kMaxSendSge;
     attr_.max_recv_sge = 1;
-    attr_.recv_buffer_size = reg::kRxBufferSize;
+    attr_.recv_buffer_size = attr_.mtu > 1500 ? reg::kRxBufferSizeJumbo : reg::kRxBufferSize;
     attr_.offloads = offload_tx_ip_csum | (opts.rx_checksum ? uint32_t(offload_rx_ip_csum) : 0u);
     attr_.interrupt_vectors = reg::kMsixVectors;
 

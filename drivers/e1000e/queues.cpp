@@ -93,12 +93,13 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
         return Error{EINVAL, str_cat("create_qp: max_send_wr and max_recv_wr must be 1 to ", kMaxQueueDepth)};
     if (want.max_send_sge > kMaxSendSge || want.max_recv_sge > 1)
         return Error{EINVAL, str_cat("create_qp: the 82574L takes up to ", kMaxSendSge,
-                                     " SGEs per send and 1 per receive (one buffer of ", reg::kRxBufferSize,
+                                     " SGEs per send and 1 per receive (one buffer of ", attr_.recv_buffer_size,
                                      " bytes per frame)")};
 
     std::unique_ptr<QueuePair> qp(new QueuePair(*this, attr));
     qp->sq_sig_all_ = attr.sq_sig_all;
     qp->max_frame_ = attr_.mtu + kEthHeader;
+    qp->rx_buffer_ = attr_.recv_buffer_size;
     const uint32_t sq = ring_size(want.max_send_wr);
     const uint32_t sge = std::max(want.max_send_sge, 1u);
     const uint32_t tx = std::min(ring_size(sq * (sge + 1) + 1), kMaxTxRing);   // + a context each
@@ -151,7 +152,8 @@ Result<void> Device::start_queues(QueuePair& qp) {
     program_ivar();
     bar_->write32(reg::TIPG, reg::kTipgCopper);
     bar_->write32(reg::TCTL, reg::TCTL_EN | reg::TCTL_PSP | 0x0fu << reg::TCTL_CT_SHIFT | 0x3fu << reg::TCTL_COLD_SHIFT);
-    uint32_t rctl = reg::RCTL_EN | reg::RCTL_BAM | reg::RCTL_SECRC | reg::RCTL_BSIZE_2048;
+    uint32_t rctl = reg::RCTL_EN | reg::RCTL_BAM | reg::RCTL_SECRC |
+                    (attr_.mtu > 1500 ? reg::RCTL_LPE | reg::RCTL_BSIZE_8192 : reg::RCTL_BSIZE_2048);
     if (opts_.promiscuous) rctl |= reg::RCTL_UPE | reg::RCTL_MPE;
     bar_->write32(reg::RCTL, rctl);
     if (bar_->read32(reg::RDLEN) != (qp.rx_mask_ + 1) * sizeof(RxDesc))

@@ -33,6 +33,8 @@ Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const Devic
 
 Result<void> Device::init(const DeviceOptions& opts) {
     opts_ = opts;
+    if (opts.mtu && (opts.mtu < 68 || opts.mtu > kMaxMtu))
+        return Error{EINVAL, str_cat("igb: MTU ", opts.mtu, " is out of range: 68 to ", kMaxMtu, " (0: 1500)")};
     const std::string where = vfio_->address().to_string();
     if (auto r = vfio_->enable_bus_master(); !r) return r;
     if (auto r = hw_reset(); !r) return r;
@@ -63,13 +65,13 @@ Result<void> Device::init(const DeviceOptions& opts) {
     const uint32_t ral = bar_->read32(reg::RAL0), rah = bar_->read32(reg::RAH0);
     for (int i = 0; i < 4; ++i) attr_.mac[i] = uint8_t(ral >> (8 * i));
     for (int i = 0; i < 2; ++i) attr_.mac[4 + i] = uint8_t(rah >> (8 * i));
-    attr_.mtu = 1500;
+    attr_.mtu = opts.mtu ? opts.mtu : 1500;
     attr_.max_cq = vectors_ - 1;
     attr_.max_qp = std::min(reg::kRssQueues, attr_.max_cq);
     attr_.max_qp_wr = kMaxQueueDepth;
     attr_.max_send_sge = kMaxSendSge;
     attr_.max_recv_sge = 1;
-    attr_.recv_buffer_size = reg::kRxBufferSize;
+    attr_.recv_buffer_size = attr_.mtu > 1500 ? reg::kRxBufferSizeJumbo : reg::kRxBufferSize;
     attr_.offloads = offload_tx_ip_csum | (opts.rx_checksum ? uint32_t(offload_rx_ip_csum) : 0u) | offload_tx_timestamp |
                      offload_rx_timestamp;
     attr_.interrupt_vectors = vectors_;
@@ -140,6 +142,10 @@ void Device::hw_setup() {
     write_timestamps();
     bar_->write32(reg::TCTL, reg::TCTL_EN | reg::TCTL_PSP | reg::TCTL_CT | reg::TCTL_COLD);
     uint32_t rctl = reg::RCTL_EN | reg::RCTL_BAM | reg::RCTL_SECRC;
+    if (opts_.mtu > 1500) {   // (hw_setup runs before attr_ is filled in)
+        rctl |= reg::RCTL_LPE;
+        bar_->write32(reg::RLPML, opts_.mtu + kEthHeader + 4 + 4);   // + a VLAN tag + the FCS
+    }
     if (opts_.promiscuous) rctl |= reg::RCTL_UPE | reg::RCTL_MPE;
     bar_->write32(reg::RCTL, rctl);
     for (uint32_t v = 0; v < vectors_; ++v) vfio::drain_eventfd(msix_->eventfd(v));

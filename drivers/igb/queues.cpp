@@ -103,11 +103,12 @@ Result<QueuePair*> QueueSet::create_qp(const QpInitAttr& attr) {
         return Error{EINVAL, str_cat("create_qp: max_send_wr and max_recv_wr must be 1 to ", kMaxQueueDepth)};
     if (want.max_send_sge > kMaxSendSge || want.max_recv_sge > 1)
         return Error{EINVAL, str_cat("create_qp: the 82576 takes up to ", kMaxSendSge, " SGEs per send and 1 per receive (one buffer of ",
-                                     reg::kRxBufferSize, " bytes per frame)")};
+                                     attr_.recv_buffer_size, " bytes per frame)")};
 
     std::unique_ptr<QueuePair> qp(new QueuePair(*this, attr, index));
     qp->sq_sig_all_ = attr.sq_sig_all;
     qp->max_frame_ = attr_.mtu + kEthHeader;
+    qp->rx_buffer_ = attr_.recv_buffer_size;
     const uint32_t sq = ring_size(want.max_send_wr);
     const uint32_t sge = std::max(want.max_send_sge, 1u);
     const uint32_t tx = std::min(ring_size(sq * (sge + 1) + 1), kMaxTxRing);   // + a context each
@@ -152,7 +153,7 @@ Result<void> QueueSet::start_queues(QueuePair& qp) {
     bar_->write32(layout_.rx(q, reg::Q_BAL), uint32_t(rx_iova));
     bar_->write32(layout_.rx(q, reg::Q_BAH), uint32_t(rx_iova >> 32));
     bar_->write32(layout_.rx(q, reg::Q_LEN), (qp.rx_mask_ + 1) * sizeof(RxDesc));
-    bar_->write32(layout_.rx(q, reg::Q_SRRCTL), (reg::kRxBufferSize / 1024) << reg::SRRCTL_BSIZEPKT_SHIFT |
+    bar_->write32(layout_.rx(q, reg::Q_SRRCTL), (attr_.recv_buffer_size / 1024) << reg::SRRCTL_BSIZEPKT_SHIFT |
                                       reg::SRRCTL_DESCTYPE_ADV_ONEBUF | reg::SRRCTL_DROP_EN);
     bar_->write32(layout_.rx(q, reg::Q_HEAD), 0);
     bar_->write32(layout_.rx(q, reg::Q_TAIL), 0);

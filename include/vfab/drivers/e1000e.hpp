@@ -57,7 +57,11 @@ struct DeviceOptions {
     int link_timeout_ms = 3000;      // how long open() waits for link (0: not at all)
     std::optional<std::array<uint8_t, 6>> mac;   // replace the address from the EEPROM
     dma::PdOptions pd;
+    // The link's MTU (largest frame mtu + 14 bytes): 0 for 1500. Up to kMaxMtu: long packets
+    // (RCTL.LPE) into 8 KiB receive buffers, which receives must then hold.
+    uint32_t mtu = 0;
 };
+inline constexpr uint32_t kMaxMtu = 8000;
 
 class Device;
 class QueuePair;
@@ -163,6 +167,7 @@ private:
     QpCaps caps_;
     bool sq_sig_all_ = false;
     uint32_t max_frame_ = 1514;
+    uint32_t rx_buffer_ = reg::kRxBufferSize;   // what each receive must hold (RCTL.BSIZE)
 
     // Send: a ring of WR slots and the hardware ring of descriptors they use. Counters run
     // freely; a ring index is counter & mask.
@@ -359,7 +364,7 @@ inline PostResult QueuePair::post_recv(std::span<const RecvWr> wrs) noexcept {
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
         // One buffer per frame, holding all the device may write (RCTL.BSIZE).
-        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < reg::kRxBufferSize) {
+        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < rx_buffer_) {
             err = EINVAL;
             break;
         }
@@ -370,7 +375,7 @@ inline PostResult QueuePair::post_recv(std::span<const RecvWr> wrs) noexcept {
         const Sge& g = wr.sg_list[0];
         Slot& slot = rq_[rq_tail_ & rq_mask_];
         slot = {wr.wr_id, 0, 0, WcStatus::success, true};
-        const dma::Translation t = mrs_->translate(g.lkey, g.addr, reg::kRxBufferSize, dma::Access::local_write);
+        const dma::Translation t = mrs_->translate(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
         if (t.status != dma::MrStatus::ok) {
             slot.status = WcStatus::local_protection_error;
         } else {

@@ -36,7 +36,11 @@ struct DeviceOptions {
     int link_timeout_ms = 3000;
     std::optional<std::array<uint8_t, 6>> mac;
     dma::PdOptions pd;
+    // The link's MTU (largest frame mtu + 14 bytes): 0 for 1500. Up to kMaxMtu: long packets
+    // (RCTL.LPE, RLPML) into 8 KiB receive buffers, which receives must then hold.
+    uint32_t mtu = 0;
 };
+inline constexpr uint32_t kMaxMtu = 8000;
 
 // IEEE 1588 (datasheet §7.9): TimestampConfig and RxTimestamp are vfab's (types.hpp).
 

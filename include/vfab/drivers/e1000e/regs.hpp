@@ -71,8 +71,10 @@ inline constexpr uint32_t RCTL_MPE = 1u << 4;    // multicast promiscuous
 inline constexpr uint32_t RCTL_LPE = 1u << 5;    // long packets
 inline constexpr uint32_t RCTL_BAM = 1u << 15;   // accept broadcast
 inline constexpr uint32_t RCTL_BSIZE_2048 = 0;   // BSIZE = 00, BSEX = 0
+inline constexpr uint32_t RCTL_BSIZE_8192 = 2u << 16 | 1u << 25;   // BSIZE = 10 with BSEX (datasheet 10.2.5.1)
 inline constexpr uint32_t RCTL_SECRC = 1u << 26; // strip the Ethernet CRC
 inline constexpr uint32_t kRxBufferSize = 2048;
+inline constexpr uint32_t kRxBufferSizeJumbo = 8192;   // with RCTL.LPE, for links over 1500 bytes
 
 inline constexpr uint32_t RDBAL = 0x2800;
 inline constexpr uint32_t RDBAH = 0x2804;

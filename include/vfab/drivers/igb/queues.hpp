@@ -132,6 +132,7 @@ private:
     QpCaps caps_;
     bool sq_sig_all_ = false;
     uint32_t max_frame_ = 1514;
+    uint32_t rx_buffer_ = reg::kRxBufferSize;   // what each receive must hold (SRRCTL.BSIZEPACKET)
 
     Slot* sq_ = nullptr;
     uint32_t sq_mask_ = 0, sq_head_ = 0, sq_tail_ = 0;
@@ -307,7 +308,7 @@ inline PostResult QueuePair::post_recv(std::span<const RecvWr> wrs) noexcept {
     int err = 0;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
-        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < reg::kRxBufferSize) {
+        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < rx_buffer_) {
             err = EINVAL;
             break;
         }
@@ -318,7 +319,7 @@ inline PostResult QueuePair::post_recv(std::span<const RecvWr> wrs) noexcept {
         const Sge& g = wr.sg_list[0];
         Slot& slot = rq_[rq_tail_ & rq_mask_];
         slot = {wr.wr_id, 0, 0, WcStatus::success, true};
-        const dma::Translation t = mrs_->translate(g.lkey, g.addr, reg::kRxBufferSize, dma::Access::local_write);
+        const dma::Translation t = mrs_->translate(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
         if (t.status != dma::MrStatus::ok) {
             slot.status = WcStatus::local_protection_error;
         } else {

@@ -77,6 +77,8 @@ inline constexpr uint32_t RCTL = 0x0100;
 inline constexpr uint32_t RCTL_EN = 1u << 1;
 inline constexpr uint32_t RCTL_UPE = 1u << 3;    // unicast promiscuous
 inline constexpr uint32_t RCTL_MPE = 1u << 4;    // multicast promiscuous
+inline constexpr uint32_t RCTL_LPE = 1u << 5;    // long packets, up to RLPML (§8.10.1)
+inline constexpr uint32_t RLPML = 0x5004;        // receive long packet maximum length, FCS included (§8.10.27)
 inline constexpr uint32_t RCTL_BAM = 1u << 15;   // accept broadcast
 inline constexpr uint32_t RCTL_SECRC = 1u << 26; // strip the FCS
 
@@ -141,6 +143,7 @@ inline constexpr uint32_t SRRCTL_BSIZEPKT_SHIFT = 0;  // in 1 KB units
 inline constexpr uint32_t SRRCTL_DESCTYPE_ADV_ONEBUF = 1u << 25;
 inline constexpr uint32_t SRRCTL_DROP_EN = 1u << 31;  // drop when the queue has no descriptor
 inline constexpr uint32_t kRxBufferSize = 2048;
+inline constexpr uint32_t kRxBufferSizeJumbo = 8192;   // with RCTL.LPE, for links over 1500 bytes
 
 // ---- transmit (§8.12) ------------------------------------------------------------------------
 inline constexpr uint32_t TCTL = 0x0400;
