@@ -12,7 +12,10 @@
 //
 // Options: -s SIZE, -n ITERS, --window W, --signal K, --warmup U, --add A (atomic_rate),
 // --timeout S, --label L (the result line's first field), --rx-buffers / --tx-buffers (the
-// port's raw queue pair). Output: one line of key=value figures on stdout ("rdma_bench
+// port's raw queue pair); local: --threads 1 (one thread drives both ends: the target's work
+// runs inside the initiator's polls), --cpus C,T (pin the initiator's and the target's
+// threads); local and server: --passive sleep (a passive target sleeps on its CQ channel
+// between frames instead of busy-polling). Output: one line of key=value figures on stdout ("rdma_bench
 // label=L impl=vfab mode=... "), or "rdma_bench label=L ... FAILED: why" and exit 1.
 #include <net/if.h>
 #include <pthread.h>
