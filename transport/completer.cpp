@@ -90,7 +90,7 @@ void QpImpl::acked_through(uint32_t psn) noexcept {
     uint32_t next = psn_add(psn, 1);
     // An ACK past a READ or atomic still waiting for its answer does not acknowledge what the
     // answer has not brought (9.7.5.1.2: it is an implied NAK for it).
-    for (uint32_t i = sq_head_, end = sent_end(); i != end; ++i) {
+    for (uint32_t i = sq_head_, end = rd_atomic_ ? sent_end() : sq_head_; i != end; ++i) {
         const SendWqe& w = sq_[i & sq_mask_];
         if (w.done || !waits_for_response(w.wr.opcode)) continue;
         const uint32_t limit = psn_add(w.first_psn, w.read_pkts);

@@ -233,6 +233,11 @@ private:
     uint32_t write_len_ = 0, write_offset_ = 0;
     std::vector<Resource> res_;
     uint32_t res_next_ = 0;
+    uint32_t res_sending_ = 0;   // resources with responses still to send (a READ being answered)
+    void set_sending(Resource& r, bool on) noexcept {
+        if (r.sending != on) res_sending_ += on ? 1 : uint32_t(-1);
+        r.sending = on;
+    }
     // An ACK or NAK that found no tx buffer, sent on the next pump.
     bool ack_pending_ = false;
     uint8_t ack_syndrome_ = 0;

@@ -136,6 +136,7 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
         retry_deadline_ = rnr_deadline_ = 0;
         in_send_ = in_write_ = nak_seq_sent_ = ack_pending_ = peer_known_ = waiting_arp_ = retry_started_ = false;
         for (auto& r : res_) r = Resource{};
+        res_sending_ = 0;
         state_ = QpState::reset;
         return {};
     }

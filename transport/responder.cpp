@@ -64,6 +64,7 @@ Resource* QpImpl::new_resource() noexcept {
     const uint32_t n = std::max<uint32_t>(1, std::min<uint32_t>(attr_.max_dest_rd_atomic, uint32_t(res_.size())));
     Resource* r = &res_[res_next_ % n];
     ++res_next_;
+    set_sending(*r, false);
     *r = Resource{};
     return r;
 }
@@ -85,6 +86,7 @@ bool QpImpl::send_atomic_ack(const Resource& r) noexcept {
 
 // Read responses still to send, oldest READ first (9.7.4.1.4); false when out of buffers.
 bool QpImpl::send_read_responses() noexcept {
+    if (!res_sending_) return true;
     const uint32_t n = uint32_t(res_.size());
     for (uint32_t k = 0; k < n; ++k) {
         Resource& r = res_[(res_next_ + k) % n];
@@ -110,7 +112,7 @@ bool QpImpl::send_read_responses() noexcept {
             r.restart = false;
             r.next_psn = psn_add(r.next_psn, 1);
             r.next_offset += payload;
-            if (last) r.sending = false;
+            if (last) set_sending(r, false);
         }
     }
     return true;
@@ -218,7 +220,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
         r->va = p.va;
         r->length = p.dma_len;
         r->host = host;
-        r->sending = true;
+        set_sending(*r, true);
         r->restart = true;
         r->next_psn = p.psn;
         epsn_ = psn_add(p.psn, npkts);
@@ -262,7 +264,7 @@ void QpImpl::on_duplicate(const Packet& p) noexcept {
             if (r.kind != Resource::read || psn_diff(p.psn, r.psn) < 0 || psn_diff(p.psn, r.last_psn) > 0) continue;
             const uint32_t offset = uint32_t(psn_diff(p.psn, r.psn)) * mtu_;
             if (offset > r.length) return;
-            r.sending = true;
+            set_sending(r, true);
             r.restart = true;
             r.next_psn = p.psn;
             r.next_offset = offset;

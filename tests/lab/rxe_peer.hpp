@@ -16,7 +16,7 @@
 
 #include <cstdio>
 #include <optional>
-#include <regex>
+#include <cctype>
 
 #include "kernel_nic.hpp"
 #include "spawn.hpp"
@@ -227,15 +227,16 @@ inline std::string pingpong_message(const PingpongDest& d) {
 }
 
 inline std::optional<PingpongDest> parse_pingpong_message(const std::string& m) {
-    static const std::regex re("([0-9a-f]{4}):([0-9a-f]{6}):([0-9a-f]{6}):([0-9a-f]{32})");
-    std::smatch s;
-    const std::string text = m.substr(0, m.find('\0'));
-    if (!std::regex_match(text, s, re)) return std::nullopt;
+    const std::string t = m.substr(0, m.find('\0'));
+    // LLLL:QQQQQQ:PPPPPP:GGGG... (4, 6, 6 and 32 hex digits)
+    if (t.size() != kPingpongMsg - 1 || t[4] != ':' || t[11] != ':' || t[18] != ':') return std::nullopt;
+    for (size_t i = 0; i < t.size(); ++i)
+        if (i != 4 && i != 11 && i != 18 && !std::isxdigit(uint8_t(t[i]))) return std::nullopt;
     PingpongDest d;
-    d.lid = uint32_t(std::stoul(s[1], nullptr, 16));
-    d.qpn = uint32_t(std::stoul(s[2], nullptr, 16));
-    d.psn = uint32_t(std::stoul(s[3], nullptr, 16));
-    for (int i = 0; i < 16; ++i) d.gid[size_t(i)] = uint8_t(std::stoul(s[4].str().substr(size_t(i) * 2, 2), nullptr, 16));
+    d.lid = uint32_t(std::stoul(t.substr(0, 4), nullptr, 16));
+    d.qpn = uint32_t(std::stoul(t.substr(5, 6), nullptr, 16));
+    d.psn = uint32_t(std::stoul(t.substr(12, 6), nullptr, 16));
+    for (size_t i = 0; i < 16; ++i) d.gid[i] = uint8_t(std::stoul(t.substr(19 + i * 2, 2), nullptr, 16));
     return d;
 }
 
