@@ -38,6 +38,29 @@ void signal_channel(int event_fd) noexcept {
     (void)!::write(event_fd, &one, sizeof one);
 }
 
+Result<void> arm_channel(PortImpl& port, bool& armed, bool waiting, int event_fd) {
+    armed = true;
+    if (auto r = port.raw_recv_cq()->arm(); !r) return r;
+    port.arm_timer();
+    if (waiting) {   // a completion already there signals at once
+        armed = false;
+        signal_channel(event_fd);
+    }
+    return {};
+}
+
+uint64_t take_channel_events(PortImpl& port, int event_fd) noexcept {
+    // Progress first, so that the completions it makes are counted and their notification does
+    // not leave the channel readable for nothing once the caller has polled them. What comes
+    // later is caught by the next arm(), which checks the CQ, the raw CQ and the deadline again.
+    port.run();
+    uint64_t events = 0, drain = 0;
+    (void)!::read(event_fd, &events, sizeof events);
+    (void)!::read(port.timer_fd(), &drain, sizeof drain);
+    (void)port.raw_recv_cq()->take_events();
+    return events;
+}
+
 Result<void> CqImpl::init() { return open_channel(port_, event_fd_, epoll_fd_, "create_cq"); }
 
 bool CqImpl::push(const Wc& wc, bool solicited) noexcept {
@@ -67,27 +90,12 @@ Result<void> CqImpl::arm(bool solicited_only) {
     PortImpl::Guard g(port_);
     if (destroyed) return Error{ENODEV, "arm: the completion queue was destroyed"};
     solicited_only_ = solicited_only;
-    armed_ = true;
-    if (auto r = port_.raw_recv_cq()->arm(); !r) return r;
-    port_.arm_timer();
-    if (head_ != tail_) {
-        armed_ = false;
-        signal_channel(event_fd_);
-    }
-    return {};
+    return arm_channel(port_, armed_, head_ != tail_, event_fd_);
 }
 
 uint64_t CqImpl::take_events() noexcept {
     PortImpl::Guard g(port_);
-    // Progress first, so that the completions it makes are counted and their notification does
-    // not leave the channel readable for nothing once the caller has polled them. What comes
-    // later is caught by the next arm(), which checks the CQ, the raw CQ and the deadline again.
-    port_.run();
-    uint64_t events = 0, drain = 0;
-    (void)!::read(event_fd_, &events, sizeof events);
-    (void)!::read(port_.timer_fd(), &drain, sizeof drain);
-    (void)port_.raw_recv_cq()->take_events();
-    return events;
+    return take_channel_events(port_, event_fd_);
 }
 
 Result<void> CqImpl::destroy() {

@@ -43,6 +43,10 @@ void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* 
 // receive channel and retransmission timer (cq.cpp).
 Result<void> open_channel(PortImpl& port, int& event_fd, int& epoll_fd, const char* who);
 void signal_channel(int event_fd) noexcept;
+// arm(): the raw receive CQ and the timer armed; `waiting` completions signal at once.
+Result<void> arm_channel(PortImpl& port, bool& armed, bool waiting, int event_fd);
+// take_events(): progress, then the channel's notifications cleared; how many there were.
+uint64_t take_channel_events(PortImpl& port, int event_fd) noexcept;
 
 class CqImpl final : public Cq {
 public:

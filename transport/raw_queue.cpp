@@ -41,24 +41,12 @@ int RawCq::poll(std::span<Completion> out) noexcept {
 
 Result<void> RawCq::arm() {
     PortImpl::Guard g(port_);
-    armed_ = true;
-    if (auto r = port_.raw_recv_cq()->arm(); !r) return r;
-    port_.arm_timer();
-    if (head_ != tail_) {
-        armed_ = false;
-        signal_channel(event_fd_);
-    }
-    return {};
+    return arm_channel(port_, armed_, head_ != tail_, event_fd_);
 }
 
 uint64_t RawCq::take_events() noexcept {
     PortImpl::Guard g(port_);
-    uint64_t drain = 0, events = 0;
-    (void)!::read(port_.timer_fd(), &drain, sizeof drain);
-    (void)port_.raw_recv_cq()->take_events();
-    port_.run();
-    (void)!::read(event_fd_, &events, sizeof events);
-    return events;
+    return take_channel_events(port_, event_fd_);
 }
 
 RawQp::RawQp(PortImpl& port, RawCq& cq, uint32_t depth)
