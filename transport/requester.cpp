@@ -102,7 +102,7 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     const bool inl = wr.send_flags & wr_inline;
     if (inl && (is_rd_atomic(wr.opcode))) return {EINVAL, 0};
     if (!inl && wr.num_sge > cap_.max_send_sge) return {EINVAL, 0};
-    if (ud && !wr.ah) return {EINVAL, 0};
+    if (ud && (!wr.ah || static_cast<const AhImpl*>(wr.ah)->destroyed)) return {EINVAL, 0};   // none, or destroyed
     if (sq_tail_ - sq_head_ == sq_.size()) return {ENOMEM, 0};
 
     const uint32_t slot = sq_tail_ & sq_mask_;

@@ -124,6 +124,14 @@ TEST_F(UdTest, SendWithImmediateAndAScatteredGrh) {
     EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 300, got.begin() + 40));
 }
 
+TEST_F(UdTest, DestroyedAddressHandleIsRefused) {
+    Sge s = sge_a(0, 10);
+    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    ASSERT_TRUE(ah_b->destroy());
+    EXPECT_EQ(a.qp->post_send(std::span(&w, 1)).error, EINVAL);
+    EXPECT_EQ(ah_b->destroy().error().code, ENODEV);
+}
+
 TEST_F(UdTest, WrongQkeyIsDropped) {
     post_recv_b(1, 0, 2048);
     fill_a(0, 64, 1);
