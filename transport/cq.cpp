@@ -13,55 +13,50 @@ namespace vfab::rdma::detail {
 
 CqImpl::CqImpl(PortImpl& port, uint32_t capacity) : port_(port), ring_(std::bit_ceil(capacity)) {}
 
-CqImpl::~CqImpl() {
-    if (epoll_fd_ >= 0) ::close(epoll_fd_);
-    if (event_fd_ >= 0) ::close(event_fd_);
-}
-
-Result<void> open_channel(PortImpl& port, int& event_fd, int& epoll_fd, const char* who) {
-    event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (event_fd < 0) return Error::from_errno(errno, str_cat(who, ": eventfd"));
-    epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    if (epoll_fd < 0) return Error::from_errno(errno, str_cat(who, ": epoll_create1"));
-    for (int fd : {event_fd, port.raw_recv_cq()->channel_fd(), port.timer_fd()}) {
+Result<void> Channel::open(PortImpl& port, const char* who) {
+    vfio::Sys& sys = vfio::Sys::real();
+    event_ = vfio::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), sys);
+    if (!event_) return Error::from_errno(errno, str_cat(who, ": eventfd"));
+    epoll_ = vfio::UniqueFd(epoll_create1(EPOLL_CLOEXEC), sys);
+    if (!epoll_) return Error::from_errno(errno, str_cat(who, ": epoll_create1"));
+    for (int fd : {event_.get(), port.raw_recv_cq()->channel_fd(), port.timer_fd()}) {
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.fd = fd;
-        if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
             return Error::from_errno(errno, str_cat(who, ": adding the port's descriptors to the channel"));
     }
     return {};
 }
 
-void signal_channel(int event_fd) noexcept {
+void Channel::notify() noexcept {
+    if (!armed_) return;
+    armed_ = false;
     const uint64_t one = 1;
-    (void)!::write(event_fd, &one, sizeof one);
+    (void)!::write(event_.get(), &one, sizeof one);
 }
 
-Result<void> arm_channel(PortImpl& port, bool& armed, bool waiting, int event_fd) {
-    armed = true;
+Result<void> Channel::arm(PortImpl& port, bool waiting) {
+    armed_ = true;
     if (auto r = port.raw_recv_cq()->arm(); !r) return r;
     port.arm_timer();
-    if (waiting) {   // a completion already there signals at once
-        armed = false;
-        signal_channel(event_fd);
-    }
+    if (waiting) notify();
     return {};
 }
 
-uint64_t take_channel_events(PortImpl& port, int event_fd) noexcept {
+uint64_t Channel::take(PortImpl& port) noexcept {
     // Progress first, so that the completions it makes are counted and their notification does
     // not leave the channel readable for nothing once the caller has polled them. What comes
     // later is caught by the next arm(), which checks the CQ, the raw CQ and the deadline again.
     port.run();
     uint64_t events = 0, drain = 0;
-    (void)!::read(event_fd, &events, sizeof events);
+    (void)!::read(event_.get(), &events, sizeof events);
     (void)!::read(port.timer_fd(), &drain, sizeof drain);
     (void)port.raw_recv_cq()->take_events();
     return events;
 }
 
-Result<void> CqImpl::init() { return open_channel(port_, event_fd_, epoll_fd_, "create_cq"); }
+Result<void> CqImpl::init() { return channel_.open(port_, "create_cq"); }
 
 bool CqImpl::push(const Wc& wc, bool solicited) noexcept {
     if (tail_ - head_ == ring_.size()) {
@@ -69,11 +64,7 @@ bool CqImpl::push(const Wc& wc, bool solicited) noexcept {
         return false;
     }
     ring_[tail_++ & (ring_.size() - 1)] = wc;
-    const bool notify = armed_ && (!solicited_only_ || solicited || wc.status != WcStatus::success);
-    if (notify) {
-        armed_ = false;
-        signal_channel(event_fd_);
-    }
+    if (!solicited_only_ || solicited || wc.status != WcStatus::success) channel_.notify();
     return true;
 }
 
@@ -90,12 +81,12 @@ Result<void> CqImpl::arm(bool solicited_only) {
     PortImpl::Guard g(port_);
     if (destroyed) return Error{ENODEV, "arm: the completion queue was destroyed"};
     solicited_only_ = solicited_only;
-    return arm_channel(port_, armed_, head_ != tail_, event_fd_);
+    return channel_.arm(port_, head_ != tail_);
 }
 
 uint64_t CqImpl::take_events() noexcept {
     PortImpl::Guard g(port_);
-    return take_channel_events(port_, event_fd_);
+    return channel_.take(port_);
 }
 
 Result<void> CqImpl::destroy() {

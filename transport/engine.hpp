@@ -39,24 +39,14 @@ struct Segment {
 void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
 void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept;
 
-// A CQ's channel: an eventfd for its completions in an epoll descriptor with the port's raw
-// receive channel and retransmission timer (cq.cpp).
-Result<void> open_channel(PortImpl& port, int& event_fd, int& epoll_fd, const char* who);
-void signal_channel(int event_fd) noexcept;
-// arm(): the raw receive CQ and the timer armed; `waiting` completions signal at once.
-Result<void> arm_channel(PortImpl& port, bool& armed, bool waiting, int event_fd);
-// take_events(): progress, then the channel's notifications cleared; how many there were.
-uint64_t take_channel_events(PortImpl& port, int event_fd) noexcept;
-
 class CqImpl final : public Cq {
 public:
     CqImpl(PortImpl& port, uint32_t capacity);
-    ~CqImpl() override;
     Result<void> init();
 
     int poll(std::span<Wc> out) noexcept override;
     Result<void> arm(bool solicited_only) override;
-    int channel_fd() const noexcept override { return epoll_fd_; }
+    int channel_fd() const noexcept override { return channel_.fd(); }
     uint64_t take_events() noexcept override;
     uint64_t overruns() const noexcept override { return overruns_; }
     Result<void> destroy() override;
@@ -71,8 +61,8 @@ private:
     PortImpl& port_;
     std::vector<Wc> ring_;
     uint64_t head_ = 0, tail_ = 0;
-    bool armed_ = false, solicited_only_ = false;
-    int event_fd_ = -1, epoll_fd_ = -1;
+    bool solicited_only_ = false;
+    Channel channel_;
 };
 
 class AhImpl final : public AddressHandle {
@@ -301,7 +291,7 @@ public:
     uint8_t ttl() const noexcept { return cfg_.ttl; }
     dma::MrTable& mrs() noexcept { return dev_.pd().table(); }
     vfab::CompletionQueue* raw_recv_cq() const noexcept { return raw_rcq_; }
-    int timer_fd() const noexcept { return timer_fd_; }
+    int timer_fd() const noexcept { return timer_fd_.get(); }
     void arm_timer() noexcept;
     PortStats stats_;
 
@@ -349,7 +339,7 @@ private:
     std::unique_ptr<RawQp> app_raw_qp_;
     std::vector<ArpEntry> arp_;
     uint64_t next_deadline_ = 0;
-    int timer_fd_ = -1;
+    vfio::UniqueFd timer_fd_;
     DropHook drop_ = nullptr, tx_drop_ = nullptr;
     void* drop_ctx_ = nullptr;
     void* tx_drop_ctx_ = nullptr;

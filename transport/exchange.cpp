@@ -10,22 +10,12 @@
 #include <cstdio>
 #include <cstring>
 
+#include "vfab/vfio/unique_fd.hpp"
+
 namespace vfab::rdma {
 namespace {
 
-class Socket {
-public:
-    explicit Socket(int fd = -1) : fd_(fd) {}
-    Socket(Socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-    ~Socket() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    Socket& operator=(Socket&&) = delete;
-    int get() const { return fd_; }
-
-private:
-    int fd_;
-};
+vfio::UniqueFd owned(int fd) { return vfio::UniqueFd(fd, vfio::Sys::real()); }
 
 bool wait_fd(int fd, short events, int timeout_ms) {
     pollfd p{fd, events, 0};
@@ -99,17 +89,14 @@ Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, cons
     addrinfo* res = nullptr;
     if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
         return Error{EHOSTUNREACH, str_cat("side channel: ", host, ": ", gai_strerror(rc))};
-    int fd = -1;
-    for (addrinfo* t = res; t && fd < 0; t = t->ai_next) {
-        fd = ::socket(t->ai_family, t->ai_socktype | SOCK_CLOEXEC, t->ai_protocol);
-        if (fd >= 0 && ::connect(fd, t->ai_addr, t->ai_addrlen) != 0) {
-            ::close(fd);
-            fd = -1;
-        }
+    vfio::UniqueFd s;
+    for (addrinfo* t = res; t && !s; t = t->ai_next) {
+        s = owned(::socket(t->ai_family, t->ai_socktype | SOCK_CLOEXEC, t->ai_protocol));
+        if (s && ::connect(s.get(), t->ai_addr, t->ai_addrlen) != 0) s.reset();
     }
     ::freeaddrinfo(res);
-    if (fd < 0) return Error{ECONNREFUSED, str_cat("side channel: cannot connect to ", host, ":", port, " — is the server running?")};
-    Socket s(fd);
+    if (!s) return Error{ECONNREFUSED, str_cat("side channel: cannot connect to ", host, ":", port, " — is the server running?")};
+    const int fd = s.get();
     const std::string msg = format_endpoint(mine);
     if (auto r = write_all(fd, msg.c_str(), kPingpongMessage, timeout_ms, "our address"); !r) return r.take_error();
     char peer[kPingpongMessage];
@@ -120,8 +107,8 @@ Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, cons
 
 Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
                                     const std::function<Result<void>(const Endpoint&)>& connect, int timeout_ms) {
-    Socket ls(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (ls.get() < 0) return Error::from_errno(errno, "side channel: socket");
+    vfio::UniqueFd ls = owned(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!ls) return Error::from_errno(errno, "side channel: socket");
     int one = 1, zero = 0;
     ::setsockopt(ls.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     ::setsockopt(ls.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
@@ -133,8 +120,8 @@ Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
         return Error::from_errno(errno, str_cat("side channel: cannot listen on port ", port), "another server may be running");
     ::listen(ls.get(), 1);
     if (!wait_fd(ls.get(), POLLIN, timeout_ms)) return Error{ETIMEDOUT, "side channel: no client came"};
-    Socket s(::accept4(ls.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (s.get() < 0) return Error::from_errno(errno, "side channel: accept");
+    vfio::UniqueFd s = owned(::accept4(ls.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!s) return Error::from_errno(errno, "side channel: accept");
     char msg[kPingpongMessage];
     if (auto r = read_all(s.get(), msg, sizeof msg, timeout_ms, "the client's address"); !r) return r.take_error();
     auto peer = parse_endpoint(msg, sizeof msg);

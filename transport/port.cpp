@@ -46,7 +46,6 @@ PortImpl::~PortImpl() {
     if (raw_scq_ && raw_scq_ != raw_rcq_) (void)raw_scq_->destroy();
     if (raw_rcq_) (void)raw_rcq_->destroy();
     if (mr_.lkey) (void)dev_.pd().deregister(mr_);
-    if (timer_fd_ >= 0) ::close(timer_fd_);
 }
 
 Result<void> PortImpl::init() {
@@ -107,8 +106,8 @@ Result<void> PortImpl::init() {
     if (!mr) return Error{mr.error().code, "RDMA port: buffers: " + mr.error().message};
     mr_ = *mr;
 
-    timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (timer_fd_ < 0) return Error::from_errno(errno, "RDMA port: timerfd_create");
+    timer_fd_ = vfio::UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC), vfio::Sys::real());
+    if (!timer_fd_) return Error::from_errno(errno, "RDMA port: timerfd_create");
 
     tx_free_.reserve(cfg_.tx_buffers);
     for (uint32_t i = cfg_.tx_buffers; i-- > 0;) tx_free_.push_back(cfg_.rx_buffers + i);
@@ -270,7 +269,7 @@ void PortImpl::arm_timer() noexcept {
         its.it_value.tv_sec = time_t(next_deadline_ / 1000000000u);
         its.it_value.tv_nsec = long(next_deadline_ % 1000000000u);
     }
-    (void)timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
+    (void)timerfd_settime(timer_fd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
 }
 
 void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {

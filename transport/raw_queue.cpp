@@ -12,12 +12,7 @@ namespace vfab::rdma::detail {
 
 RawCq::RawCq(PortImpl& port, uint32_t depth) : port_(port), ring_(std::bit_ceil(depth)) {}
 
-RawCq::~RawCq() {
-    if (epoll_fd_ >= 0) ::close(epoll_fd_);
-    if (event_fd_ >= 0) ::close(event_fd_);
-}
-
-Result<void> RawCq::init() { return open_channel(port_, event_fd_, epoll_fd_, "raw queue"); }
+Result<void> RawCq::init() { return channel_.open(port_, "raw queue"); }
 
 void RawCq::push(const Completion& c) noexcept {
     if (tail_ - head_ == ring_.size()) {
@@ -25,10 +20,7 @@ void RawCq::push(const Completion& c) noexcept {
         return;
     }
     ring_[tail_++ & (ring_.size() - 1)] = c;
-    if (armed_) {
-        armed_ = false;
-        signal_channel(event_fd_);
-    }
+    channel_.notify();
 }
 
 int RawCq::poll(std::span<Completion> out) noexcept {
@@ -41,12 +33,12 @@ int RawCq::poll(std::span<Completion> out) noexcept {
 
 Result<void> RawCq::arm() {
     PortImpl::Guard g(port_);
-    return arm_channel(port_, armed_, head_ != tail_, event_fd_);
+    return channel_.arm(port_, head_ != tail_);
 }
 
 uint64_t RawCq::take_events() noexcept {
     PortImpl::Guard g(port_);
-    return take_channel_events(port_, event_fd_);
+    return channel_.take(port_);
 }
 
 RawQp::RawQp(PortImpl& port, RawCq& cq, uint32_t depth)

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "channel.hpp"
 #include "vfab/vfab.hpp"
 
 namespace vfab::rdma::detail {
@@ -18,11 +19,10 @@ inline constexpr uint32_t kRawMaxSge = 8;   // SGEs of a raw send
 class RawCq final : public vfab::CompletionQueue {
 public:
     RawCq(PortImpl& port, uint32_t depth);
-    ~RawCq() override;
     Result<void> init();
     int poll(std::span<Completion> out) noexcept override;
     Result<void> arm() override;
-    int channel_fd() const noexcept override { return epoll_fd_; }
+    int channel_fd() const noexcept override { return channel_.fd(); }
     uint64_t take_events() noexcept override;
     Result<void> destroy() override { return Error{EBUSY, "the raw CQ goes with its RDMA port"}; }
     void push(const Completion& c) noexcept;
@@ -32,8 +32,7 @@ private:
     PortImpl& port_;
     std::vector<Completion> ring_;
     uint64_t head_ = 0, tail_ = 0;
-    bool armed_ = false;
-    int event_fd_ = -1, epoll_fd_ = -1;
+    Channel channel_;
 };
 
 class RawQp final : public vfab::QueuePair {
