@@ -25,10 +25,6 @@ WcOpcode wc_opcode(WrOpcode op) {
     }
 }
 
-bool waits_for_response(WrOpcode op) {
-    return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
-}
-
 // The completion status of a NAK (9.7.5.2.3 - 9.7.5.2.5).
 WcStatus nak_status(uint8_t syndrome) {
     switch (syndrome) {
@@ -59,7 +55,7 @@ void QpImpl::retire() noexcept {
     const uint32_t before = sq_head_;
     while (sq_head_ != sq_next_ && sq_[sq_head_ & sq_mask_].done) {
         const SendWqe& w = sq_[sq_head_ & sq_mask_];
-        if (w.started && waits_for_response(w.wr.opcode)) --rd_atomic_;
+        if (w.started && is_read_or_atomic(w.wr.opcode)) --rd_atomic_;
         complete_send(w);
         ++sq_head_;
     }
@@ -92,7 +88,7 @@ void QpImpl::acked_through(uint32_t psn) noexcept {
     // answer has not brought (9.7.5.1.2: it is an implied NAK for it).
     for (uint32_t i = sq_head_, end = rd_atomic_ ? sent_end() : sq_head_; i != end; ++i) {
         const SendWqe& w = sq_[i & sq_mask_];
-        if (w.done || !waits_for_response(w.wr.opcode)) continue;
+        if (w.done || !is_read_or_atomic(w.wr.opcode)) continue;
         const uint32_t limit = psn_add(w.first_psn, w.read_pkts);
         if (psn_diff(next, limit) > 0) next = limit;
         break;
@@ -110,7 +106,7 @@ bool QpImpl::complete_through(uint32_t psn) noexcept {
     for (uint32_t i = sq_head_; i != sq_next_; ++i) {
         SendWqe& w = sq_[i & sq_mask_];
         if (w.done) continue;
-        if (waits_for_response(w.wr.opcode)) {
+        if (is_read_or_atomic(w.wr.opcode)) {
             if (psn_diff(psn, w.first_psn) >= 0) {
                 retry_on_response(psn_add(w.first_psn, w.read_pkts));
                 return true;
@@ -174,7 +170,7 @@ void QpImpl::on_timer(uint64_t now) noexcept {
             if (w.done) continue;
             uint32_t from = psn_add(w.first_psn, w.wr.opcode == WrOpcode::rdma_read ? w.read_pkts : 0);
             // Within a SEND or WRITE, what was acknowledged stays acknowledged.
-            if (!waits_for_response(w.wr.opcode) && psn_diff(una_, from) > 0 && psn_diff(una_, next_psn_) < 0) from = una_;
+            if (!is_read_or_atomic(w.wr.opcode) && psn_diff(una_, from) > 0 && psn_diff(una_, next_psn_) < 0) from = una_;
             retry_from(from, true);
             return;
         }
@@ -234,7 +230,7 @@ void QpImpl::on_read_response(const Packet& p) noexcept {
         SendWqe& x = sq_[i & sq_mask_];
         if (x.done) continue;
         if (x.wr.opcode == WrOpcode::rdma_read) { w = &x; break; }
-        if (waits_for_response(x.wr.opcode)) {   // an atomic before: its answer was lost
+        if (is_read_or_atomic(x.wr.opcode)) {   // an atomic before: its answer was lost
             retry_on_response(x.first_psn);
             return;
         }
@@ -273,7 +269,7 @@ void QpImpl::on_atomic_ack(const Packet& p) noexcept {
     for (uint32_t i = sq_head_, end = sent_end(); i != end; ++i) {
         SendWqe& x = sq_[i & sq_mask_];
         if (x.done) continue;
-        if (waits_for_response(x.wr.opcode)) {
+        if (is_read_or_atomic(x.wr.opcode)) {
             if (x.wr.opcode == WrOpcode::rdma_read || x.first_psn != p.psn) {
                 if (psn_diff(p.psn, x.first_psn) > 0) retry_on_response(psn_add(x.first_psn, x.read_pkts));
                 return;

@@ -35,6 +35,13 @@ struct Segment {
     uint32_t len = 0;
 };
 
+// WRs answered by the responder's data (READ responses, atomic ACKs), counted against
+// max_rd_atomic and held back by a fence.
+constexpr bool is_atomic_wr(WrOpcode op) noexcept {
+    return op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
+}
+constexpr bool is_read_or_atomic(WrOpcode op) noexcept { return op == WrOpcode::rdma_read || is_atomic_wr(op); }
+
 // Copies between a WR's segments (at byte `offset` of their concatenation) and a flat buffer.
 void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
 void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept;

@@ -40,11 +40,6 @@ void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* 
 
 namespace {
 
-bool is_rd_atomic(WrOpcode op) {
-    return op == WrOpcode::rdma_read || op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
-}
-bool is_atomic(WrOpcode op) { return op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add; }
-
 // The opcode of packet `first`/`last` of a SEND or WRITE message (9.2.1, table 38).
 uint8_t message_opcode(WrOpcode op, bool first, bool last) {
     const bool write = op == WrOpcode::rdma_write || op == WrOpcode::rdma_write_with_imm;
@@ -100,7 +95,7 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     default: return {EINVAL, 0};   // memory-management WRs: not in this transport yet
     }
     const bool inl = wr.send_flags & wr_inline;
-    if (inl && (is_rd_atomic(wr.opcode))) return {EINVAL, 0};
+    if (inl && (is_read_or_atomic(wr.opcode))) return {EINVAL, 0};
     if (!inl && wr.num_sge > cap_.max_send_sge) return {EINVAL, 0};
     if (ud && (!wr.ah || static_cast<const AhImpl*>(wr.ah)->destroyed)) return {EINVAL, 0};   // none, or destroyed
     if (sq_tail_ - sq_head_ == sq_.size()) return {ENOMEM, 0};
@@ -126,7 +121,7 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
         seg[0] = {to, w.length};
         w.nseg = 1;
     } else {
-        const dma::Access need = is_rd_atomic(wr.opcode) ? dma::Access::local_write : dma::Access::none;
+        const dma::Access need = is_read_or_atomic(wr.opcode) ? dma::Access::local_write : dma::Access::none;
         uint64_t total = 0;
         for (uint32_t s = 0; s < wr.num_sge; ++s) {
             const Sge& sge = wr.sg_list[s];
@@ -144,7 +139,7 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
         flush();
         return {0, 1};
     }
-    if (bad || (is_atomic(wr.opcode) && w.length < 8) || (ud && w.length > mtu_)) {
+    if (bad || (is_atomic_wr(wr.opcode) && w.length < 8) || (ud && w.length > mtu_)) {
         // Local errors end the WR and, as verbs has it, the queue pair.
         w.done = true;
         w.status = bad ? WcStatus::loc_prot_err : WcStatus::loc_len_err;
@@ -179,12 +174,12 @@ void QpImpl::pump() noexcept {
             continue;
         }
         if (!w.started) {
-            const bool rd = is_rd_atomic(w.wr.opcode);
+            const bool rd = is_read_or_atomic(w.wr.opcode);
             if (rd && rd_atomic_ >= std::max<uint32_t>(1, attr_.max_rd_atomic)) return;   // a completion readies us
             if ((w.wr.send_flags & wr_fence) && rd_atomic_ > 0) return;
             w.started = true;
             w.first_psn = next_psn_;
-            w.npkts = w.wr.opcode == WrOpcode::rdma_read || !is_rd_atomic(w.wr.opcode)
+            w.npkts = w.wr.opcode == WrOpcode::rdma_read || !is_read_or_atomic(w.wr.opcode)
                           ? std::max<uint32_t>(1, (w.length + mtu_ - 1) / mtu_)
                           : 1;
             if (rd) ++rd_atomic_;
