@@ -312,6 +312,7 @@ private:
     };
     void on_frame(const uint8_t* f, uint32_t len) noexcept;
     void on_arp(const uint8_t* f, uint32_t len) noexcept;
+    void wake_arp_waiters() noexcept;
     void to_raw(const uint8_t* f, uint32_t len) noexcept;
     void send_arp(uint16_t op, const uint8_t* dst_mac, uint32_t dst_ip) noexcept;
     void arp_timers(uint64_t now) noexcept;

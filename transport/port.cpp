@@ -153,7 +153,7 @@ void PortImpl::tx_queue(uint8_t* buf, uint32_t len) noexcept {
     const uint32_t slot = uint32_t((buf - buffers_) / slot_size_);
     if (tx_drop_ && tx_drop_(tx_drop_ctx_, buf, len)) {   // the test hook: lost on the way out
         ++stats_.tx_frames;
-        tx_free_.push_back(slot);
+        tx_release(buf);
         return;
     }
     const size_t i = tx_batch_.size();
@@ -220,9 +220,11 @@ int PortImpl::run() noexcept {
         work += n;
         if (n < int(kRawBatch)) break;
     }
-    if (next_deadline_ && now_ns() >= next_deadline_) {
-        run_timers(now_ns());
-        ++work;
+    if (next_deadline_) {
+        if (const uint64_t now = now_ns(); now >= next_deadline_) {
+            run_timers(now);
+            ++work;
+        }
     }
     // Queue pairs with something to send; one that still has more (no buffer) stays listed.
     for (size_t i = 0; i < ready_.size();) {
@@ -300,10 +302,7 @@ void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
 }
 
 void PortImpl::to_raw(const uint8_t* f, uint32_t len) noexcept {
-    if (!app_raw_qp_) return;
-    const uint64_t missed = app_raw_qp_->missed;
-    app_raw_qp_->deliver(f, len);
-    ++(app_raw_qp_->missed == missed ? stats_.rx_raw : stats_.rx_raw_missed);
+    if (app_raw_qp_) ++(app_raw_qp_->deliver(f, len) ? stats_.rx_raw : stats_.rx_raw_missed);
 }
 
 Result<Port::RawQueue> PortImpl::raw_queue(uint32_t depth) {
@@ -340,9 +339,13 @@ void PortImpl::on_arp(const uint8_t* f, uint32_t len) noexcept {
         }
     }
     if (a.op == kArpRequest && a.target_ip == cfg_.ipv4) send_arp(kArpReply, a.sender_mac, a.sender_ip);
-    if (changed)
-        for (auto& qp : qps_)
-            if (qp && !qp->destroyed) qp->on_arp_change();
+    if (changed) wake_arp_waiters();
+}
+
+// A peer's MAC was learnt, changed or given up on: the queue pairs waiting for one look again.
+void PortImpl::wake_arp_waiters() noexcept {
+    for (auto& qp : qps_)
+        if (qp && !qp->destroyed) qp->on_arp_change();
 }
 
 bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
@@ -384,9 +387,7 @@ void PortImpl::arp_timers(uint64_t now) noexcept {
         }
         if (e.state == ArpEntry::resolving || e.state == ArpEntry::failed) note_deadline(e.deadline);
     }
-    if (changed)
-        for (auto& qp : qps_)
-            if (qp && !qp->destroyed) qp->on_arp_change();
+    if (changed) wake_arp_waiters();
 }
 
 // ---- objects ------------------------------------------------------------------------------------------

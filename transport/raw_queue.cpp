@@ -59,11 +59,8 @@ PostResult RawQp::post_recv(std::span<const vfab::RecvWr> wrs) noexcept {
     return {0, i};
 }
 
-void RawQp::deliver(const uint8_t* frame, uint32_t len) noexcept {
-    if (rq_head_ == rq_tail_) {
-        ++missed;
-        return;
-    }
+bool RawQp::deliver(const uint8_t* frame, uint32_t len) noexcept {
+    if (rq_head_ == rq_tail_) return false;
     const RecvWr& r = rq_[rq_head_++ & uint32_t(rq_.size() - 1)];
     const Sge& s = r.sg_list[0];
     Completion c{r.wr_id, vfab::WcStatus::success, vfab::WcOpcode::recv, 0, len, 0, 0};
@@ -78,6 +75,7 @@ void RawQp::deliver(const uint8_t* frame, uint32_t len) noexcept {
         stats_.rx_bytes += len;
     }
     cq_.push(c);
+    return true;
 }
 
 // Each frame is gathered into one of the port's send buffers and leaves with the port's frames.

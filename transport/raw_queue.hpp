@@ -46,9 +46,8 @@ public:
     uint32_t queue() const noexcept override { return 0; }
     QpStats stats() const noexcept override { return stats_; }
     Result<void> destroy() override { return Error{EBUSY, "the raw queue pair goes with its RDMA port"}; }
-    // A frame for the application: into the oldest receive, else counted as missed.
-    void deliver(const uint8_t* frame, uint32_t len) noexcept;
-    uint64_t missed = 0;
+    // A frame for the application into the oldest receive; false when none is posted.
+    bool deliver(const uint8_t* frame, uint32_t len) noexcept;
 
 private:
     PortImpl& port_;
