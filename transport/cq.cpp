@@ -19,7 +19,7 @@ Result<void> Channel::open(PortImpl& port, const char* who) {
     if (!event_) return Error::from_errno(errno, str_cat(who, ": eventfd"));
     epoll_ = vfio::UniqueFd(epoll_create1(EPOLL_CLOEXEC), sys);
     if (!epoll_) return Error::from_errno(errno, str_cat(who, ": epoll_create1"));
-    for (int fd : {event_.get(), port.raw_recv_cq()->channel_fd(), port.timer_fd()}) {
+    for (int fd : {event_.get(), port.link().recv_channel_fd(), port.timer_fd()}) {
         epoll_event ev{};
         ev.events = EPOLLIN;
         ev.data.fd = fd;
@@ -38,7 +38,7 @@ void Channel::notify() noexcept {
 
 Result<void> Channel::arm(PortImpl& port, bool waiting) {
     armed_ = true;
-    if (auto r = port.raw_recv_cq()->arm(); !r) return r;
+    if (auto r = port.link().arm_recv(); !r) return r;
     port.arm_timer();
     if (waiting) notify();
     return {};
@@ -52,7 +52,7 @@ uint64_t Channel::take(PortImpl& port) noexcept {
     uint64_t events = 0, drain = 0;
     (void)!::read(event_.get(), &events, sizeof events);
     (void)!::read(port.timer_fd(), &drain, sizeof drain);
-    (void)port.raw_recv_cq()->take_events();
+    port.link().take_recv_events();
     return events;
 }
 

@@ -247,13 +247,13 @@ private:
 
 class PortImpl final : public Port {
 public:
-    PortImpl(vfab::Device& dev, const PortConfig& cfg);
+    PortImpl(std::unique_ptr<RawLink> link, const PortConfig& cfg);
     ~PortImpl() override;
     Result<void> init();
 
     Gid gid() const noexcept override { return Gid::from_ipv4(cfg_.ipv4); }
     uint32_t active_mtu() const noexcept override { return active_mtu_; }
-    dma::ProtectionDomain& pd() override { return dev_.pd(); }
+    dma::ProtectionDomain& pd() override { return link_->pd(); }
     Result<Cq*> create_cq(uint32_t cqe) override;
     Result<Qp*> create_qp(const QpInitAttr& attr) override;
     Result<AddressHandle*> create_ah(const AhAttr& attr) override;
@@ -287,17 +287,17 @@ public:
     void tx_queue(uint8_t* buf, uint32_t len) noexcept;
     void tx_flush() noexcept;
     void tx_release(uint8_t* buf) noexcept;   // a buffer from tx_buffer() not sent after all
-    uint32_t max_frame() const noexcept { return dev_.attr().mtu + wire::kEthHeader; }
+    uint32_t max_frame() const noexcept { return link_->attr().mtu + wire::kEthHeader; }
     void mark_ready(QpImpl* qp) noexcept;
     void note_deadline(uint64_t when) noexcept;
     // ARP: the MAC of `ip` when known (true); starts resolving it otherwise. `failed` is set
     // when the peer did not answer.
     bool resolve(uint32_t ip, uint8_t* mac, bool& failed) noexcept;
-    const uint8_t* mac() const noexcept { return dev_.attr().mac; }
+    const uint8_t* mac() const noexcept { return link_->attr().mac; }
     uint32_t ipv4() const noexcept { return cfg_.ipv4; }
     uint8_t ttl() const noexcept { return cfg_.ttl; }
-    dma::MrTable& mrs() noexcept { return dev_.pd().table(); }
-    vfab::CompletionQueue* raw_recv_cq() const noexcept { return raw_rcq_; }
+    dma::MrTable& mrs() noexcept { return link_->pd().table(); }
+    RawLink& link() noexcept { return *link_; }
     int timer_fd() const noexcept { return timer_fd_.get(); }
     void arm_timer() noexcept;
     PortStats stats_;
@@ -324,12 +324,9 @@ private:
     void flush_rx() noexcept;
     void progress_loop(int cpu) noexcept;
 
-    vfab::Device& dev_;
+    std::unique_ptr<RawLink> link_;
     PortConfig cfg_;
     uint32_t active_mtu_ = 3;
-    vfab::CompletionQueue* raw_rcq_ = nullptr;
-    vfab::CompletionQueue* raw_scq_ = nullptr;
-    vfab::QueuePair* raw_qp_ = nullptr;
     dma::MemoryRegion mr_{};
     uint8_t* buffers_ = nullptr;
     uint32_t slot_size_ = 0;

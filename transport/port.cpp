@@ -15,7 +15,12 @@
 namespace vfab::rdma {
 
 Result<std::unique_ptr<Port>> Port::create(vfab::Device& dev, const PortConfig& cfg) {
-    auto p = std::make_unique<detail::PortImpl>(dev, cfg);
+    return create(std::make_unique<DeviceLink<vfab::Device>>(dev), cfg);
+}
+
+Result<std::unique_ptr<Port>> Port::create(std::unique_ptr<RawLink> link, const PortConfig& cfg) {
+    if (!link) return Error{EINVAL, "RDMA port: no raw link given"};
+    auto p = std::make_unique<detail::PortImpl>(std::move(link), cfg);
     if (auto r = p->init(); !r) return r.take_error();
     return std::unique_ptr<Port>(std::move(p));
 }
@@ -36,20 +41,18 @@ constexpr uint32_t kArpEntries = 64;
 constexpr uint64_t kArpFailedHoldNs = 1000000000ull;   // a failed peer is asked again after 1 s
 }  // namespace
 
-PortImpl::PortImpl(vfab::Device& dev, const PortConfig& cfg) : dev_(dev), cfg_(cfg) {}
+PortImpl::PortImpl(std::unique_ptr<RawLink> link, const PortConfig& cfg) : link_(std::move(link)), cfg_(cfg) {}
 
 PortImpl::~PortImpl() {
     stop_progress_thread();
     qps_.clear();
     cqs_.clear();
-    if (raw_qp_) (void)raw_qp_->destroy();
-    if (raw_scq_ && raw_scq_ != raw_rcq_) (void)raw_scq_->destroy();
-    if (raw_rcq_) (void)raw_rcq_->destroy();
-    if (mr_.lkey) (void)dev_.pd().deregister(mr_);
+    link_->close();   // the device lets go of the buffers before they are deregistered
+    if (mr_.lkey) (void)link_->pd().deregister(mr_);
 }
 
 Result<void> PortImpl::init() {
-    const DeviceAttr& a = dev_.attr();
+    const DeviceAttr& a = link_->attr();
     if (cfg_.ipv4 == 0 || cfg_.ipv4 == 0xFFFFFFFFu || (cfg_.ipv4 >> 24) == 127)
         return Error{EINVAL, "RDMA port: give it an IPv4 address of its own (PortConfig::ipv4), not 0, a broadcast or "
                              "a loopback address, and not one a kernel interface on the same link has"};
@@ -63,35 +66,11 @@ Result<void> PortImpl::init() {
     if (active_mtu_ == 0)
         return Error{EINVAL, str_cat("RDMA port: the device's MTU (", a.mtu, ") cannot carry 256-byte RoCE packets")};
 
-    // The raw queue pair first: its queues may hold fewer WRs than asked for (a virtqueue
-    // needs a descriptor more per WR); the buffers follow what it took.
+    // The raw queue pair first: its queues may hold fewer WRs than asked for; the buffers
+    // follow what it took.
     uint32_t rx = cfg_.rx_buffers, tx = cfg_.tx_buffers;
     if (a.max_qp_wr) rx = std::min(rx, a.max_qp_wr), tx = std::min(tx, a.max_qp_wr);
-    // Two raw CQs where the device has them, so that taking back send buffers never meets a
-    // received frame (one that does is put aside for the next poll_raw()).
-    auto rcq = dev_.create_cq(a.max_cq >= 2 ? rx : rx + tx);
-    if (!rcq) return Error{rcq.error().code, "RDMA port: " + rcq.error().message};
-    raw_rcq_ = raw_scq_ = *rcq;
-    if (a.max_cq >= 2) {
-        auto scq = dev_.create_cq(tx);
-        if (!scq) return Error{scq.error().code, "RDMA port: " + scq.error().message};
-        raw_scq_ = *scq;
-    }
-    for (;;) {
-        vfab::QpInitAttr qa;
-        qa.send_cq = raw_scq_;
-        qa.recv_cq = raw_rcq_;
-        qa.caps = {tx, rx, 1, 1};
-        qa.sq_sig_all = true;
-        auto qp = dev_.create_qp(qa);
-        if (qp) {
-            raw_qp_ = *qp;
-            break;
-        }
-        if (rx <= 8 || tx <= 8) return Error{qp.error().code, "RDMA port: " + qp.error().message};
-        rx /= 2;
-        tx /= 2;
-    }
+    if (auto r = link_->open(rx, tx); !r) return Error{r.error().code, "RDMA port: " + r.error().message};
     cfg_.rx_buffers = rx;
     cfg_.tx_buffers = tx;
     deferred_rx_.reserve(rx + tx);
@@ -99,10 +78,10 @@ Result<void> PortImpl::init() {
     const uint32_t frame = std::max<uint32_t>(a.recv_buffer_size, a.mtu + kEthHeader);
     slot_size_ = (frame + 63) & ~63u;
     const uint32_t slots = rx + tx;
-    auto arena = dev_.pd().create_arena(size_t(slot_size_) * slots);
+    auto arena = link_->pd().create_arena(size_t(slot_size_) * slots);
     if (!arena) return Error{arena.error().code, "RDMA port: buffers: " + arena.error().message};
     buffers_ = static_cast<uint8_t*>((*arena)->data());
-    auto mr = dev_.pd().register_memory(buffers_, uint64_t(slot_size_) * slots, dma::Access::local_write);
+    auto mr = link_->pd().register_memory(buffers_, uint64_t(slot_size_) * slots, dma::Access::local_write);
     if (!mr) return Error{mr.error().code, "RDMA port: buffers: " + mr.error().message};
     mr_ = *mr;
 
@@ -134,7 +113,7 @@ void PortImpl::post_rx(uint32_t slot) noexcept {
 
 void PortImpl::flush_rx() noexcept {
     if (rx_batch_.empty()) return;
-    const PostResult r = raw_qp_->post_recv(rx_batch_);
+    const PostResult r = link_->post_recv(rx_batch_);
     rx_batch_.erase(rx_batch_.begin(), rx_batch_.begin() + r.posted);
 }
 
@@ -167,7 +146,7 @@ void PortImpl::tx_release(uint8_t* buf) noexcept { tx_free_.push_back(uint32_t((
 
 void PortImpl::tx_flush() noexcept {
     if (tx_batch_.empty()) return;
-    const PostResult r = raw_qp_->post_send(tx_batch_);
+    const PostResult r = link_->post_send(tx_batch_);
     // A refused frame (the device in error) is given back; the protocol's timers resend.
     for (size_t i = r.posted; i < tx_batch_.size(); ++i) tx_free_.push_back(uint32_t(tx_batch_[i].wr_id));
     tx_batch_.clear();
@@ -183,7 +162,7 @@ int PortImpl::poll_raw() noexcept {
     for (const Completion& c : deferred_rx_) on_raw_recv(c);
     deferred_rx_.clear();
     Completion wc[kRawBatch];
-    const int got = raw_rcq_->poll(wc);
+    const int got = link_->poll_recv(wc);
     for (int i = 0; i < got; ++i) {
         if (wc[i].opcode == vfab::WcOpcode::send) tx_free_.push_back(uint32_t(wc[i].wr_id));
         else on_raw_recv(wc[i]);
@@ -201,7 +180,7 @@ void PortImpl::on_raw_recv(const Completion& c) noexcept {
 void PortImpl::reap_tx() noexcept {
     Completion wc[kRawBatch];
     int n;
-    while ((n = raw_scq_->poll(wc)) > 0)
+    while ((n = link_->poll_send(wc)) > 0)
         for (int i = 0; i < n; ++i) {
             if (wc[i].opcode == vfab::WcOpcode::send) tx_free_.push_back(uint32_t(wc[i].wr_id));
             else deferred_rx_.push_back(wc[i]);

@@ -30,6 +30,7 @@
 #include <span>
 
 #include "vfab/dma/protection_domain.hpp"
+#include "vfab/rdma/link.hpp"
 #include "vfab/rdma/verbs.hpp"
 #include "vfab/result.hpp"
 #include "vfab/vfab.hpp"
@@ -136,6 +137,8 @@ public:
     // for cfg.ipv4. Frames that are neither ARP nor RoCEv2 for this address are counted and
     // dropped.
     static Result<std::unique_ptr<Port>> create(vfab::Device& dev, const PortConfig& cfg);
+    // The same over any raw link (link.hpp); create_port() below makes one for a direct device.
+    static Result<std::unique_ptr<Port>> create(std::unique_ptr<RawLink> link, const PortConfig& cfg);
     virtual ~Port() = default;
 
     virtual Gid gid() const noexcept = 0;              // ::ffff:<ipv4>; GID index 0 of the port
@@ -181,5 +184,13 @@ public:
 protected:
     Port() = default;
 };
+
+// The direct form: a port over one driver's device of the direct API (e.g. e1000e::Device
+// from vfab/drivers/e1000e.hpp, which must outlive it), without libvfab: the raw queue pair's
+// post and poll are the driver's inline fast path, compiled here.
+template <class Dev>
+Result<std::unique_ptr<Port>> create_port(Dev& dev, const PortConfig& cfg) {
+    return Port::create(std::make_unique<DeviceLink<Dev>>(dev), cfg);
+}
 
 }  // namespace vfab::rdma

@@ -1,0 +1,193 @@
+// The RDMA transport's lab tests between two of the lab's NICs wired to each other, through
+// real VFIO: every RC operation, messages of 1 B to 1 MiB, delivered once and byte for byte, and
+// a bad rkey leaving the target untouched. rdma_vfab_test runs them over the multiplexed API,
+// rdma_direct_test over the drivers' direct APIs (each defines open_port()).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../unit/rdma_connect.hpp"
+#include "lab_env.hpp"
+
+namespace vfab::rdma::test {
+using namespace vfab::lab;
+
+struct NicPair {
+    const char* a;
+    const char* b;
+    uint32_t mtu = 0;   // the links' MTU (0: the device's 1500)
+};
+
+// Each test binary's own: opens lab NIC `name` for `p` through its API (the device goes into
+// `keep`) and makes a port over it.
+Result<std::unique_ptr<Port>> open_port(const NicPair& p, const char* name, const PortConfig& cfg,
+                                        std::vector<std::shared_ptr<void>>& keep);
+
+inline std::string pair_name(const ::testing::TestParamInfo<NicPair>& info) {
+    std::string n = info.param.a;
+    if (info.param.mtu) n += "_mtu" + std::to_string(info.param.mtu);
+    for (char& c : n) c = std::isalnum(uint8_t(c)) ? c : '_';
+    return n;
+}
+
+class RdmaOverNic : public ::testing::TestWithParam<NicPair> {
+protected:
+    void SetUp() override {
+        if (!in_lab()) GTEST_SKIP() << "needs the lab (scripts/lab)";
+        if (!present(GetParam().a) || !present(GetParam().b)) GTEST_SKIP() << "no such NICs in this lab";
+        PortConfig ca, cb;
+        ca.ipv4 = 0x0a580001;   // 10.88.0.1
+        cb.ipv4 = 0x0a580002;
+        auto pa = open_port(GetParam(), GetParam().a, ca, keep_);
+        ASSERT_TRUE(pa) << pa.error().message;
+        auto pb = open_port(GetParam(), GetParam().b, cb, keep_);
+        ASSERT_TRUE(pb) << pb.error().message;
+        port_a = std::move(*pa);
+        port_b = std::move(*pb);
+        ASSERT_EQ(port_a->active_mtu(), GetParam().mtu >= 4096 + 64 ? 5u : 3u);
+        ma.assign(3 << 20, 0);
+        mb.assign(3 << 20, 0);
+        a = make_side(*port_a, QpType::rc, ma);
+        b = make_side(*port_b, QpType::rc, mb);
+        // Generous timeouts: QEMU's TCG is slow (timeout 16: 268 ms).
+        connect_rc(a, b, 0x123456, 0xfffff0, port_a->active_mtu(), 16, 7);
+        connect_rc(b, a, 0xfffff0, 0x123456, port_b->active_mtu(), 16, 7);
+    }
+    void TearDown() override {
+        if (HasFailure() && port_a && port_b)
+            for (Port* p : {port_a.get(), port_b.get()}) {
+                const PortStats s = p->stats();
+                std::printf("port stats: rx %lu roce %lu dropped %lu icrc %lu other %lu tx %lu retransmits %lu naks %lu "
+                            "arp requests %lu replies %lu\n",
+                            s.rx_frames, s.rx_roce, s.rx_dropped, s.rx_icrc_errors, s.rx_other, s.tx_frames,
+                            s.retransmits, s.naks_sent, s.arp_requests, s.arp_replies);
+            }
+        port_a.reset();
+        port_b.reset();
+        keep_.clear();
+    }
+    Sge sge_a(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(ma.data() + off), len, a.mr.lkey}; }
+    Sge sge_b(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(mb.data() + off), len, b.mr.lkey}; }
+    void fill(std::vector<uint8_t>& m, uint64_t off, uint32_t len, uint32_t seed) {
+        for (uint32_t i = 0; i < len; ++i) m[off + i] = uint8_t((seed * 131 + i * 7) ^ (i >> 8));
+    }
+    std::vector<std::shared_ptr<void>> keep_;   // the devices, after the ports
+    std::unique_ptr<Port> port_a, port_b;
+    std::vector<uint8_t> ma, mb;
+    Side a, b;
+};
+
+const std::vector<uint32_t> kSizes = {1, 3, 64, 1023, 1024, 1025, 4096, 65536, 1 << 20};
+
+TEST_P(RdmaOverNic, SendsOfEverySize) {
+    for (uint32_t len : kSizes) {
+        SCOPED_TRACE(len);
+        fill(ma, 0, len, len);
+        Sge r = sge_b(0, 1 << 21);
+        RecvWr rw{len, &r, 1, 0};
+        ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
+        Sge s = sge_a(0, len);
+        SendWr w = wr_of(WrOpcode::send_with_imm, len, &s);
+        w.imm_data = len;
+        ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+        auto rx = wait_wc(b, a, 1, std::chrono::seconds(60));
+        ASSERT_EQ(rx.size(), 1u);
+        ASSERT_EQ(rx[0].status, WcStatus::success) << to_string(rx[0].status);
+        EXPECT_EQ(rx[0].byte_len, len);
+        EXPECT_EQ(rx[0].imm_data, len);
+        EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + len, mb.begin()));
+        auto tx = wait_wc(a, b, 1, std::chrono::seconds(60));
+        ASSERT_EQ(tx.size(), 1u);
+        EXPECT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
+    }
+}
+
+TEST_P(RdmaOverNic, WritesAndReadsOfEverySize) {
+    for (uint32_t len : kSizes) {
+        SCOPED_TRACE(len);
+        fill(ma, 0, len, len + 1);
+        Sge s = sge_a(0, len);
+        SendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
+        w.remote_addr = reinterpret_cast<uint64_t>(mb.data() + 8);
+        w.rkey = b.mr.rkey;
+        Sge r = sge_a(1 << 21, len);
+        SendWr rd = wr_of(WrOpcode::rdma_read, 2, &r);
+        rd.remote_addr = w.remote_addr;
+        rd.rkey = b.mr.rkey;
+        rd.send_flags |= wr_fence;
+        SendWr both[2] = {w, rd};
+        ASSERT_TRUE(a.qp->post_send(both));
+        auto tx = wait_wc(a, b, 2, std::chrono::seconds(60));
+        ASSERT_EQ(tx.size(), 2u);
+        EXPECT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
+        EXPECT_EQ(tx[1].status, WcStatus::success) << to_string(tx[1].status);
+        EXPECT_EQ(tx[1].opcode, WcOpcode::rdma_read);
+        EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + len, mb.begin() + 8));
+        EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + len, ma.begin() + (1 << 21)));
+    }
+}
+
+TEST_P(RdmaOverNic, AtomicsAndWriteWithImmediate) {
+    uint64_t* counter = reinterpret_cast<uint64_t*>(mb.data() + 4096);
+    *counter = 0;
+    Sge res = sge_a(0, 8);
+    for (int i = 0; i < 50; ++i) {
+        SendWr fa = wr_of(WrOpcode::atomic_fetch_and_add, i, &res);
+        fa.remote_addr = reinterpret_cast<uint64_t>(counter);
+        fa.rkey = b.mr.rkey;
+        fa.compare_add = 3;
+        ASSERT_TRUE(a.qp->post_send(std::span(&fa, 1)));
+        auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
+        ASSERT_EQ(tx.size(), 1u);
+        ASSERT_EQ(tx[0].status, WcStatus::success);
+        uint64_t before;
+        std::memcpy(&before, ma.data(), 8);
+        EXPECT_EQ(before, uint64_t(3 * i));
+    }
+    EXPECT_EQ(*counter, 150u);
+    SendWr cs = wr_of(WrOpcode::atomic_cmp_and_swp, 99, &res);
+    cs.remote_addr = reinterpret_cast<uint64_t>(counter);
+    cs.rkey = b.mr.rkey;
+    cs.compare_add = 150;
+    cs.swap = 0xfeedfacecafebeef;
+    ASSERT_TRUE(a.qp->post_send(std::span(&cs, 1)));
+    auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::success);
+    EXPECT_EQ(*counter, 0xfeedfacecafebeefu);
+
+    Sge r = sge_b(0, 0);
+    RecvWr rw{7, &r, 1, 0};
+    ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
+    fill(ma, 0, 10000, 5);
+    Sge s = sge_a(0, 10000);
+    SendWr w = wr_of(WrOpcode::rdma_write_with_imm, 1, &s);
+    w.remote_addr = reinterpret_cast<uint64_t>(mb.data() + 100000);
+    w.rkey = b.mr.rkey;
+    w.imm_data = 0x01020304;
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto rx = wait_wc(b, a, 1, std::chrono::seconds(30));
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].opcode, WcOpcode::recv_rdma_with_imm);
+    EXPECT_EQ(rx[0].imm_data, 0x01020304u);
+    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 10000, mb.begin() + 100000));
+}
+
+TEST_P(RdmaOverNic, BadRkeyLeavesTheTargetUntouched) {
+    std::fill(mb.begin(), mb.end(), 0x5a);
+    Sge s = sge_a(0, 5000);
+    SendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
+    w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
+    w.rkey = b.mr.rkey + 1;   // a stale consumer key
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::rem_access_err) << to_string(tx[0].status);
+    EXPECT_TRUE(std::all_of(mb.begin(), mb.end(), [](uint8_t x) { return x == 0x5a; }));
+}
+
+}  // namespace vfab::rdma::test
