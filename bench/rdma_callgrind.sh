@@ -5,12 +5,15 @@
 # counted_* calls into the transport only, with the fake devices' own functions (their queue
 # pair's post_send / post_recv and their CQs' poll, which copy frames over the wire model)
 # toggled off again, so the figure is requester + completer + responder, nothing of the model.
-#   bench/rdma_callgrind.sh [BUILD_DIR] [MESSAGES]      (build/release, 10000)
+#   bench/rdma_callgrind.sh [BUILD_DIR] [MESSAGES] [CRC32]      (build/release, 10000, clmul)
+# CRC32: the ICRC's method, clmul (PCLMULQDQ folding, what a native CPU that has it picks) or
+# tables; never auto, which under valgrind would time valgrind's emulation of PCLMULQDQ.
 # Two shapes each: one message at a time (window 1, each signalled) and a window of 32 with
 # a completion every 8.
 set -eu
 build=${1:-build/release}
 messages=${2:-10000}
+crc32=${3:-clmul}
 exe=$build/bench/rdma_fastpath
 [ -x "$exe" ] || { echo "no $exe: cmake --build --preset release --target rdma_fastpath" >&2; exit 1; }
 command -v valgrind >/dev/null || { echo "valgrind is missing: scripts/setup installs it" >&2; exit 1; }
@@ -35,7 +38,7 @@ for op in write send; do
             valgrind --tool=callgrind --callgrind-out-file="$out" \
                 --toggle-collect='counted_*' --toggle-collect='*FakeQp::post_send*' \
                 --toggle-collect='*FakeQp::post_recv*' --toggle-collect='*FakeCq::poll*' \
-                "$exe" "$op" "$size" "$messages" "$1" "$2" >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
+                "$exe" "$op" "$size" "$messages" "$1" "$2" "$crc32" >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
             total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
             post=$(inclusive "$out" 'counted_post_send')
             rpoll=$(inclusive "$out" 'counted_requester_poll')

@@ -344,6 +344,7 @@ private:
     std::unique_ptr<RawQp> app_raw_qp_;
     std::vector<ArpEntry> arp_;
     uint64_t next_deadline_ = 0;
+    uint64_t coarse_slack_ns_ = 0;   // how far CLOCK_MONOTONIC_COARSE may lag now_ns()
     vfio::UniqueFd timer_fd_;
     DropHook drop_ = nullptr, tx_drop_ = nullptr;
     void* drop_ctx_ = nullptr;

@@ -16,6 +16,18 @@ struct Crc32 {
     uint32_t value() const noexcept { return ~reg; }
 };
 
+// How every Crc32 of the process runs: slicing-by-8 tables, or folding runs of 64 bytes and
+// more with carry-less multiplication (PCLMULQDQ). An RDMA port sets it when it is created
+// (PortConfig::crc32); tables until then.
+enum class Crc32Method : uint8_t {
+    automatic,   // the faster on this machine: timed once (~0.1 ms); tables under an emulator
+    tables,
+    clmul,       // where the CPU has PCLMULQDQ, else tables
+};
+// Sets the method; returns the one in effect (never automatic).
+Crc32Method use_crc32_method(Crc32Method m) noexcept;
+Crc32Method crc32_method() noexcept;
+
 // Starts the ICRC of an IPv4 RoCEv2 packet: `ipv4` points at its IP header (20 bytes, no
 // options), followed by UDP and the BTH. Feed the bytes after the BTH with update().
 Crc32 icrc_begin_ipv4(const uint8_t* ipv4) noexcept;

@@ -30,6 +30,7 @@
 #include <span>
 
 #include "vfab/dma/protection_domain.hpp"
+#include "vfab/rdma/icrc.hpp"
 #include "vfab/rdma/link.hpp"
 #include "vfab/rdma/verbs.hpp"
 #include "vfab/result.hpp"
@@ -45,6 +46,9 @@ struct PortConfig {
     uint32_t arp_timeout_ms = 500;   // per ARP request; a peer is given up after arp_attempts
     uint32_t arp_attempts = 4;
     uint8_t ttl = 64;
+    // How ICRCs are computed, for the whole process (icrc.hpp): automatic times folding with
+    // PCLMULQDQ against tables once and keeps the faster (an emulator may fold slower).
+    Crc32Method crc32 = Crc32Method::automatic;
 };
 
 // Counters of one port.
