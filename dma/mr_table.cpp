@@ -96,6 +96,12 @@ MrStatus MrTable::remove(uint32_t key) noexcept {
     return MrStatus::ok;
 }
 
+MrStatus MrTable::remove_allocated(uint32_t key) noexcept {
+    uint32_t index = 0;
+    if (MrStatus st = lookup(key, index); st != MrStatus::ok) return st;
+    return slots_[index].kind == Kind::region ? MrStatus::invalid_state : remove(key);
+}
+
 Result<uint32_t> MrTable::alloc_unbound(uint64_t max_len) {
     if (max_len == 0) return Error{EINVAL, "fast-register MR: zero maximum length"};
     if (free_count_ == 0) return full();
@@ -104,7 +110,7 @@ Result<uint32_t> MrTable::alloc_unbound(uint64_t max_len) {
     return key;
 }
 
-MrStatus MrTable::bind(uint32_t key, uint8_t new_key, const MrEntry& e) noexcept {
+MrStatus MrTable::bind(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t host) noexcept {
     uint32_t index = 0;
     if (MrStatus st = lookup(key, index); st != MrStatus::ok) return st;
     Slot& s = slots_[index];
@@ -112,22 +118,32 @@ MrStatus MrTable::bind(uint32_t key, uint8_t new_key, const MrEntry& e) noexcept
     if (e.length == 0 || e.length > s.max_len || !fits(e)) return MrStatus::out_of_bounds;
     if (!has(Access::all, e.access) || !remote_write_needs_local(e.access)) return MrStatus::access_denied;
     make_valid(s, e, new_key);
-    s.host = e.addr;
+    s.host = host;
     return MrStatus::ok;
 }
 
 MrStatus MrTable::local_invalidate(uint32_t key) noexcept { return set_invalid(key, false); }
 
-Result<uint32_t> MrTable::alloc_window() {
+Result<uint32_t> MrTable::alloc_window(WindowType type) {
+    if (type != WindowType::type1 && type != WindowType::type2)
+        return Error{EINVAL, "memory window: the type is 1 or 2 (type 2B)"};
     if (free_count_ == 0) return full();
-    return take_slot(Kind::window, MrState::invalid);
+    const uint32_t key = take_slot(Kind::window, MrState::invalid);
+    slots_[key_index(key)].window_type = type;
+    return key;
 }
 
 MrStatus MrTable::bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_key, uint64_t addr, uint64_t len,
-                              Access access) noexcept {
+                              Access access, uint32_t owner_qpn) noexcept {
     uint32_t w = 0, m = 0;
     if (MrStatus st = lookup(window_key, w); st != MrStatus::ok) return st;
-    if (slots_[w].kind != Kind::window || slots_[w].state != MrState::invalid) return MrStatus::invalid_state;
+    const bool type1 = slots_[w].window_type == WindowType::type1;
+    if (slots_[w].kind != Kind::window || (!type1 && slots_[w].state != MrState::invalid)) return MrStatus::invalid_state;
+    if (type1 && len == 0) {   // unbinding (IB spec 10.6.7.2): the new key names nothing
+        slots_[w].state = MrState::invalid;
+        slots_[w].key = new_key;
+        return MrStatus::ok;
+    }
     if (MrStatus st = lookup(mr_key, m); st != MrStatus::ok) return st;
     if (slots_[m].kind == Kind::window) return MrStatus::invalid_state;
     if (len == 0) return MrStatus::out_of_bounds;
@@ -137,12 +153,29 @@ MrStatus MrTable::bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_
     if (!has(kRemote | Access::zero_based, access)) return MrStatus::access_denied;
     if (!has(slots_[m].entry.access, access & kRemote)) return MrStatus::access_denied;
     slots_[w].parent_key = mr_key;
+    slots_[w].owner_qpn = type1 ? 0 : owner_qpn;
     make_valid(slots_[w], MrEntry{addr, len, t.iova, access}, new_key);
     slots_[w].host = t.host;
     return MrStatus::ok;
 }
 
 MrStatus MrTable::invalidate_window(uint32_t key) noexcept { return set_invalid(key, true); }
+
+MrStatus MrTable::invalidate(uint32_t key, uint32_t qpn) noexcept {
+    uint32_t index = 0;
+    if (MrStatus st = lookup(key, index); st != MrStatus::ok) return st;
+    const Slot& s = slots_[index];
+    if (s.kind == Kind::window &&
+        (s.window_type == WindowType::type1 || (s.state == MrState::valid && s.owner_qpn && s.owner_qpn != qpn)))
+        return MrStatus::invalid_state;
+    return set_invalid(key, false);
+}
+
+WindowType MrTable::window_type(uint32_t key) const noexcept {
+    uint32_t index = 0;
+    if (lookup(key, index) != MrStatus::ok || slots_[index].kind != Kind::window) return WindowType::type2;
+    return slots_[index].window_type;
+}
 
 // Valid -> invalid for what may be invalidated: fast-register MRs (unless `windows_only`) and
 // windows; MRs from add() end only with remove().

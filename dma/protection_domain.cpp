@@ -136,6 +136,58 @@ Result<void> ProtectionDomain::deregister(const MemoryRegion& mr) {
     return {};
 }
 
+Result<uint32_t> ProtectionDomain::alloc_mr(uint64_t max_len) {
+    std::lock_guard lock(mu_);
+    return table_.alloc_unbound(max_len);
+}
+
+Result<uint32_t> ProtectionDomain::alloc_mw(WindowType type) {
+    std::lock_guard lock(mu_);
+    return table_.alloc_window(type);
+}
+
+Result<void> ProtectionDomain::dealloc(uint32_t key) {
+    std::lock_guard lock(mu_);
+    const MrStatus s = table_.remove_allocated(key);
+    if (s == MrStatus::invalid_state)
+        return Error{EINVAL, str_cat("dealloc of key 0x", std::hex, key, ": a registered region — deregister() it")};
+    if (s != MrStatus::ok)
+        return Error{EINVAL, str_cat("dealloc of key 0x", std::hex, key, ": ", to_string(s),
+                                     " (already freed, or not from this protection domain)")};
+    return {};
+}
+
+std::optional<Iova> ProtectionDomain::iova_of(const void* host, uint64_t len) const {
+    if (const DmaArena* arena = arena_holding(host, len)) return arena->iova_of(host);
+    const auto start = reinterpret_cast<uint64_t>(host);
+    for (const auto& [pages, m] : user_)
+        if (start >= pages.start && len <= pages.len && start - pages.start <= pages.len - len)
+            return m.iova + (start - pages.start);
+    return std::nullopt;
+}
+
+MrStatus ProtectionDomain::fast_register(uint32_t key, uint32_t new_key, const void* host, uint64_t len, uint64_t va,
+                                         Access access) {
+    if (key_index(new_key) != key_index(key)) return MrStatus::bad_key;
+    std::lock_guard lock(mu_);
+    const std::optional<Iova> iova = iova_of(host, len);
+    if (!iova) return MrStatus::out_of_bounds;   // memory the device cannot reach
+    const uint64_t base = has(access, Access::zero_based) ? 0 : va;
+    return table_.bind(key, key_consumer(new_key), MrEntry{base, len, *iova, access}, reinterpret_cast<uint64_t>(host));
+}
+
+MrStatus ProtectionDomain::bind_window(uint32_t mr_key, uint32_t window_key, uint32_t new_key, uint64_t addr,
+                                       uint64_t len, Access access, uint32_t owner_qpn) {
+    if (key_index(new_key) != key_index(window_key)) return MrStatus::bad_key;
+    std::lock_guard lock(mu_);
+    return table_.bind_window(mr_key, window_key, key_consumer(new_key), addr, len, access, owner_qpn);
+}
+
+MrStatus ProtectionDomain::invalidate(uint32_t key, uint32_t qpn) {
+    std::lock_guard lock(mu_);
+    return table_.invalidate(key, qpn);
+}
+
 size_t ProtectionDomain::user_mappings() const {
     std::lock_guard lock(mu_);
     return user_.size();

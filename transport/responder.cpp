@@ -163,7 +163,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
             uint32_t flags = 0, imm = 0;
             if (i.has(has_immdt)) flags |= wc_with_imm, imm = p.imm_be;
             if (i.has(has_ieth)) {
-                if (port_.mrs().local_invalidate(p.inv_rkey) != dma::MrStatus::ok) {
+                if (port_.pd().invalidate(p.inv_rkey, qpn_) != dma::MrStatus::ok) {
                     complete_recv(WcStatus::rem_inv_req_err, WcOpcode::recv, recv_offset_, 0, 0, 0, false);
                     in_send_ = false;
                     return respond_error(p, aeth::kNakInvalidRequest);
@@ -180,7 +180,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
             if (!granted(attr_.qp_access_flags, dma::Access::remote_write))
                 return respond_error(p, aeth::kNakRemoteAccessError);
             if (p.dma_len) {
-                const dma::Translation t = port_.mrs().translate(p.rkey, p.va, p.dma_len, dma::Access::remote_write);
+                const dma::Translation t = port_.mrs().translate(p.rkey, p.va, p.dma_len, dma::Access::remote_write, qpn_);
                 if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
                 write_host_ = reinterpret_cast<uint8_t*>(t.host);
             }
@@ -208,7 +208,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
             return respond_error(p, aeth::kNakRemoteAccessError);
         uint8_t* host = nullptr;
         if (p.dma_len) {
-            const dma::Translation t = port_.mrs().translate(p.rkey, p.va, p.dma_len, dma::Access::remote_read);
+            const dma::Translation t = port_.mrs().translate(p.rkey, p.va, p.dma_len, dma::Access::remote_read, qpn_);
             if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
             host = reinterpret_cast<uint8_t*>(t.host);
         }
@@ -231,7 +231,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
         if (!granted(attr_.qp_access_flags, dma::Access::remote_atomic))
             return respond_error(p, aeth::kNakRemoteAccessError);
         if (p.va & 7) return respond_error(p, aeth::kNakInvalidRequest);   // atomics are 8-byte aligned (9.4.5)
-        const dma::Translation t = port_.mrs().translate(p.rkey, p.va, 8, dma::Access::remote_atomic);
+        const dma::Translation t = port_.mrs().translate(p.rkey, p.va, 8, dma::Access::remote_atomic, qpn_);
         if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
         std::atomic_ref<uint64_t> target(*reinterpret_cast<uint64_t*>(t.host));
         uint64_t orig;

@@ -26,8 +26,10 @@ uint32_t must_add(MrTable& t, MrEntry e) {
     return k.ok() ? k->lkey : ~0u;
 }
 
+// A remote access arriving on queue pair kQp (windows answer remote accesses only).
+constexpr uint32_t kQp = 0x100;
 MrStatus status(const MrTable& t, uint32_t key, uint64_t addr, uint64_t len, Access req = Access::none) {
-    return t.translate(key, addr, len, req).status;
+    return t.translate(key, addr, len, req, kQp).status;
 }
 
 TEST(MrTable, CreateChecksTheCapacity) {
@@ -207,7 +209,7 @@ protected:
 TEST_F(MrWindows, NarrowBoundsAndRights) {
     EXPECT_EQ(status(t_, win_, 0x100000, 1), MrStatus::invalid_state);   // not bound yet
     ASSERT_EQ(bind(0x104000, 0x1000, kRR), MrStatus::ok);
-    Translation tr = t_.translate(bound_, 0x104800, 0x800, kRR);
+    Translation tr = t_.translate(bound_, 0x104800, 0x800, kRR, kQp);
     EXPECT_EQ(tr.status, MrStatus::ok);
     EXPECT_EQ(tr.iova, Iova(0xa04800));
     EXPECT_EQ(status(t_, bound_, 0x103fff, 1, kRR), MrStatus::out_of_bounds);   // in the MR, not the window
@@ -249,14 +251,14 @@ TEST_F(MrWindows, InvalidationAndTheRegionGoingAwayRevoke) {
 
 TEST_F(MrWindows, ZeroBasedWindowsAndWindowsOnZeroBasedRegions) {
     ASSERT_EQ(bind(0x108000, 0x2000, kRR | kZero), MrStatus::ok);
-    Translation tr = t_.translate(bound_, 0x10, 0x10, kRR);
+    Translation tr = t_.translate(bound_, 0x10, 0x10, kRR, kQp);
     EXPECT_EQ(tr.status, MrStatus::ok);
     EXPECT_EQ(tr.iova, Iova(0xa08010));
     EXPECT_EQ(status(t_, bound_, 0x1fff, 2, kRR), MrStatus::out_of_bounds);
     const uint32_t zmr = must_add(t_, {0x7f0000000000, 0x4000, Iova(0xb00000), kLW | kRW | kBind | kZero});
     const uint32_t w2 = *t_.alloc_window();
     ASSERT_EQ(t_.bind_window(zmr, w2, 5, 0x1000, 0x1000, kRW), MrStatus::ok);   // addr is an offset
-    tr = t_.translate(make_key(key_index(w2), 5), 0x1004, 4, kRW);
+    tr = t_.translate(make_key(key_index(w2), 5), 0x1004, 4, kRW, kQp);
     EXPECT_EQ(tr.status, MrStatus::ok);
     EXPECT_EQ(tr.iova, Iova(0xb01004));
 }
@@ -389,6 +391,40 @@ TEST_F(MrTableRandom, TenThousandOpsMatchAMapModel) {
     // The sequence reached every outcome, not only failures.
     for (int st = 0; st < 6; ++st) EXPECT_GT(outcomes_[st], 20) << to_string(MrStatus(st));
     EXPECT_GT(seen_.size(), 1000u);
+}
+
+TEST_F(MrWindows, WindowsAnswerRemoteAccessesOnly) {
+    ASSERT_EQ(bind(0x104000, 0x1000, kRR), MrStatus::ok);
+    EXPECT_EQ(t_.translate(bound_, 0x104000, 8, kRR).status, MrStatus::invalid_state);   // a local use (lkey)
+    EXPECT_EQ(t_.translate(bound_, 0x104000, 8, kRR, kQp).status, MrStatus::ok);
+}
+
+TEST_F(MrWindows, Type2BWindowsBelongToTheirQueuePair) {
+    ASSERT_EQ(t_.bind_window(mr_, win_, 0x42, 0x104000, 0x1000, kRW, kQp), MrStatus::ok);
+    EXPECT_EQ(status(t_, bound_, 0x104000, 8, kRW), MrStatus::ok);
+    EXPECT_EQ(t_.translate(bound_, 0x104000, 8, kRW, kQp + 1).status, MrStatus::invalid_state);   // another QP
+    EXPECT_EQ(t_.invalidate(bound_, kQp + 1), MrStatus::invalid_state);   // nor may it invalidate it
+    EXPECT_EQ(status(t_, bound_, 0x104000, 8, kRW), MrStatus::ok);
+    EXPECT_EQ(t_.invalidate(bound_, kQp), MrStatus::ok);
+    EXPECT_EQ(status(t_, bound_, 0x104000, 8, kRW), MrStatus::invalid_state);
+    EXPECT_EQ(t_.invalidate(mr_, kQp), MrStatus::invalid_state);   // a region: only remove() ends it
+}
+
+TEST_F(MrWindows, Type1WindowsAreReboundAndUnboundWithZeroLength) {
+    const uint32_t w1 = *t_.alloc_window(WindowType::type1);
+    EXPECT_EQ(t_.window_type(w1), WindowType::type1);
+    ASSERT_EQ(t_.bind_window(mr_, w1, 1, 0x104000, 0x1000, kRR, kQp), MrStatus::ok);
+    const uint32_t k1 = make_key(key_index(w1), 1);
+    EXPECT_EQ(t_.translate(k1, 0x104000, 8, kRR, kQp + 7).status, MrStatus::ok);   // any QP of the domain
+    ASSERT_EQ(t_.bind_window(mr_, k1, 2, 0x108000, 0x1000, kRR), MrStatus::ok);   // rebound while bound
+    const uint32_t k2 = make_key(key_index(w1), 2);
+    EXPECT_EQ(status(t_, k1, 0x104000, 8, kRR), MrStatus::stale_key);
+    EXPECT_EQ(status(t_, k2, 0x108000, 8, kRR), MrStatus::ok);
+    EXPECT_EQ(t_.invalidate(k2, kQp), MrStatus::invalid_state);   // not by invalidation
+    ASSERT_EQ(t_.bind_window(mr_, k2, 3, 0, 0, kRR), MrStatus::ok);   // zero length: unbound
+    EXPECT_EQ(status(t_, make_key(key_index(w1), 3), 0x108000, 8, kRR), MrStatus::invalid_state);
+    EXPECT_EQ(status(t_, k2, 0x108000, 8, kRR), MrStatus::stale_key);
+    EXPECT_EQ(t_.alloc_window(WindowType(3)).error().code, EINVAL);
 }
 
 }  // namespace

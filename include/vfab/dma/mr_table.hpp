@@ -11,8 +11,12 @@
 //   - a fast-register MR from alloc_unbound() (ibv_alloc_mr): invalid until bind(), which sets
 //     its range and a new consumer key chosen by the application (IBV_WR_REG_MR); invalid
 //     again after local_invalidate();
-//   - a type-2B memory window from alloc_window() (ibv_alloc_mw): invalid until bind_window()
-//     narrows an MR with MW_BIND to a sub-range with fewer rights; invalidate_window() revokes.
+//   - a memory window from alloc_window() (ibv_alloc_mw): invalid until bind_window() narrows
+//     an MR with MW_BIND to a sub-range with fewer rights. Type 2B windows are bound to one
+//     queue pair (its number, when the binder gives one) and invalidated (invalidate(),
+//     invalidate_window()); type 1 windows are rebound, a zero length unbinding them.
+// Windows name memory for remote access only: translate() through a window needs the number
+// of the queue pair the request came in on.
 // lkey and rkey are the same number for now (one slot per registration); callers keep both so
 // that this can change.
 //
@@ -70,6 +74,9 @@ struct MrEntry {
     constexpr bool zero_based() const noexcept { return has(access, Access::zero_based); }
 };
 
+// enum ibv_mw_type.
+enum class WindowType : uint8_t { type1 = 1, type2 = 2 };
+
 struct MrKeys {
     uint32_t lkey = 0;
     uint32_t rkey = 0;
@@ -97,30 +104,43 @@ public:
     // Deregisters an MR or deallocates a fast-register MR or window; its keys fail from now
     // on. Windows bound to a removed MR fail with invalid_state.
     MrStatus remove(uint32_t key) noexcept;
+    // remove() for what alloc_unbound() / alloc_window() made; invalid_state for a region.
+    MrStatus remove_allocated(uint32_t key) noexcept;
 
     // The IOVA of `addr` when [addr, addr + len) lies inside the registration behind `key` and
-    // it grants `required`. Through a window: the window's bounds and rights, then its MR's
-    // liveness.
-    Translation translate(uint32_t key, uint64_t addr, uint64_t len, Access required) const noexcept;
+    // it grants `required`. Through a window (remote accesses only: `remote_qpn` is the queue
+    // pair the request came in on, 0 for a local use, which windows refuse): the window's
+    // bounds and rights, its queue pair for type 2B, then its MR's liveness.
+    Translation translate(uint32_t key, uint64_t addr, uint64_t len, Access required,
+                          uint32_t remote_qpn = 0) const noexcept;
 
     // Fast registration: a slot of at most `max_len` bytes, invalid until bound.
     Result<uint32_t> alloc_unbound(uint64_t max_len);
     // Binds the unbound MR `key` to `e` under the new consumer key `new_key` (the application
-    // picks it, usually key + 1); the MR's key is then make_key(key_index(key), new_key).
-    MrStatus bind(uint32_t key, uint8_t new_key, const MrEntry& e) noexcept;
+    // picks it, usually key + 1); the MR's key is then make_key(key_index(key), new_key). `host`
+    // is the CPU's address of the first byte (e.addr unless the MR's addresses are not its own).
+    MrStatus bind(uint32_t key, uint8_t new_key, const MrEntry& e) noexcept { return bind(key, new_key, e, e.addr); }
+    MrStatus bind(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t host) noexcept;
     // Valid -> invalid for fast-register MRs and windows (idempotent); invalid_state for
     // MRs from add(), which only remove() ends.
     MrStatus local_invalidate(uint32_t key) noexcept;
 
-    // Type-2B memory windows.
-    Result<uint32_t> alloc_window();
-    // Binds window `window_key` (unbound) to [addr, addr + len) of MR `mr_key`, which must be
-    // valid, have MW_BIND, contain the range and hold every right in `access` (remote rights
-    // and ZERO_BASED only). `addr` is in the MR's address space (an offset when it is
-    // zero-based). The window's key becomes make_key(key_index(window_key), new_key).
+    // Memory windows.
+    Result<uint32_t> alloc_window(WindowType type = WindowType::type2);
+    // Binds window `window_key` to [addr, addr + len) of MR `mr_key`, which must be valid, have
+    // MW_BIND, contain the range and hold every right in `access` (remote rights and
+    // ZERO_BASED only). `addr` is in the MR's address space (an offset when it is zero-based).
+    // The window's key becomes make_key(key_index(window_key), new_key). A type 2B window must
+    // be unbound and is tied to queue pair `owner_qpn` (0: to none); a type 1 window may be
+    // bound already (rebinding replaces it), and a zero length unbinds it.
     MrStatus bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_key, uint64_t addr, uint64_t len,
-                         Access access) noexcept;
+                         Access access, uint32_t owner_qpn = 0) noexcept;
     MrStatus invalidate_window(uint32_t key) noexcept;
+    // Invalidation by a work request (LOCAL_INV) or a peer's SEND_WITH_INV on queue pair `qpn`:
+    // fast-register MRs, and type 2B windows bound to that queue pair. Regions (remove() ends
+    // them) and type 1 windows (rebound with length 0) give invalid_state.
+    MrStatus invalidate(uint32_t key, uint32_t qpn) noexcept;
+    WindowType window_type(uint32_t key) const noexcept;   // of a current window's key; type2 otherwise
 
     // Inspection (diagnostics, tests, the control path).
     MrState state(uint32_t key) const noexcept;   // of the key's slot, whatever its consumer key
@@ -134,6 +154,8 @@ private:
         MrEntry entry;
         uint64_t max_len = 0;     // fast-register MRs: the most bind() may cover
         uint32_t parent_key = 0;  // windows: the MR they are bound to
+        uint32_t owner_qpn = 0;   // type 2B windows: the queue pair bound to (0: none)
+        WindowType window_type = WindowType::type2;
         uint64_t host = 0;        // the CPU's address of the entry's first byte
         uint8_t key = 0;          // the current consumer key
         MrState state = MrState::free;
@@ -174,7 +196,8 @@ inline bool MrTable::window_parent_alive(const Slot& window) const noexcept {
     return mr.state == MrState::valid && mr.key == key_consumer(window.parent_key);
 }
 
-inline Translation MrTable::translate(uint32_t key, uint64_t addr, uint64_t len, Access required) const noexcept {
+inline Translation MrTable::translate(uint32_t key, uint64_t addr, uint64_t len, Access required,
+                                     uint32_t remote_qpn) const noexcept {
     const uint32_t index = key_index(key);
     if (index >= slots_.size()) return {MrStatus::bad_key, {}};
     const Slot& s = slots_[index];
@@ -182,7 +205,8 @@ inline Translation MrTable::translate(uint32_t key, uint64_t addr, uint64_t len,
     if (s.key != key_consumer(key)) return {MrStatus::stale_key, {}};
     if (s.state != MrState::valid) return {MrStatus::invalid_state, {}};
     const Translation t = resolve(s, addr, len, required);
-    if (t.status == MrStatus::ok && s.kind == Kind::window && !window_parent_alive(s))
+    if (t.status == MrStatus::ok && s.kind == Kind::window &&
+        (remote_qpn == 0 || (s.owner_qpn && s.owner_qpn != remote_qpn) || !window_parent_alive(s)))
         return {MrStatus::invalid_state, {}};
     return t;
 }

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "vfab/dma/dma_arena.hpp"
@@ -62,6 +63,23 @@ public:
     }
 
     MrTable& table() { return table_; }
+
+    // The memory-management verbs, serialised with registration (the RDMA transport's work
+    // requests and a peer's SEND_WITH_INV come here from the queue pair's thread).
+    // An MR with no memory, invalid until fast_register() (ibv_alloc_mr); a memory window.
+    Result<uint32_t> alloc_mr(uint64_t max_len);
+    Result<uint32_t> alloc_mw(WindowType type);
+    // Frees what alloc_mr / alloc_mw gave (register_memory's regions: deregister()).
+    Result<void> dealloc(uint32_t key);
+    // Binds the unbound MR `key` to the `len` bytes at `host` (which must lie in memory this
+    // domain maps: an arena or registered memory), answering to addresses from `va` (0 and
+    // ZERO_BASED: offsets), under key `new_key` (the same index, a new consumer key).
+    MrStatus fast_register(uint32_t key, uint32_t new_key, const void* host, uint64_t len, uint64_t va, Access access);
+    MrStatus bind_window(uint32_t mr_key, uint32_t window_key, uint32_t new_key, uint64_t addr, uint64_t len,
+                         Access access, uint32_t owner_qpn);
+    MrStatus invalidate(uint32_t key, uint32_t qpn);
+    // The IOVA of [host, host + len) when this domain maps all of it.
+    std::optional<Iova> iova_of(const void* host, uint64_t len) const;
     vfio::IommuContext& iommu() const { return *ctx_; }
     // IOMMU mappings made for user memory (not arenas), shared ones counted once.
     size_t user_mappings() const;
