@@ -30,6 +30,15 @@ SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_addr, remote_addr);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, swap, swap);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, ah, ah);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_qkey, remote_qkey);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, mem_key, mem_key);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, reg, reg);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, bind, bind);
+static_assert(sizeof(vfab_rdma_reg_mr_info) == sizeof(rdma::RegMrInfo));
+SAME_FIELD(vfab_rdma_reg_mr_info, rdma::RegMrInfo, access, access);
+SAME_FIELD(vfab_rdma_reg_mr_info, rdma::RegMrInfo, iova, iova);
+static_assert(sizeof(vfab_rdma_mw_bind_info) == sizeof(rdma::MwBindInfo));
+SAME_FIELD(vfab_rdma_mw_bind_info, rdma::MwBindInfo, length, length);
+static_assert(VFAB_RDMA_WR_REG_MR == uint32_t(rdma::WrOpcode::reg_mr) && VFAB_RDMA_WC_REG_MR == uint32_t(rdma::WcOpcode::reg_mr));
 static_assert(sizeof(vfab_rdma_ah_attr) == sizeof(rdma::AhAttr));
 SAME_FIELD(vfab_rdma_ah_attr, rdma::AhAttr, flow_label, flow_label);
 SAME_FIELD(vfab_rdma_ah_attr, rdma::AhAttr, sgid_index, sgid_index);
@@ -183,6 +192,37 @@ int vfab_rdma_post_recv(vfab_rdma_qp* qp, const vfab_recv_wr* wrs, uint32_t n, u
     const PostResult r = qp_of(qp)->post_recv({reinterpret_cast<const RecvWr*>(wrs), n});
     if (posted) *posted = r.posted;
     return r.error;
+}
+
+int vfab_rdma_alloc_mr(vfab_rdma_port* port, uint64_t max_len, uint32_t* key) {
+    if (!port || !key) return null_arg("vfab_rdma_alloc_mr", port ? "key" : "port");
+    auto k = port->port->pd().alloc_mr(max_len);
+    if (!k) return fail(k.error());
+    *key = *k;
+    return 0;
+}
+
+int vfab_rdma_alloc_mw(vfab_rdma_port* port, int type, uint32_t* key) {
+    if (!port || !key) return null_arg("vfab_rdma_alloc_mw", port ? "key" : "port");
+    auto k = port->port->pd().alloc_mw(dma::WindowType(type));
+    if (!k) return fail(k.error());
+    *key = *k;
+    return 0;
+}
+
+int vfab_rdma_dealloc(vfab_rdma_port* port, uint32_t key) {
+    if (!port) return null_arg("vfab_rdma_dealloc", "port");
+    if (auto r = port->port->pd().dealloc(key); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_rdma_bind_mw(vfab_rdma_qp* qp, uint32_t mw_key, const vfab_rdma_mw_bind_info* info, uint64_t wr_id,
+                      uint32_t send_flags, uint32_t* new_key) {
+    if (!qp || !info) return null_arg("vfab_rdma_bind_mw", qp ? "info" : "qp");
+    auto k = qp_of(qp)->bind_mw(mw_key, *reinterpret_cast<const rdma::MwBindInfo*>(info), wr_id, send_flags);
+    if (!k) return fail(k.error());
+    if (new_key) *new_key = *k;
+    return 0;
 }
 
 vfab_rdma_ah* vfab_rdma_create_ah(vfab_rdma_port* port, const vfab_rdma_ah_attr* attr) {

@@ -21,6 +21,7 @@ WcOpcode wc_opcode(WrOpcode op) {
     case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
     case WrOpcode::local_inv: return WcOpcode::local_inv;
     case WrOpcode::bind_mw: return WcOpcode::bind_mw;
+    case WrOpcode::reg_mr: return WcOpcode::reg_mr;
     default: return WcOpcode::send;
     }
 }

@@ -41,6 +41,11 @@ constexpr bool is_atomic_wr(WrOpcode op) noexcept {
     return op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
 }
 constexpr bool is_read_or_atomic(WrOpcode op) noexcept { return op == WrOpcode::rdma_read || is_atomic_wr(op); }
+// Memory-management WRs: they act on the MR table and send nothing (memory_ops.cpp).
+constexpr bool is_memory_wr(WrOpcode op) noexcept {
+    return op == WrOpcode::local_inv || op == WrOpcode::bind_mw || op == WrOpcode::reg_mr;
+}
+
 
 // Copies between a WR's segments (at byte `offset` of their concatenation) and a flat buffer.
 void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
@@ -133,6 +138,7 @@ public:
     uint32_t qp_num() const noexcept override { return qpn_; }
     QpType type() const noexcept override { return type_; }
     QpState state() const noexcept override { return state_; }
+    Result<uint32_t> bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64_t wr_id, uint32_t send_flags) override;
     Result<void> destroy() override;
 
     // Called by the port.
@@ -158,6 +164,10 @@ private:
     void gather(const SendWqe& w, uint32_t offset, uint8_t* to, uint32_t len) const noexcept;
     void fill_common(PacketHeader& h) const noexcept;
     void arm_retry(uint64_t now) noexcept;
+    // memory_ops.cpp
+    PostResult post_memory_wr(const SendWr& wr, bool type1_bind) noexcept;
+    void execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind) noexcept;
+    void fast_register(SendWqe& w, const SendWr& wr) noexcept;
     // completer.cpp
     void on_response(const Packet& p) noexcept;
     void on_aeth(const Packet& p) noexcept;

@@ -92,7 +92,10 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     case WrOpcode::send_with_inv:
         if (ud) return {EINVAL, 0};
         break;
-    default: return {EINVAL, 0};   // memory-management WRs: not in this transport yet
+    case WrOpcode::local_inv:
+    case WrOpcode::bind_mw:
+    case WrOpcode::reg_mr: return post_memory_wr(wr, false);
+    default: return {EINVAL, 0};
     }
     const bool inl = wr.send_flags & wr_inline;
     if (inl && (is_read_or_atomic(wr.opcode))) return {EINVAL, 0};
@@ -169,6 +172,19 @@ void QpImpl::pump() noexcept {
         SendWqe& w = sq_[sq_next_ & sq_mask_];
         if (type_ == QpType::ud) {
             if (!send_ud_packet(w)) return;
+            ++sq_next_;
+            retire();
+            continue;
+        }
+        if (is_memory_wr(w.wr.opcode)) {
+            if (!w.started) {   // a fenced LOCAL_INV: once the earlier READs and atomics are done
+                if (rd_atomic_ > 0) return;
+                execute_memory_wr(w, w.wr, false);
+                if (w.status != WcStatus::success) {
+                    to_error();
+                    return;
+                }
+            }
             ++sq_next_;
             retire();
             continue;

@@ -52,7 +52,8 @@ enum vfab_rdma_qp_state {
 enum vfab_rdma_wr_opcode {
     VFAB_RDMA_WR_RDMA_WRITE, VFAB_RDMA_WR_RDMA_WRITE_WITH_IMM, VFAB_RDMA_WR_SEND, VFAB_RDMA_WR_SEND_WITH_IMM,
     VFAB_RDMA_WR_RDMA_READ, VFAB_RDMA_WR_ATOMIC_CMP_AND_SWP, VFAB_RDMA_WR_ATOMIC_FETCH_AND_ADD,
-    VFAB_RDMA_WR_LOCAL_INV, VFAB_RDMA_WR_BIND_MW, VFAB_RDMA_WR_SEND_WITH_INV
+    VFAB_RDMA_WR_LOCAL_INV, VFAB_RDMA_WR_BIND_MW, VFAB_RDMA_WR_SEND_WITH_INV,
+    VFAB_RDMA_WR_REG_MR = 0x20   /* a vfab extension: fast registration (struct vfab_rdma_reg_mr_info) */
 };
 enum vfab_rdma_send_flags {
     VFAB_RDMA_SEND_FENCE = 1, VFAB_RDMA_SEND_SIGNALED = 2, VFAB_RDMA_SEND_SOLICITED = 4, VFAB_RDMA_SEND_INLINE = 8
@@ -60,8 +61,10 @@ enum vfab_rdma_send_flags {
 enum vfab_rdma_wc_opcode {
     VFAB_RDMA_WC_SEND, VFAB_RDMA_WC_RDMA_WRITE, VFAB_RDMA_WC_RDMA_READ, VFAB_RDMA_WC_COMP_SWAP,
     VFAB_RDMA_WC_FETCH_ADD, VFAB_RDMA_WC_BIND_MW, VFAB_RDMA_WC_LOCAL_INV,
+    VFAB_RDMA_WC_REG_MR = 0x20,
     VFAB_RDMA_WC_RECV = 128, VFAB_RDMA_WC_RECV_RDMA_WITH_IMM
 };
+enum vfab_rdma_mw_type { VFAB_RDMA_MW_TYPE_1 = 1, VFAB_RDMA_MW_TYPE_2 = 2 };
 enum vfab_rdma_wc_flags { VFAB_RDMA_WC_GRH = 1, VFAB_RDMA_WC_WITH_IMM = 2, VFAB_RDMA_WC_WITH_INV = 8 };
 enum vfab_rdma_qp_attr_mask {
     VFAB_RDMA_QP_STATE = 1 << 0, VFAB_RDMA_QP_CUR_STATE = 1 << 1, VFAB_RDMA_QP_ACCESS_FLAGS = 1 << 3,
@@ -97,6 +100,26 @@ struct vfab_rdma_ah_attr {
     uint8_t sgid_index;
 };
 
+/* REG_MR: the blocks (CPU addresses, in order, each block_size bytes) the MR covers from
+ * first_offset in the first, its length, rights (VFAB_ACCESS_*) and the address it answers to. */
+struct vfab_rdma_reg_mr_info {
+    const uint64_t *blocks;
+    uint32_t num_blocks;
+    uint32_t block_size;
+    uint32_t first_offset;
+    uint32_t access;
+    uint64_t length;
+    uint64_t iova;
+};
+
+/* BIND_MW: the window covers [addr, addr + length) of the MR `mr_key`, with `access`. */
+struct vfab_rdma_mw_bind_info {
+    uint32_t mr_key;
+    uint32_t access;
+    uint64_t addr;
+    uint64_t length;
+};
+
 struct vfab_rdma_send_wr {
     uint64_t wr_id;
     const struct vfab_sge *sg_list;
@@ -111,7 +134,16 @@ struct vfab_rdma_send_wr {
     vfab_rdma_ah *ah;         /* UD */
     uint32_t remote_qpn;
     uint32_t remote_qkey;
+    /* REG_MR, BIND_MW: the MR or window's current key and its new key (vfab_rdma_next_key);
+     * LOCAL_INV invalidates the key in imm_data. */
+    uint32_t mem_key;
+    uint32_t new_key;
+    const struct vfab_rdma_reg_mr_info *reg;
+    struct vfab_rdma_mw_bind_info bind;
 };
+
+/* ibv_inc_rkey: the key of the next binding of `key`. */
+static inline uint32_t vfab_rdma_next_key(uint32_t key) { return (key & 0xFFFFFF00u) | ((key + 1) & 0xFFu); }
 
 struct vfab_rdma_qp_attr {
     uint32_t qp_state;        /* enum vfab_rdma_qp_state */
@@ -165,6 +197,15 @@ uint32_t vfab_rdma_qp_num(const vfab_rdma_qp *qp);
 /* `posted` (may be NULL): how many WRs from the front were queued. */
 int vfab_rdma_post_send(vfab_rdma_qp *qp, const struct vfab_rdma_send_wr *wrs, uint32_t n, uint32_t *posted);
 int vfab_rdma_post_recv(vfab_rdma_qp *qp, const struct vfab_recv_wr *wrs, uint32_t n, uint32_t *posted);
+
+/* Memory management (docs/rdma-memory.md): an MR key with no memory, bound by a REG_MR work
+ * request; a memory window (enum vfab_rdma_mw_type); freeing either. The key goes to *key. */
+int vfab_rdma_alloc_mr(vfab_rdma_port *port, uint64_t max_len, uint32_t *key);
+int vfab_rdma_alloc_mw(vfab_rdma_port *port, int type, uint32_t *key);
+int vfab_rdma_dealloc(vfab_rdma_port *port, uint32_t key);
+/* ibv_bind_mw for type 1 windows; the window's new key goes to *new_key. */
+int vfab_rdma_bind_mw(vfab_rdma_qp *qp, uint32_t mw_key, const struct vfab_rdma_mw_bind_info *info, uint64_t wr_id,
+                      uint32_t send_flags, uint32_t *new_key);
 
 vfab_rdma_ah *vfab_rdma_create_ah(vfab_rdma_port *port, const struct vfab_rdma_ah_attr *attr);
 int vfab_rdma_destroy_ah(vfab_rdma_ah *ah);

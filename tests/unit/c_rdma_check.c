@@ -158,6 +158,55 @@ int c_rdma_loopback(const char *pci, const char *sysfs_root, const char *provide
     }
     CHECK(memcmp(buf + 100, buf + 40000, 5000) == 0);
 
+    /* Fast registration: b's QP binds 4 KiB of buf at 49152 to address 0x5000000, a writes
+     * 64 bytes there, b invalidates it and frees the key. */
+    {
+        uint32_t key = 0, rkey = 0;
+        uint64_t block = (uintptr_t)(buf + 49152);
+        struct vfab_rdma_reg_mr_info ri;
+        struct vfab_sge s = {(uintptr_t)buf, 64, 0};
+        s.lkey = m.lkey;
+        CHECK(vfab_rdma_alloc_mr(port, 4096, &key) == 0);
+        memset(&ri, 0, sizeof ri);
+        ri.blocks = &block;
+        ri.num_blocks = 1;
+        ri.block_size = 4096;
+        ri.access = VFAB_ACCESS_LOCAL_WRITE | VFAB_ACCESS_REMOTE_WRITE;
+        ri.length = 4096;
+        ri.iova = 0x5000000;
+        memset(&swr, 0, sizeof swr);
+        swr.wr_id = 8;
+        swr.opcode = VFAB_RDMA_WR_REG_MR;
+        swr.send_flags = VFAB_RDMA_SEND_SIGNALED;
+        swr.mem_key = key;
+        swr.new_key = rkey = vfab_rdma_next_key(key);
+        swr.reg = &ri;
+        CHECK(rkey != key && (rkey >> 8) == (key >> 8));
+        CHECK(vfab_rdma_post_send(b, &swr, 1, NULL) == 0);
+        CHECK(wait_wc(cq, 1, wc) == 1 && wc[0].status == VFAB_WC_SUCCESS && wc[0].opcode == VFAB_RDMA_WC_REG_MR);
+        memset(&swr, 0, sizeof swr);
+        swr.wr_id = 9;
+        swr.sg_list = &s;
+        swr.num_sge = 1;
+        swr.opcode = VFAB_RDMA_WR_RDMA_WRITE;
+        swr.send_flags = VFAB_RDMA_SEND_SIGNALED;
+        swr.remote_addr = 0x5000000 + 8;
+        swr.rkey = rkey;
+        CHECK(vfab_rdma_post_send(a, &swr, 1, NULL) == 0);
+        CHECK(wait_wc(cq, 1, wc) == 1 && wc[0].status == VFAB_WC_SUCCESS);
+        CHECK(memcmp(buf, buf + 49152 + 8, 64) == 0);
+        memset(&swr, 0, sizeof swr);
+        swr.wr_id = 10;
+        swr.opcode = VFAB_RDMA_WR_LOCAL_INV;
+        swr.send_flags = VFAB_RDMA_SEND_SIGNALED;
+        swr.imm_data = rkey;
+        CHECK(vfab_rdma_post_send(b, &swr, 1, NULL) == 0);
+        CHECK(wait_wc(cq, 1, wc) == 1 && wc[0].status == VFAB_WC_SUCCESS && wc[0].opcode == VFAB_RDMA_WC_LOCAL_INV);
+        CHECK(vfab_rdma_dealloc(port, rkey) == 0 && vfab_rdma_dealloc(port, rkey) == EINVAL);
+        CHECK(vfab_rdma_alloc_mw(port, 3, &key) == EINVAL);
+        CHECK(vfab_rdma_alloc_mw(port, VFAB_RDMA_MW_TYPE_2, &key) == 0 && vfab_rdma_dealloc(port, key) == 0);
+    }
+
     CHECK(vfab_rdma_destroy_cq(cq) == EBUSY);
     CHECK(vfab_rdma_destroy_qp(a) == 0 && vfab_rdma_destroy_qp(b) == 0);
     CHECK(vfab_rdma_destroy_qp(a) == ENODEV);

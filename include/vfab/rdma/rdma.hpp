@@ -111,6 +111,10 @@ public:
     virtual uint32_t qp_num() const noexcept = 0;
     virtual QpType type() const noexcept = 0;
     virtual QpState state() const noexcept = 0;
+    // ibv_bind_mw: binds the type 1 window `mw_key` as `info` says, through this queue pair's
+    // send queue (a BIND_MW completion when signalled); the window's new key (next_key(mw_key)).
+    // Type 2B windows are bound by a BIND_MW work request instead.
+    virtual Result<uint32_t> bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64_t wr_id, uint32_t send_flags) = 0;
     // Outstanding WRs are dropped, as ibv_destroy_qp.
     virtual Result<void> destroy() = 0;
     Qp(const Qp&) = delete;

@@ -32,6 +32,9 @@ enum class WrOpcode : uint32_t {
     local_inv = 7,
     bind_mw = 8,
     send_with_inv = 9,
+    // A vfab extension (libibverbs has no user-space fast registration; the kernel's
+    // IB_WR_REG_MR has this value): binds an MR from alloc_mr() to memory (SendWr::reg).
+    reg_mr = 0x20,
 };
 
 // enum ibv_send_flags.
@@ -78,6 +81,7 @@ enum class WcOpcode : uint32_t {
     fetch_add = 4,
     bind_mw = 5,
     local_inv = 6,
+    reg_mr = 0x20,   // a vfab extension, as WrOpcode::reg_mr
     recv = 128,
     recv_rdma_with_imm = 129,
 };
@@ -126,6 +130,28 @@ struct AhAttr {
 
 class AddressHandle;
 
+// REG_MR: the memory a fast registration binds (IB spec 10.6.3.6: a list of blocks — pages of
+// any size — and an offset into the first), the rights and the address it answers to.
+struct RegMrInfo {
+    const uint64_t* blocks = nullptr;   // the CPU addresses of the blocks, in order
+    uint32_t num_blocks = 0;
+    uint32_t block_size = 0;            // bytes; any size
+    uint32_t first_offset = 0;          // where the MR starts in blocks[0] (< block_size)
+    uint32_t access = 0;                // dma::Access bits (the values of ibv_access_flags)
+    uint64_t length = 0;
+    uint64_t iova = 0;                  // the address of its first byte (ignored when zero-based)
+};
+
+// BIND_MW (struct ibv_mw_bind_info, the MR named by its key): the window covers
+// [addr, addr + length) of the MR (offsets when it is zero-based) with `access` (remote rights,
+// ZERO_BASED). Length 0 unbinds a type 1 window.
+struct MwBindInfo {
+    uint32_t mr_key = 0;
+    uint32_t access = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+};
+
 struct SendWr {
     uint64_t wr_id = 0;
     const Sge* sg_list = nullptr;
@@ -142,7 +168,25 @@ struct SendWr {
     AddressHandle* ah = nullptr;
     uint32_t remote_qpn = 0;
     uint32_t remote_qkey = 0;
+    // Memory management. REG_MR and BIND_MW: the MR or window (its current key) and its new key
+    // (the same index and the consumer key the application picks, as ibv_inc_rkey); they take
+    // effect when posted, so that the WRs after them can use the new key. LOCAL_INV: the key
+    // to invalidate is imm_data (ibv_send_wr's invalidate_rkey); fenced, it waits for the
+    // QP's earlier READs and atomics to complete, unfenced it takes effect when posted.
+    uint32_t mem_key = 0;
+    uint32_t new_key = 0;
+    const RegMrInfo* reg = nullptr;   // REG_MR; read during post_send only
+    MwBindInfo bind = {};             // BIND_MW
 };
+
+// Wc::vendor_err of a memory-management WR that failed: kVendorErrMemory | the dma::MrStatus
+// the MR table gave (the key's state, bounds, rights), or one of the block-list errors.
+inline constexpr uint32_t kVendorErrMemory = 0x20000;
+inline constexpr uint32_t kVendorErrBadBlockList = 0x20100;         // none, offset past a block, too short
+inline constexpr uint32_t kVendorErrDiscontiguousBlocks = 0x20101;  // not one run of memory (not yet)
+
+// ibv_inc_rkey: the key of the next binding of the MR or window `key`.
+constexpr uint32_t next_key(uint32_t key) noexcept { return (key & 0xFFFFFF00u) | ((key + 1) & 0xFFu); }
 
 // enum ibv_qp_attr_mask.
 enum QpAttrMask : uint32_t {

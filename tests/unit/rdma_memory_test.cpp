@@ -1,0 +1,343 @@
+// The memory-management work requests over two ports on a fake wire: fast registration
+// (REG_MR), local and remote invalidation, memory windows of type 1 and 2B, consumer keys and
+// zero-based addresses — and every bad input ending in an error completion (or a NAK for a
+// peer's access) with the target's memory untouched.
+#include <functional>
+
+#include "rdma_connect.hpp"
+
+namespace vfab::rdma::test {
+namespace {
+
+using dma::Access;
+
+constexpr uint32_t kRemoteRw = uint32_t(Access::local_write | Access::remote_write | Access::remote_read);
+
+class MemoryTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ma.assign(1 << 18, 0);
+        mb.assign(1 << 18, 0);
+        a = make_side(*pair.a, QpType::rc, ma);
+        b = make_side(*pair.b, QpType::rc, mb);
+        reconnect(100, 200);
+        // b's memory again, with the right to bind windows.
+        auto mr = pair.b->pd().register_memory(mb.data(), mb.size(), Access(kRemoteRw) | Access::mw_bind);
+        ASSERT_TRUE(mr) << mr.error().message;
+        bindable = *mr;
+    }
+    // Both QPs through RESET and connected again (after an error moved them to ERR).
+    void reconnect(uint32_t psn_a, uint32_t psn_b) {
+        for (Side* s : {&a, &b}) {
+            QpAttr x;
+            x.qp_state = QpState::reset;
+            ASSERT_TRUE(s->qp->modify(x, attr_state));
+        }
+        connect_rc(a, b, psn_a, psn_b);
+        connect_rc(b, a, psn_b, psn_a);
+    }
+    Sge sge_a(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(ma.data() + off), len, a.mr.lkey}; }
+    uint64_t addr_b(uint64_t off) { return reinterpret_cast<uint64_t>(mb.data() + off); }
+
+    // One WR on `s`'s QP; its completion (running both ports).
+    Wc run(Side& s, Side& other, const SendWr& w) {
+        EXPECT_TRUE(s.qp->post_send(std::span(&w, 1)));
+        auto wc = wait_wc(s, other, 1);
+        EXPECT_EQ(wc.size(), 1u);
+        return wc.empty() ? Wc{} : wc[0];
+    }
+    // a writes `len` bytes of 0xAB to (rkey, remote_addr): the status a sees.
+    WcStatus write_from_a(uint32_t rkey, uint64_t remote_addr, uint32_t len = 64) {
+        std::fill(ma.begin(), ma.begin() + len, 0xAB);
+        Sge s = sge_a(0, len);
+        SendWr w = wr_of(WrOpcode::rdma_write, 7, &s);
+        w.rkey = rkey;
+        w.remote_addr = remote_addr;
+        return run(a, b, w).status;
+    }
+    // REG_MR on b's QP: `len` bytes of mb from `off`, in blocks of `block` bytes.
+    SendWr reg_mr_b(uint32_t key, uint64_t off, uint64_t len, uint32_t block, uint32_t access, uint64_t iova) {
+        const uint64_t start = addr_b(off) & ~uint64_t(block - 1);
+        info.first_offset = uint32_t(addr_b(off) - start);
+        info.num_blocks = uint32_t((info.first_offset + len + block - 1) / block);
+        blocks.resize(info.num_blocks);
+        for (uint32_t i = 0; i < info.num_blocks; ++i) blocks[i] = start + uint64_t(i) * block;
+        info.blocks = blocks.data();
+        info.block_size = block;
+        info.access = access;
+        info.length = len;
+        info.iova = iova;
+        SendWr w = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
+        w.mem_key = key;
+        w.new_key = next_key(key);
+        w.reg = &info;
+        return w;
+    }
+    bool untouched(uint64_t off, uint64_t len) {
+        return std::all_of(mb.begin() + off, mb.begin() + off + len, [](uint8_t x) { return x == 0; });
+    }
+
+    RdmaPair pair;
+    std::vector<uint8_t> ma, mb;
+    Side a, b;
+    dma::MemoryRegion bindable;
+    RegMrInfo info;
+    std::vector<uint64_t> blocks;
+};
+
+TEST_F(MemoryTest, FastRegisteredMrTakesRemoteWritesUntilInvalidated) {
+    const uint32_t key = *pair.b->pd().alloc_mr(1 << 16);
+    EXPECT_EQ(pair.b->pd().table().state(key), dma::MrState::invalid);   // an L_Key with no memory
+    EXPECT_EQ(write_from_a(key, 0x1000000), WcStatus::rem_access_err);
+    reconnect(300, 400);   // the NAK moved both QPs to ERR: start again
+    // 16 KiB of mb from offset 4096 + 100, in 4 KiB pages, answering to 0x1000000.
+    const Wc reg = run(b, a, reg_mr_b(key, 4196, 16384, 4096, kRemoteRw, 0x1000000));
+    ASSERT_EQ(reg.status, WcStatus::success) << to_string(reg.status) << " vendor_err " << std::hex << reg.vendor_err;
+    EXPECT_EQ(reg.opcode, WcOpcode::reg_mr);
+    const uint32_t rkey = next_key(key);
+    EXPECT_EQ(write_from_a(rkey, 0x1000000 + 10), WcStatus::success);
+    EXPECT_TRUE(std::all_of(mb.begin() + 4206, mb.begin() + 4206 + 64, [](uint8_t x) { return x == 0xAB; }));
+    EXPECT_EQ(write_from_a(key, 0x1000000), WcStatus::rem_access_err) << "the key before the registration is stale";
+}
+
+TEST_F(MemoryTest, LocalInvalidateRevokesAndAStaleKeyFails) {
+    const uint32_t key = *pair.b->pd().alloc_mr(1 << 16);
+    ASSERT_EQ(run(b, a, reg_mr_b(key, 0, 8192, 4096, kRemoteRw, addr_b(0))).status, WcStatus::success);
+    const uint32_t k1 = next_key(key);
+    ASSERT_EQ(write_from_a(k1, addr_b(0)), WcStatus::success);
+    SendWr inv = wr_of(WrOpcode::local_inv, 2, nullptr, 0);
+    inv.imm_data = k1;
+    const Wc done = run(b, a, inv);
+    EXPECT_EQ(done.status, WcStatus::success);
+    EXPECT_EQ(done.opcode, WcOpcode::local_inv);
+    std::fill(mb.begin(), mb.end(), 0);
+    EXPECT_EQ(write_from_a(k1, addr_b(0)), WcStatus::rem_access_err);
+    EXPECT_TRUE(untouched(0, mb.size()));
+}
+
+TEST_F(MemoryTest, ReRegistrationBumpsTheConsumerKeyAndZeroBasedAddressesCountFromZero) {
+    const uint32_t key = *pair.b->pd().alloc_mr(1 << 16);
+    ASSERT_EQ(run(b, a, reg_mr_b(key, 0, 4096, 4096, kRemoteRw, addr_b(0))).status, WcStatus::success);
+    const uint32_t k1 = next_key(key);
+    SendWr inv = wr_of(WrOpcode::local_inv, 2, nullptr, 0);
+    inv.imm_data = k1;
+    ASSERT_EQ(run(b, a, inv).status, WcStatus::success);
+    // Again, zero-based, over 8 KiB from offset 8192.
+    ASSERT_EQ(run(b, a, reg_mr_b(k1, 8192, 8192, 4096, kRemoteRw | uint32_t(Access::zero_based), 0)).status,
+              WcStatus::success);
+    const uint32_t k2 = next_key(k1);
+    EXPECT_EQ(write_from_a(k2, 100), WcStatus::success);   // offset 100 of the MR
+    EXPECT_EQ(mb[8192 + 100], 0xAB);
+    std::fill(mb.begin(), mb.end(), 0);
+    EXPECT_EQ(write_from_a(k2, 8192 - 10, 64), WcStatus::rem_access_err);   // past its end
+    reconnect(500, 600);
+    EXPECT_EQ(write_from_a(k1, addr_b(0)), WcStatus::rem_access_err);   // the first key is stale
+    EXPECT_TRUE(untouched(0, mb.size()));
+}
+
+// A bad block list, memory the domain does not map, or a key in the wrong state: an error
+// completion, the QP in ERR, and the MR still invalid.
+TEST_F(MemoryTest, BadRegistrationsEndInAnErrorCompletionAndLeaveTheKeyInvalid) {
+    struct Case {
+        const char* what;
+        uint32_t vendor_err;
+        std::function<void(SendWr&)> spoil;
+    };
+    static std::vector<uint8_t> elsewhere(8192);   // never registered: the device cannot reach it
+    const uint64_t far[2] = {reinterpret_cast<uint64_t>(elsewhere.data()), reinterpret_cast<uint64_t>(elsewhere.data()) + 4096};
+    const std::vector<Case> cases = {
+        {"offset past the first block", kVendorErrBadBlockList, [&](SendWr&) { info.first_offset = 4096; }},
+        {"longer than its blocks", kVendorErrBadBlockList, [&](SendWr&) { info.length = 3 * 4096; }},
+        {"no blocks", kVendorErrBadBlockList, [&](SendWr&) { info.num_blocks = 0; }},
+        {"scattered blocks", kVendorErrDiscontiguousBlocks, [&](SendWr&) { blocks[1] += 8192; }},
+        {"memory the domain does not map", kVendorErrMemory | uint32_t(dma::MrStatus::out_of_bounds),
+         [&](SendWr&) { info.blocks = far, info.first_offset = 0; }},
+        {"a new key of another index", kVendorErrMemory | uint32_t(dma::MrStatus::bad_key),
+         [&](SendWr& w) { w.new_key += 0x100; }},
+        {"unknown access bits", kVendorErrMemory | uint32_t(dma::MrStatus::access_denied),
+         [&](SendWr&) { info.access = 0x8000; }},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        reconnect(700, 800);
+        const uint32_t key = *pair.b->pd().alloc_mr(1 << 16);
+        SendWr w = reg_mr_b(key, 0, 8192, 4096, kRemoteRw, addr_b(0));
+        c.spoil(w);
+        const Wc wc = run(b, a, w);
+        EXPECT_EQ(wc.status, WcStatus::loc_qp_op_err);
+        EXPECT_EQ(wc.vendor_err, c.vendor_err) << std::hex << wc.vendor_err;
+        EXPECT_EQ(b.qp->state(), QpState::error);
+        EXPECT_EQ(pair.b->pd().table().state(key), dma::MrState::invalid);
+        EXPECT_TRUE(pair.b->pd().dealloc(key));
+    }
+}
+
+TEST_F(MemoryTest, Type2BWindowNarrowsAndIsInvalidatedRemotely) {
+    const uint32_t mw = *pair.b->pd().alloc_mw(dma::WindowType::type2);
+    SendWr bind = wr_of(WrOpcode::bind_mw, 3, nullptr, 0);
+    bind.mem_key = mw;
+    bind.new_key = next_key(mw);
+    bind.bind = {bindable.lkey, uint32_t(Access::remote_write), addr_b(4096), 4096};
+    const Wc bound = run(b, a, bind);
+    ASSERT_EQ(bound.status, WcStatus::success) << std::hex << bound.vendor_err;
+    EXPECT_EQ(bound.opcode, WcOpcode::bind_mw);
+    const uint32_t rkey = next_key(mw);
+    EXPECT_EQ(write_from_a(rkey, addr_b(4096 + 100)), WcStatus::success);
+    EXPECT_EQ(mb[4196], 0xAB);
+    // a invalidates it with SEND_WITH_INV: b's receive reports the key.
+    Sge r{addr_b(1 << 17), 256, b.mr.lkey};
+    RecvWr rw{9, &r, 1, 0};
+    ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
+    Sge s = sge_a(0, 16);
+    SendWr inv = wr_of(WrOpcode::send_with_inv, 4, &s);
+    inv.imm_data = rkey;
+    ASSERT_EQ(run(a, b, inv).status, WcStatus::success);
+    auto rx = wait_wc(b, a, 1);
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].wc_flags & wc_with_inv, wc_with_inv);
+    EXPECT_EQ(rx[0].imm_data, rkey);
+    std::fill(mb.begin(), mb.end(), 0);
+    EXPECT_EQ(write_from_a(rkey, addr_b(4096)), WcStatus::rem_access_err);
+    EXPECT_TRUE(untouched(0, mb.size()));
+}
+
+TEST_F(MemoryTest, Type2BWindowRefusesAccessesOutsideItAndOnOtherQueuePairs) {
+    const uint32_t mw = *pair.b->pd().alloc_mw(dma::WindowType::type2);
+    SendWr bind = wr_of(WrOpcode::bind_mw, 3, nullptr, 0);
+    bind.mem_key = mw;
+    bind.new_key = next_key(mw);
+    bind.bind = {bindable.lkey, uint32_t(Access::remote_write), addr_b(4096), 4096};
+    ASSERT_EQ(run(b, a, bind).status, WcStatus::success);
+    const uint32_t rkey = next_key(mw);
+    // A second connection between the ports: the window is b's first QP's, not this one's.
+    std::vector<uint8_t> mc(1 << 16), md(1 << 16);
+    Side c = make_side(*pair.a, QpType::rc, mc), d = make_side(*pair.b, QpType::rc, md);
+    connect_rc(c, d, 1, 2);
+    connect_rc(d, c, 2, 1);
+    Sge s{reinterpret_cast<uint64_t>(mc.data()), 64, c.mr.lkey};
+    SendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
+    w.rkey = rkey;
+    w.remote_addr = addr_b(4096);
+    EXPECT_EQ(run(c, d, w).status, WcStatus::rem_access_err);
+    EXPECT_TRUE(untouched(0, mb.size()));
+    EXPECT_EQ(write_from_a(rkey, addr_b(4096 + 4096 - 8), 64), WcStatus::rem_access_err);   // past its end
+    EXPECT_TRUE(untouched(0, mb.size()));
+}
+
+TEST_F(MemoryTest, BadBindsEndInMwBindErr) {
+    const uint32_t mw = *pair.b->pd().alloc_mw(dma::WindowType::type2);
+    struct Case {
+        const char* what;
+        MwBindInfo info;
+    };
+    const std::vector<Case> cases = {
+        {"an MR without MW_BIND", {b.mr.lkey, uint32_t(Access::remote_write), addr_b(0), 4096}},
+        {"past the MR's end", {bindable.lkey, uint32_t(Access::remote_write), addr_b(mb.size() - 100), 4096}},
+        {"a right the MR lacks", {bindable.lkey, uint32_t(Access::remote_atomic), addr_b(0), 4096}},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        reconnect(900, 901);
+        SendWr bind = wr_of(WrOpcode::bind_mw, 3, nullptr, 0);
+        bind.mem_key = mw;
+        bind.new_key = next_key(mw);
+        bind.bind = c.info;
+        const Wc wc = run(b, a, bind);
+        EXPECT_EQ(wc.status, WcStatus::mw_bind_err);
+        EXPECT_EQ(b.qp->state(), QpState::error);
+        EXPECT_EQ(pair.b->pd().table().state(mw), dma::MrState::invalid);
+    }
+    // A type 1 window is not bound by a work request, nor a type 2 one by bind_mw().
+    reconnect(902, 903);
+    const uint32_t mw1 = *pair.b->pd().alloc_mw(dma::WindowType::type1);
+    SendWr bind = wr_of(WrOpcode::bind_mw, 3, nullptr, 0);
+    bind.mem_key = mw1;
+    bind.new_key = next_key(mw1);
+    bind.bind = {bindable.lkey, uint32_t(Access::remote_write), addr_b(0), 4096};
+    EXPECT_EQ(run(b, a, bind).status, WcStatus::mw_bind_err);
+    reconnect(904, 905);
+    auto r = b.qp->bind_mw(mw, bind.bind, 1, wr_signaled);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, EINVAL);
+}
+
+TEST_F(MemoryTest, Type1WindowIsBoundByTheVerbReboundAndUnbound) {
+    const uint32_t mw = *pair.b->pd().alloc_mw(dma::WindowType::type1);
+    auto k1 = b.qp->bind_mw(mw, {bindable.lkey, uint32_t(Access::remote_write), addr_b(0), 4096}, 5, wr_signaled);
+    ASSERT_TRUE(k1) << k1.error().message;
+    EXPECT_EQ(*k1, next_key(mw));
+    auto wc = wait_wc(b, a, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].opcode, WcOpcode::bind_mw);
+    EXPECT_EQ(write_from_a(*k1, addr_b(0)), WcStatus::success);
+    auto k2 = b.qp->bind_mw(*k1, {bindable.lkey, uint32_t(Access::remote_write), addr_b(8192), 4096}, 6, 0);
+    ASSERT_TRUE(k2);
+    EXPECT_EQ(write_from_a(*k2, addr_b(8192)), WcStatus::success);
+    auto k3 = b.qp->bind_mw(*k2, {bindable.lkey, 0, 0, 0}, 7, 0);   // length 0: unbound
+    ASSERT_TRUE(k3);
+    std::fill(mb.begin(), mb.end(), 0);
+    EXPECT_EQ(write_from_a(*k2, addr_b(8192)), WcStatus::rem_access_err);
+    EXPECT_TRUE(untouched(0, mb.size()));
+}
+
+TEST_F(MemoryTest, AWindowKeyIsNoLocalKey) {
+    const uint32_t mw = *pair.b->pd().alloc_mw(dma::WindowType::type1);
+    auto k = b.qp->bind_mw(mw, {bindable.lkey, uint32_t(Access::remote_write), addr_b(0), 4096}, 5, 0);
+    ASSERT_TRUE(k);
+    Sge s{addr_b(0), 64, *k};
+    SendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
+    w.rkey = a.mr.rkey;
+    w.remote_addr = reinterpret_cast<uint64_t>(ma.data());
+    EXPECT_EQ(run(b, a, w).status, WcStatus::loc_prot_err);
+}
+
+// A fenced LOCAL_INV waits for the READ before it; an unfenced one takes effect when posted.
+TEST_F(MemoryTest, LocalInvalidateWaitsForEarlierReadsOnlyWhenFenced) {
+    for (bool fenced : {true, false}) {
+        SCOPED_TRACE(fenced ? "fenced" : "unfenced");
+        reconnect(1000 + fenced, 2000 + fenced);
+        const uint32_t key = *pair.a->pd().alloc_mr(1 << 16);
+        // a's fast-registered MR takes a READ of b's memory, then is invalidated.
+        const uint64_t start = reinterpret_cast<uint64_t>(ma.data() + 65536) & ~uint64_t(4095);
+        const uint64_t blk[1] = {start};
+        RegMrInfo ri{blk, 1, 4096, 0, uint32_t(Access::local_write), 4096, start};
+        SendWr reg = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
+        reg.mem_key = key;
+        reg.new_key = next_key(key);
+        reg.reg = &ri;
+        for (uint32_t i = 0; i < 4096; ++i) mb[i] = uint8_t(i * 13 + fenced);
+        Sge dst{start, 4096, next_key(key)};
+        SendWr rd = wr_of(WrOpcode::rdma_read, 2, &dst);
+        rd.rkey = b.mr.rkey;
+        rd.remote_addr = addr_b(0);
+        SendWr inv = wr_of(WrOpcode::local_inv, 3, nullptr, 0);
+        inv.imm_data = next_key(key);
+        if (fenced) inv.send_flags |= wr_fence;
+        SendWr wrs[3] = {reg, rd, inv};
+        ASSERT_TRUE(a.qp->post_send(wrs));
+        EXPECT_EQ(pair.a->pd().table().state(next_key(key)), fenced ? dma::MrState::valid : dma::MrState::invalid)
+            << "right after posting";
+        auto wc = wait_wc(a, b, 3);
+        ASSERT_EQ(wc.size(), 3u);
+        for (const Wc& c : wc) EXPECT_EQ(c.status, WcStatus::success) << c.wr_id;
+        EXPECT_EQ(wc[1].opcode, WcOpcode::rdma_read);
+        EXPECT_EQ(wc[2].opcode, WcOpcode::local_inv);
+        EXPECT_EQ(pair.a->pd().table().state(next_key(key)), dma::MrState::invalid);
+        EXPECT_TRUE(std::equal(mb.begin(), mb.begin() + 4096, reinterpret_cast<uint8_t*>(start)));
+        EXPECT_TRUE(pair.a->pd().dealloc(next_key(key)));
+    }
+}
+
+TEST_F(MemoryTest, DeallocRefusesRegionsAndFreedKeys) {
+    auto r = pair.b->pd().dealloc(b.mr.lkey);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().message.find("deregister"), std::string::npos) << r.error().message;
+    const uint32_t mw = *pair.b->pd().alloc_mw(dma::WindowType::type2);
+    EXPECT_TRUE(pair.b->pd().dealloc(mw));
+    EXPECT_FALSE(pair.b->pd().dealloc(mw));
+    EXPECT_EQ(pair.b->pd().alloc_mw(dma::WindowType(0)).error().code, EINVAL);
+}
+
+}  // namespace
+}  // namespace vfab::rdma::test

@@ -1,0 +1,103 @@
+// Memory-management work requests (IB spec 10.6.3.6 fast registration, 10.6.7 memory windows,
+// 10.6.6 / 11.4.1 invalidation): REG_MR, BIND_MW and LOCAL_INV act on the protection domain's
+// MR table and send nothing. They take effect when posted — so that the WRs posted after them
+// can use the keys they make — except a fenced LOCAL_INV, which waits until the queue pair's
+// earlier READs and atomics have completed (their responses may still be landing in the memory
+// it revokes). Each completes in its place in the send queue; a failure ends it with an error
+// status (the table's reason in vendor_err) and moves the queue pair to ERR, as any local error.
+#include "engine.hpp"
+
+namespace vfab::rdma::detail {
+
+PostResult QpImpl::post_memory_wr(const SendWr& wr, bool type1_bind) noexcept {
+    if (type_ != QpType::rc) return {EINVAL, 0};
+    if (sq_tail_ - sq_head_ == sq_.size()) return {ENOMEM, 0};
+    SendWqe& w = sq_[sq_tail_ & sq_mask_];
+    w = SendWqe{};
+    w.wr = wr;
+    w.wr.sg_list = nullptr;
+    w.wr.reg = nullptr;   // read now; the caller's list need not outlive the post
+    w.signaled = sq_sig_all_ || (wr.send_flags & wr_signaled);
+    ++sq_tail_;
+    if (state_ == QpState::error) {
+        flush();
+        return {0, 1};
+    }
+    const bool deferred = wr.opcode == WrOpcode::local_inv && (wr.send_flags & wr_fence);
+    if (!deferred) {
+        execute_memory_wr(w, wr, type1_bind);
+        if (w.status != WcStatus::success) {
+            to_error();
+            return {0, 1};
+        }
+    }
+    ready();   // the send queue moves past it in order (pump)
+    return {0, 1};
+}
+
+void QpImpl::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind) noexcept {
+    w.started = true;   // in place: retransmissions walk past it
+    w.done = true;
+    dma::ProtectionDomain& pd = port_.pd();
+    dma::MrStatus st = dma::MrStatus::ok;
+    switch (wr.opcode) {
+    case WrOpcode::local_inv:
+        st = pd.invalidate(wr.imm_data, qpn_);
+        if (st != dma::MrStatus::ok) w.status = WcStatus::loc_qp_op_err;
+        break;
+    case WrOpcode::bind_mw:
+        // Type 1 windows through Qp::bind_mw, type 2B through a BIND_MW WR (tied to this QP).
+        if ((pd.table().window_type(wr.mem_key) == dma::WindowType::type1) != type1_bind)
+            st = dma::MrStatus::invalid_state;
+        else
+            st = pd.bind_window(wr.bind.mr_key, wr.mem_key, wr.new_key, wr.bind.addr, wr.bind.length,
+                                dma::Access(wr.bind.access), type1_bind ? 0 : qpn_);
+        if (st != dma::MrStatus::ok) w.status = WcStatus::mw_bind_err;
+        break;
+    case WrOpcode::reg_mr: fast_register(w, wr); return;
+    default: w.status = WcStatus::loc_qp_op_err; return;
+    }
+    if (st != dma::MrStatus::ok) w.vendor_err = kVendorErrMemory | uint32_t(st);
+}
+
+// The block list must describe one run of memory the domain maps: blocks that follow each
+// other. A list of scattered pages is refused (kVendorErrDiscontiguousBlocks), not guessed at.
+void QpImpl::fast_register(SendWqe& w, const SendWr& wr) noexcept {
+    const RegMrInfo* r = wr.reg;
+    auto fail = [&](uint32_t why) {
+        w.status = WcStatus::loc_qp_op_err;
+        w.vendor_err = why;
+    };
+    if (!r || !r->blocks || r->num_blocks == 0 || r->block_size == 0 || r->first_offset >= r->block_size ||
+        r->length == 0 || r->length > uint64_t(r->num_blocks) * r->block_size - r->first_offset)
+        return fail(kVendorErrBadBlockList);
+    const uint64_t used = (r->first_offset + r->length + r->block_size - 1) / r->block_size;
+    for (uint64_t i = 1; i < used; ++i)
+        if (r->blocks[i] != r->blocks[0] + i * r->block_size) return fail(kVendorErrDiscontiguousBlocks);
+    const auto* host = reinterpret_cast<const void*>(r->blocks[0] + r->first_offset);
+    const dma::MrStatus st = port_.pd().fast_register(wr.mem_key, wr.new_key, host, r->length, r->iova, dma::Access(r->access));
+    if (st != dma::MrStatus::ok) fail(kVendorErrMemory | uint32_t(st));
+}
+
+Result<uint32_t> QpImpl::bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64_t wr_id, uint32_t send_flags) {
+    PortImpl::Guard g(port_);
+    if (destroyed) return Error{ENODEV, "bind_mw: the queue pair was destroyed"};
+    if (state_ != QpState::rts && state_ != QpState::error)
+        return Error{EINVAL, str_cat("bind_mw: the queue pair is in ", to_string(state_), "; bind windows in RTS")};
+    if (port_.pd().table().window_type(mw_key) != dma::WindowType::type1)
+        return Error{EINVAL, "bind_mw binds a current type 1 window key; bind a type 2 window with a BIND_MW work request"};
+    SendWr w;
+    w.wr_id = wr_id;
+    w.opcode = WrOpcode::bind_mw;
+    w.send_flags = send_flags;
+    w.mem_key = mw_key;
+    w.new_key = next_key(mw_key);
+    w.bind = info;
+    const PostResult r = post_memory_wr(w, true);
+    pump();
+    port_.tx_flush();
+    if (!r) return Error{r.error, r.error == ENOMEM ? "bind_mw: the send queue is full" : "bind_mw: not on this queue pair"};
+    return w.new_key;
+}
+
+}  // namespace vfab::rdma::detail
