@@ -1,6 +1,6 @@
 // The RDMA transport's lab tests between two of the lab's NICs wired to each other, through
 // real VFIO: every RC operation, messages of 1 B to 1 MiB, delivered once and byte for byte, and
-// a bad rkey leaving the target untouched. rdma_vfab_test runs them over the multiplexed API,
+// a bad rkey leaving the target untouched, fast registration and memory windows. rdma_vfab_test runs them over the multiplexed API,
 // rdma_direct_test over the drivers' direct APIs (each defines open_port()).
 #pragma once
 
@@ -175,6 +175,70 @@ TEST_P(RdmaOverNic, AtomicsAndWriteWithImmediate) {
     EXPECT_EQ(rx[0].opcode, WcOpcode::recv_rdma_with_imm);
     EXPECT_EQ(rx[0].imm_data, 0x01020304u);
     EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 10000, mb.begin() + 100000));
+}
+
+// Fast registration, a type 2B window and both invalidations over the NIC (docs/rdma-memory.md):
+// b registers 64 KiB through its send queue and binds a window on it; a writes through both,
+// invalidates the window with SEND_WITH_INV, and its next write through it is refused.
+TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
+    dma::ProtectionDomain& pd = port_b->pd();
+    auto bindable = pd.register_memory(mb.data(), mb.size(),
+                                       dma::Access(kAllRemote) | dma::Access::mw_bind);
+    ASSERT_TRUE(bindable) << bindable.error().message;
+    const uint32_t key = *pd.alloc_mr(1 << 16);
+    const uint64_t base = reinterpret_cast<uint64_t>(mb.data() + (1 << 20)) & ~uint64_t(4095);
+    uint64_t pages[16];
+    for (int i = 0; i < 16; ++i) pages[i] = base + uint64_t(i) * 4096;
+    RegMrInfo info{pages, 16, 4096, 0, kAllRemote, 1 << 16, 0x40000000};
+    SendWr reg = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
+    reg.mem_key = key;
+    reg.new_key = next_key(key);
+    reg.reg = &info;
+    const uint32_t mw = *pd.alloc_mw(dma::WindowType::type2);
+    SendWr bind = wr_of(WrOpcode::bind_mw, 2, nullptr, 0);
+    bind.mem_key = mw;
+    bind.new_key = next_key(mw);
+    bind.bind = {bindable->lkey, uint32_t(dma::Access::remote_write), reinterpret_cast<uint64_t>(mb.data() + 8192), 1 << 16};
+    SendWr both[2] = {reg, bind};
+    ASSERT_TRUE(b.qp->post_send(both));
+    auto done = wait_wc(b, a, 2, std::chrono::seconds(30));
+    ASSERT_EQ(done.size(), 2u);
+    for (const Wc& c : done) ASSERT_EQ(c.status, WcStatus::success) << c.wr_id << " vendor_err " << c.vendor_err;
+
+    fill(ma, 0, 1 << 16, 3);
+    Sge s = sge_a(0, 1 << 16);
+    SendWr w1 = wr_of(WrOpcode::rdma_write, 3, &s);
+    w1.rkey = reg.new_key;
+    w1.remote_addr = 0x40000000;
+    SendWr w2 = wr_of(WrOpcode::rdma_write, 4, &s);
+    w2.rkey = bind.new_key;
+    w2.remote_addr = reinterpret_cast<uint64_t>(mb.data() + 8192);
+    SendWr writes[2] = {w1, w2};
+    ASSERT_TRUE(a.qp->post_send(writes));
+    auto tx = wait_wc(a, b, 2, std::chrono::seconds(60));
+    ASSERT_EQ(tx.size(), 2u);
+    for (const Wc& c : tx) EXPECT_EQ(c.status, WcStatus::success) << c.wr_id << ": " << to_string(c.status);
+    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + (1 << 16), reinterpret_cast<uint8_t*>(base)));
+    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + (1 << 16), mb.begin() + 8192));
+
+    Sge r = sge_b(2 << 20, 64);
+    RecvWr rw{5, &r, 1, 0};
+    ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
+    Sge tiny = sge_a(0, 8);
+    SendWr inv = wr_of(WrOpcode::send_with_inv, 6, &tiny);
+    inv.imm_data = bind.new_key;
+    ASSERT_TRUE(a.qp->post_send(std::span(&inv, 1)));
+    auto rx = wait_wc(b, a, 1, std::chrono::seconds(30));
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].wc_flags & wc_with_inv, wc_with_inv);
+    EXPECT_EQ(rx[0].imm_data, bind.new_key);
+    ASSERT_EQ(wait_wc(a, b, 1, std::chrono::seconds(30)).size(), 1u);
+    std::fill(mb.begin() + 8192, mb.begin() + 8192 + (1 << 16), 0x5a);
+    ASSERT_TRUE(a.qp->post_send(std::span(&w2, 1)));
+    tx = wait_wc(a, b, 1, std::chrono::seconds(30));
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::rem_access_err) << to_string(tx[0].status);
+    EXPECT_TRUE(std::all_of(mb.begin() + 8192, mb.begin() + 8192 + (1 << 16), [](uint8_t x) { return x == 0x5a; }));
 }
 
 TEST_P(RdmaOverNic, BadRkeyLeavesTheTargetUntouched) {
