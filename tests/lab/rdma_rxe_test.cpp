@@ -293,6 +293,95 @@ namespace {
 // ---- a lossy link ----------------------------------------------------------------------------------
 
 // Drops a frame in `percent` of the calls (a fixed seed: runs repeat).
+// rxe against vfab's memory-management verbs (docs/rdma-memory.md): a key vfab made through its
+// send queue — a fast-registered MR, a type 2B window — takes rxe's WRITE, is invalidated by
+// rxe's SEND_WITH_INV or vfab's LOCAL_INV, and rxe's next WRITE through it is refused.
+class RxeAndVfabKeys : public VerbsPeerTest {
+protected:
+    void SetUp() override {
+        VerbsPeerTest::SetUp();
+        if (IsSkipped()) return;
+        ASSERT_NO_FATAL_FAILURE(connect_to_peer("invalidate"));
+    }
+    // Posts one memory-management WR on vfab's QP and waits for it.
+    void run_local(const SendWr& w) {
+        ASSERT_TRUE(me_.qp->post_send(std::span(&w, 1)));
+        const Wc wc = complete_one();
+        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status) << " vendor_err " << std::hex << wc.vendor_err;
+    }
+    uint32_t fast_register(uint64_t off, uint64_t iova) {
+        const uint32_t key = *port_->pd().alloc_mr(1 << 16);
+        const uint64_t start = reinterpret_cast<uint64_t>(mem_.data() + off);
+        const uint64_t blocks[2] = {start, start + 4096};
+        RegMrInfo info{blocks, 2, 4096, 0, kAllRemote, 8192, iova};
+        SendWr w = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
+        w.mem_key = key;
+        w.new_key = next_key(key);
+        w.reg = &info;
+        run_local(w);
+        return w.new_key;
+    }
+    uint32_t bind_window(uint64_t off) {
+        auto mr = port_->pd().register_memory(mem_.data(), mem_.size(), dma::Access(kAllRemote) | dma::Access::mw_bind);
+        EXPECT_TRUE(mr) << mr.error().message;
+        const uint32_t mw = *port_->pd().alloc_mw(dma::WindowType::type2);
+        SendWr w = wr_of(WrOpcode::bind_mw, 2, nullptr, 0);
+        w.mem_key = mw;
+        w.new_key = next_key(mw);
+        w.bind = {mr->lkey, uint32_t(dma::Access::remote_write), reinterpret_cast<uint64_t>(mem_.data() + off), 8192};
+        run_local(w);
+        return w.new_key;
+    }
+    void send_line(const std::string& s) { ASSERT_EQ(::write(fd_.get(), s.data(), s.size()), ssize_t(s.size())); }
+    // rxe writes through `rkey` at `addr`, then invalidates it with SEND_WITH_INV, then fails.
+    void rxe_invalidates(uint32_t rkey, uint64_t addr, uint64_t off) {
+        Sge r{reinterpret_cast<uint64_t>(mem_.data() + 900000), 64, me_.mr.lkey};
+        RecvWr rw{77, &r, 1, 0};
+        ASSERT_TRUE(me_.qp->post_recv(std::span(&rw, 1)));
+        ASSERT_TRUE(port_->start_progress_thread(-1));   // a passive target
+        send_line(str_cat("remote ", std::hex, rkey, " ", addr, "\n"));
+        const Outcome o = helper_->wait(120s);
+        port_->stop_progress_thread();
+        EXPECT_EQ(o.rc, 0) << o.summary();
+        EXPECT_EQ(o.out.find("FAIL"), std::string::npos) << o.out;
+        for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(mem_[off + i], pattern(i, 5)) << i;
+        const Wc wc = complete_one();
+        EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+        EXPECT_EQ(wc.wr_id, 77u);
+        EXPECT_EQ(wc.wc_flags & wc_with_inv, wc_with_inv);
+        EXPECT_EQ(wc.imm_data, rkey);
+    }
+};
+
+TEST_F(RxeAndVfabKeys, RxeInvalidatesAFastRegisteredMr) {
+    const uint32_t rkey = fast_register(65536, 0x7000000);
+    ASSERT_NO_FATAL_FAILURE(rxe_invalidates(rkey, 0x7000000, 65536));
+}
+
+TEST_F(RxeAndVfabKeys, RxeInvalidatesAType2BWindow) {
+    const uint32_t rkey = bind_window(65536);
+    ASSERT_NO_FATAL_FAILURE(rxe_invalidates(rkey, reinterpret_cast<uint64_t>(mem_.data() + 65536), 65536));
+}
+
+TEST_F(RxeAndVfabKeys, VfabInvalidatesAWindowRxeWroteThrough) {
+    const uint32_t rkey = bind_window(131072);
+    ASSERT_TRUE(port_->start_progress_thread(-1));
+    send_line(str_cat("local ", std::hex, rkey, " ", reinterpret_cast<uint64_t>(mem_.data() + 131072), "\n"));
+    ASSERT_EQ(read_line_fd(), "wrote");
+    port_->stop_progress_thread();
+    SendWr inv = wr_of(WrOpcode::local_inv, 3, nullptr, 0);
+    inv.imm_data = rkey;
+    run_local(inv);
+    std::fill(mem_.begin() + 131072, mem_.begin() + 131072 + 8192, 0x5a);
+    ASSERT_TRUE(port_->start_progress_thread(-1));
+    send_line("again\n");
+    const Outcome o = helper_->wait(120s);
+    port_->stop_progress_thread();
+    EXPECT_EQ(o.rc, 0) << o.summary();
+    EXPECT_EQ(o.out.find("FAIL"), std::string::npos) << o.out;
+    EXPECT_TRUE(std::all_of(mem_.begin() + 131072, mem_.begin() + 131072 + 8192, [](uint8_t b) { return b == 0x5a; }));
+}
+
 struct Dropper {
     std::mt19937 rng{2026};
     unsigned percent = 0;

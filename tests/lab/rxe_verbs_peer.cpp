@@ -11,6 +11,10 @@
 //   initiator  it runs WRITE, READ, FETCH_ADD, CMP_SWAP against the test's buffer, checks what
 //              comes back, and last a WRITE with a wrong rkey, which must end in
 //              IBV_WC_REM_ACCESS_ERR. One line per step ("ok ..." / "FAIL ..."); exit 0 iff all ok.
+//   invalidate the test names a key of its memory ("remote|local <rkey> <addr>", hex) that this
+//              end writes 4096 bytes through; then "remote": a SEND_WITH_INV of that key, "local":
+//              "wrote" to the test, which invalidates it itself and answers "again"; either way
+//              its next WRITE through the key must end in IBV_WC_REM_ACCESS_ERR.
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -159,6 +163,39 @@ int run_initiator(Verbs& v, const Dest& r) {
     return bad ? 1 : 0;
 }
 
+int run_invalidate(Verbs& v, int fd) {
+    char kind[16] = {};
+    Dest r;
+    const std::string line = read_line(fd);
+    if (std::sscanf(line.c_str(), "%15s %x %" SCNx64, kind, &r.rkey, &r.addr) != 3) return die("the test's key line");
+    int bad = 0;
+    auto check = [&](bool ok, const char* what) {
+        std::printf("%s %s\n", ok ? "ok" : "FAIL", what);
+        std::fflush(stdout);
+        bad += !ok;
+    };
+    for (size_t i = 0; i < 4096; ++i) v.buf[i] = pattern(i, 5);
+    ibv_wc wc = v.post(IBV_WR_RDMA_WRITE, 0, 4096, r, 0);
+    check(wc.status == IBV_WC_SUCCESS, "write 4096 through the key");
+    if (std::string(kind) == "remote") {
+        ibv_sge sge{reinterpret_cast<uint64_t>(v.buf), 8, v.mr->lkey};
+        ibv_send_wr wr{}, *badwr = nullptr;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_SEND_WITH_INV;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.invalidate_rkey = r.rkey;
+        check(ibv_post_send(v.qp, &wr, &badwr) == 0 && v.wait().status == IBV_WC_SUCCESS, "send_with_inv of the key");
+    } else {
+        write_str(fd, "wrote\n");
+        check(read_line(fd) == "again", "the test invalidated the key");
+    }
+    wc = v.post(IBV_WR_RDMA_WRITE, 0, 64, r, 0);
+    std::printf("(write through the invalidated key: %s)\n", ibv_wc_status_str(wc.status));
+    check(wc.status == IBV_WC_REM_ACCESS_ERR, "write through the invalidated key: remote access error");
+    return bad ? 1 : 0;
+}
+
 uint64_t fnv(uint64_t h, const void* p, size_t n) {
     const uint8_t* b = static_cast<const uint8_t*>(p);
     for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
@@ -230,7 +267,7 @@ int run_target(Verbs& v, int fd) {
 
 int main(int argc, char** argv) {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: rxe_verbs_peer target|initiator PORT\n");
+        std::fprintf(stderr, "usage: rxe_verbs_peer target|initiator|invalidate PORT\n");
         return 2;
     }
     const std::string mode = argv[1];
@@ -306,8 +343,10 @@ int main(int argc, char** argv) {
                                     IBV_QP_MAX_QP_RD_ATOMIC))
         return die("RTS");
     write_str(fd, "ready\n");
-    const int rc = mode == "initiator" ? run_initiator(v, peer) : run_target(v, fd);
-    if (mode == "initiator") write_str(fd, "finished\n");
+    const int rc = mode == "initiator"    ? run_initiator(v, peer)
+                   : mode == "invalidate" ? run_invalidate(v, fd)
+                                          : run_target(v, fd);
+    if (mode != "target") write_str(fd, "finished\n");
     ::close(fd);
     ibv_destroy_qp(v.qp);
     ibv_destroy_cq(v.cq);
