@@ -155,6 +155,31 @@ public:
         w.compare_add = add;
         return bool(qp_->post_send(std::span(&w, 1)));
     }
+    // A REG_MR of the buffer's first `len` bytes (4 KiB blocks) and a LOCAL_INV of it, posted
+    // together; the LOCAL_INV's completion ends the cycle.
+    bool register_cycle(uint32_t len) {
+        if (!fast_key_) {
+            auto k = port_->pd().alloc_mr(len_);
+            if (!k) return false;
+            fast_key_ = *k;
+            for (uint64_t off = 0; off < len_; off += 4096) blocks_.push_back(reinterpret_cast<uint64_t>(buf_) + off);
+        }
+        vr::RegMrInfo info{blocks_.data(), uint32_t(blocks_.size()), 4096, 0, kAllRemote, len, reinterpret_cast<uint64_t>(buf_)};
+        vr::SendWr w[2];
+        w[0].opcode = vr::WrOpcode::reg_mr;
+        w[0].mem_key = fast_key_;
+        w[0].new_key = fast_key_ = vr::next_key(fast_key_);
+        w[0].reg = &info;
+        w[1].wr_id = 1;
+        w[1].opcode = vr::WrOpcode::local_inv;
+        w[1].send_flags = vr::wr_signaled;
+        w[1].imm_data = fast_key_;
+        if (!qp_->post_send(w)) return false;
+        vr::Wc wc;
+        int n = 0;
+        for (int spins = 0; n == 0 && spins < 1000000; ++spins) n = cq_->poll(std::span(&wc, 1));
+        return n == 1 && wc.status == vr::WcStatus::success;
+    }
     bool post_recv(uint64_t wr_id, uint32_t local_off, uint32_t len) {
         vfab::Sge s{reinterpret_cast<uint64_t>(buf_ + local_off), len, mr_.lkey};
         vfab::RecvWr r{wr_id, &s, 1, 0};
@@ -211,6 +236,8 @@ private:
     uint8_t* buf_ = nullptr;
     uint32_t len_ = 0, psn_ = 0;
     vfab::dma::MemoryRegion mr_;
+    uint32_t fast_key_ = 0;           // reg_rate: the MR REG_MR binds, its current key
+    std::vector<uint64_t> blocks_;    // the buffer in 4 KiB blocks
     std::function<void()> partner_;
 };
 
@@ -340,8 +367,8 @@ int run(int argc, char** argv) {
     uint16_t port = 18600;
     VfabConfig cfg;
     auto measure = [&](CLI::App* c) {
-        c->add_option("MODE", mode, "write_bw, read_lat, send_lat, write_lat or atomic_rate")->required()->check(
-            CLI::IsMember({"write_bw", "read_lat", "send_lat", "write_lat", "atomic_rate"}));
+        c->add_option("MODE", mode, "write_bw, read_lat, send_lat, write_lat, atomic_rate or reg_rate")->required()->check(
+            CLI::IsMember({"write_bw", "read_lat", "send_lat", "write_lat", "atomic_rate", "reg_rate"}));
         c->add_option("-s,--size", p.size, "Message size in bytes")->capture_default_str()->check(CLI::Range(1u, 1u << 24));
         c->add_option("-n,--iters", p.iters, "Messages (after the warm-up)")->capture_default_str()->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
         c->add_option("--window", p.window, "Outstanding WRITEs / FETCH_ADDs at most")->capture_default_str()->check(CLI::Range(1u, 512u));

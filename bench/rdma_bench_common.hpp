@@ -10,6 +10,8 @@
 //   uint8_t* buf()
 //   bool post(Op, wr_id, local_off, len, remote_addr, rkey, signaled, add)
 //   bool post_recv(wr_id, local_off, len)
+//   bool register_cycle(len)                      registers the first len bytes of its buffer for
+//                                                 remote writes and revokes them again (reg_rate)
 //   int poll(Cqe* out, int n)                     completions (vfab: runs its port's progress)
 //   void progress()                               vfab: its port's progress; verbs: nothing
 //   static constexpr bool kBusyProgress           true when nothing happens unless progress() runs
@@ -34,6 +36,8 @@
 //   write_lat    ping-pong of S-byte WRITEs, each side polling the last byte of its buffer for
 //                the peer's (as perftest's ib_write_lat)
 //   atomic_rate  N FETCH_ADDs of A on one 8-byte word, at most W outstanding [passive]
+//   reg_rate     N registrations of S bytes and their revocation, one after the other: vfab a
+//                REG_MR and a LOCAL_INV work request, verbs ibv_reg_mr and ibv_dereg_mr [passive]
 // Latencies: send_lat and write_lat report half the round trip, read_lat the whole READ (as
 // perftest does); median and p99 by nearest rank over every sample after the warm-up.
 #pragma once
@@ -90,7 +94,8 @@ struct Params {
 };
 
 inline bool valid_mode(const std::string& m) {
-    return m == "write_bw" || m == "read_lat" || m == "send_lat" || m == "write_lat" || m == "atomic_rate";
+    return m == "write_bw" || m == "read_lat" || m == "send_lat" || m == "write_lat" || m == "atomic_rate" ||
+           m == "reg_rate";
 }
 
 // The buffer each side registers: room for a message to send and one to receive.
@@ -413,6 +418,33 @@ Outcome client_atomic_rate(E& e, const Params& p, const Info& peer, Clock::time_
 }
 
 template <class E>
+Outcome client_reg_rate(E& e, const Params& p, Clock::time_point deadline) {
+    Outcome o;
+    auto run = [&](uint64_t n) -> bool {
+        for (uint64_t i = 0; i < n; ++i) {
+            if (!e.register_cycle(p.size)) {
+                o.error = "registration " + std::to_string(i) + " failed";
+                return false;
+            }
+            if ((i & 1023) == 0 && Clock::now() > deadline) {
+                o.error = "timed out after " + std::to_string(i) + " registrations";
+                return false;
+            }
+        }
+        return true;
+    };
+    if (p.warmup && !run(p.warmup)) return o;
+    const auto t0 = Clock::now();
+    if (!run(p.iters)) return o;
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    char b[160];
+    std::snprintf(b, sizeof b, "seconds=%.3f ops_per_s=%.0f us_per_op=%.2f", s, double(p.iters) / s,
+                  s * 1e6 / double(p.iters));
+    o.fields = b;
+    return o;
+}
+
+template <class E>
 Outcome client_read_lat(E& e, const Params& p, const Info& peer, Clock::time_point deadline) {
     Outcome o;
     std::vector<double> us;
@@ -542,6 +574,7 @@ Outcome run_initiator(E& e, const Params& p, const Info& peer) {
     Outcome o;
     if (p.mode == "write_bw") o = client_write_bw(e, p, peer, deadline);
     else if (p.mode == "atomic_rate") o = client_atomic_rate(e, p, peer, deadline);
+    else if (p.mode == "reg_rate") o = client_reg_rate(e, p, deadline);
     else if (p.mode == "read_lat") o = client_read_lat(e, p, peer, deadline);
     else if (p.mode == "send_lat") o = pingpong_send(e, p, true, deadline, &us);
     else o = pingpong_write(e, p, peer, true, deadline, &us);

@@ -116,6 +116,11 @@ public:
     }
 
     uint8_t* buf() { return buf_; }
+    // ibv_reg_mr of the buffer's first `len` bytes and ibv_dereg_mr: each a system call.
+    bool register_cycle(uint32_t len) {
+        ibv_mr* mr = ibv_reg_mr(pd_, buf_, len, kAccess);
+        return mr && ibv_dereg_mr(mr) == 0;
+    }
 
     bool post(Op op, uint64_t wr_id, uint32_t local_off, uint32_t len, uint64_t raddr, uint32_t rkey, bool signaled,
               uint64_t add) {
@@ -201,8 +206,8 @@ int run(int argc, char** argv) {
     common(server);
     CLI::App* client = app.add_subcommand("client", "One end: the initiator, against a server");
     common(client);
-    client->add_option("MODE", mode, "write_bw, read_lat, send_lat, write_lat or atomic_rate")->required()->check(
-        CLI::IsMember({"write_bw", "read_lat", "send_lat", "write_lat", "atomic_rate"}));
+    client->add_option("MODE", mode, "write_bw, read_lat, send_lat, write_lat, atomic_rate or reg_rate")->required()->check(
+        CLI::IsMember({"write_bw", "read_lat", "send_lat", "write_lat", "atomic_rate", "reg_rate"}));
     client->add_option("HOST", host, "The server's side channel (IPv4)")->required();
     client->add_option("-s,--size", p.size, "Message size in bytes")->capture_default_str()->check(CLI::Range(1u, 1u << 24));
     client->add_option("-n,--iters", p.iters, "Messages (after the warm-up)")->capture_default_str();

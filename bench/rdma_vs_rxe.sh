@@ -2,6 +2,7 @@
 # RDMA over the lab's two e1000e (hub 0): vfab <-> vfab, vfab <-> rxe and rxe <-> rxe in ONE lab
 # boot, ROUNDS interleaved rounds (bench/lab/rdma_vs_rxe_guest.sh), then a table of medians and
 # the ratios against rxe <-> rxe: write bandwidth, READ / SEND / WRITE latency, FETCH_ADD rate,
+# registrations (vfab: REG_MR + LOCAL_INV work requests; rxe: ibv_reg_mr + ibv_dereg_mr) per second,
 # and the pingpong tools' usec/iter.
 #   bench/rdma_vs_rxe.sh [ROUNDS] [BUILD_DIR] [key=value ...]        (3, build/release)
 #   keys (passed to the guest): bw_size=65536 bw_iters=200 lat_size=64 lat_iters=1000
@@ -53,6 +54,7 @@ for line in lines[starts[-1] if starts else 0:]:
             continue
         if mode == "write_bw": add("write_bw Gb/s", label, f["gbps"])
         elif mode == "atomic_rate": add("atomic kops/s", label, float(f["ops_per_s"]) / 1e3)
+        elif mode == "reg_rate": add("reg+inv kops/s", label, float(f["ops_per_s"]) / 1e3)
         else:
             add(mode + " median us", label, f["median_us"])
             add(mode + " p99 us", label, f["p99_us"])
@@ -72,7 +74,7 @@ for line in lines[starts[-1] if starts else 0:]:
 if not runs:
     sys.exit("no figures in the log")
 figs = ["write_bw Gb/s", "read_lat median us", "read_lat p99 us", "send_lat median us", "send_lat p99 us",
-        "write_lat median us", "write_lat p99 us", "atomic kops/s", "pingpong usec/iter"]
+        "write_lat median us", "write_lat p99 us", "atomic kops/s", "reg+inv kops/s", "pingpong usec/iter"]
 order = ["vfab-vfab", "vfab-vfab-1t", "vfab-rxe", "rxe-vfab", "rxe-rxe", "rxe-rxe-perftest"]
 labels = [l for l in order if any(k[1] == l for k in runs)] + sorted({k[1] for k in runs} - set(order))
 med = {k: statistics.median(v) for k, v in runs.items()}
@@ -81,7 +83,7 @@ def cell(fig, label):
     return "-" if v is None else ("%.3f" % v if v < 1 else "%.1f" % v if v < 100 else "%.0f" % v)
 ratios = [l for l in ["vfab-vfab", "vfab-vfab-1t", "vfab-rxe", "rxe-vfab"] if l in labels]
 # The baseline: rxe <-> rxe at its best — the better median of rdma_bench_verbs and perftest.
-more_is_better = lambda fig: fig.startswith("write_bw") or fig.startswith("atomic")
+more_is_better = lambda fig: fig.startswith("write_bw") or fig.startswith("atomic") or fig.startswith("reg+inv")
 def base(fig):
     v = [med[(fig, l)] for l in ("rxe-rxe", "rxe-rxe-perftest") if (fig, l) in med]
     return None if not v else (max(v) if more_is_better(fig) else min(v))

@@ -167,7 +167,6 @@ void QpImpl::pump() noexcept {
         return;
     }
     if (state_ != QpState::rts || rnr_deadline_) return;
-    if (type_ == QpType::rc && !peer_known_ && sq_next_ != sq_tail_ && !resolve_peer()) return;
     while (sq_next_ != sq_tail_ && state_ == QpState::rts) {
         SendWqe& w = sq_[sq_next_ & sq_mask_];
         if (type_ == QpType::ud) {
@@ -189,6 +188,7 @@ void QpImpl::pump() noexcept {
             retire();
             continue;
         }
+        if (!peer_known_ && !resolve_peer()) return;   // packets need the peer's MAC; memory WRs do not
         if (!w.started) {
             const bool rd = is_read_or_atomic(w.wr.opcode);
             if (rd && rd_atomic_ >= std::max<uint32_t>(1, attr_.max_rd_atomic)) return;   // a completion readies us

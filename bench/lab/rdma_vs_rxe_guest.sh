@@ -133,11 +133,12 @@ pair() {
     return 1
 }
 
-modes() { echo write_bw read_lat send_lat write_lat atomic_rate; }
+modes() { echo write_bw read_lat send_lat write_lat atomic_rate reg_rate; }
 opts_of() {
     case $1 in
     write_bw) echo "$bw_opts" ;;
     atomic_rate) echo "-n $atomic_iters --window 16" ;;
+    reg_rate) echo "-s $bw_size -n $atomic_iters" ;;   # 64 KiB: 16 pages pinned by ibv_reg_mr
     *) echo "-s $lat_size -n $lat_iters" ;;
     esac
 }

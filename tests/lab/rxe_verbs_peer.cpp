@@ -122,15 +122,21 @@ struct Verbs {
     }
 };
 
-uint8_t pattern(size_t i, unsigned seed) { return uint8_t(i * 13 + seed + (i >> 10)); }
-
-int run_initiator(Verbs& v, const Dest& r) {
+// One line per step ("ok ..." / "FAIL ..."), and how many failed.
+struct Steps {
     int bad = 0;
-    auto check = [&](bool ok, const char* what) {
+    void check(bool ok, const char* what) {
         std::printf("%s %s\n", ok ? "ok" : "FAIL", what);
         std::fflush(stdout);
         bad += !ok;
-    };
+    }
+};
+
+uint8_t pattern(size_t i, unsigned seed) { return uint8_t(i * 13 + seed + (i >> 10)); }
+
+int run_initiator(Verbs& v, const Dest& r) {
+    Steps steps;
+    auto check = [&](bool ok, const char* what) { steps.check(ok, what); };
     for (size_t i = 0; i < 4096; ++i) v.buf[i] = pattern(i, 1);
     ibv_wc wc = v.post(IBV_WR_RDMA_WRITE, 0, 4096, r, 0);
     check(wc.status == IBV_WC_SUCCESS, "write 4096 at 0");
@@ -160,7 +166,7 @@ int run_initiator(Verbs& v, const Dest& r) {
     wc = v.post(IBV_WR_RDMA_WRITE, 0, 64, r, 600000, 0, 0, 0x100);
     std::printf("(bad rkey write: %s)\n", ibv_wc_status_str(wc.status));
     check(wc.status == IBV_WC_REM_ACCESS_ERR, "write with a wrong rkey: remote access error");
-    return bad ? 1 : 0;
+    return steps.bad ? 1 : 0;
 }
 
 int run_invalidate(Verbs& v, int fd) {
@@ -168,12 +174,8 @@ int run_invalidate(Verbs& v, int fd) {
     Dest r;
     const std::string line = read_line(fd);
     if (std::sscanf(line.c_str(), "%15s %x %" SCNx64, kind, &r.rkey, &r.addr) != 3) return die("the test's key line");
-    int bad = 0;
-    auto check = [&](bool ok, const char* what) {
-        std::printf("%s %s\n", ok ? "ok" : "FAIL", what);
-        std::fflush(stdout);
-        bad += !ok;
-    };
+    Steps steps;
+    auto check = [&](bool ok, const char* what) { steps.check(ok, what); };
     for (size_t i = 0; i < 4096; ++i) v.buf[i] = pattern(i, 5);
     ibv_wc wc = v.post(IBV_WR_RDMA_WRITE, 0, 4096, r, 0);
     check(wc.status == IBV_WC_SUCCESS, "write 4096 through the key");
@@ -193,7 +195,7 @@ int run_invalidate(Verbs& v, int fd) {
     wc = v.post(IBV_WR_RDMA_WRITE, 0, 64, r, 0);
     std::printf("(write through the invalidated key: %s)\n", ibv_wc_status_str(wc.status));
     check(wc.status == IBV_WC_REM_ACCESS_ERR, "write through the invalidated key: remote access error");
-    return bad ? 1 : 0;
+    return steps.bad ? 1 : 0;
 }
 
 uint64_t fnv(uint64_t h, const void* p, size_t n) {

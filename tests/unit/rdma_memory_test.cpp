@@ -73,6 +73,14 @@ protected:
         w.reg = &info;
         return w;
     }
+    // BIND_MW of window `mw` (its next key), as `info` says.
+    static SendWr bind_wr(uint32_t mw, const MwBindInfo& info) {
+        SendWr w = wr_of(WrOpcode::bind_mw, 3, nullptr, 0);
+        w.mem_key = mw;
+        w.new_key = next_key(mw);
+        w.bind = info;
+        return w;
+    }
     bool untouched(uint64_t off, uint64_t len) {
         return std::all_of(mb.begin() + off, mb.begin() + off + len, [](uint8_t x) { return x == 0; });
     }
@@ -174,10 +182,7 @@ TEST_F(MemoryTest, BadRegistrationsEndInAnErrorCompletionAndLeaveTheKeyInvalid) 
 
 TEST_F(MemoryTest, Type2BWindowNarrowsAndIsInvalidatedRemotely) {
     const uint32_t mw = *pair.b->pd().alloc_mw(dma::WindowType::type2);
-    SendWr bind = wr_of(WrOpcode::bind_mw, 3, nullptr, 0);
-    bind.mem_key = mw;
-    bind.new_key = next_key(mw);
-    bind.bind = {bindable.lkey, uint32_t(Access::remote_write), addr_b(4096), 4096};
+    const SendWr bind = bind_wr(mw, {bindable.lkey, uint32_t(Access::remote_write), addr_b(4096), 4096});
     const Wc bound = run(b, a, bind);
     ASSERT_EQ(bound.status, WcStatus::success) << std::hex << bound.vendor_err;
     EXPECT_EQ(bound.opcode, WcOpcode::bind_mw);
@@ -204,10 +209,7 @@ TEST_F(MemoryTest, Type2BWindowNarrowsAndIsInvalidatedRemotely) {
 
 TEST_F(MemoryTest, Type2BWindowRefusesAccessesOutsideItAndOnOtherQueuePairs) {
     const uint32_t mw = *pair.b->pd().alloc_mw(dma::WindowType::type2);
-    SendWr bind = wr_of(WrOpcode::bind_mw, 3, nullptr, 0);
-    bind.mem_key = mw;
-    bind.new_key = next_key(mw);
-    bind.bind = {bindable.lkey, uint32_t(Access::remote_write), addr_b(4096), 4096};
+    const SendWr bind = bind_wr(mw, {bindable.lkey, uint32_t(Access::remote_write), addr_b(4096), 4096});
     ASSERT_EQ(run(b, a, bind).status, WcStatus::success);
     const uint32_t rkey = next_key(mw);
     // A second connection between the ports: the window is b's first QP's, not this one's.
@@ -239,10 +241,7 @@ TEST_F(MemoryTest, BadBindsEndInMwBindErr) {
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
         reconnect(900, 901);
-        SendWr bind = wr_of(WrOpcode::bind_mw, 3, nullptr, 0);
-        bind.mem_key = mw;
-        bind.new_key = next_key(mw);
-        bind.bind = c.info;
+        const SendWr bind = bind_wr(mw, c.info);
         const Wc wc = run(b, a, bind);
         EXPECT_EQ(wc.status, WcStatus::mw_bind_err);
         EXPECT_EQ(b.qp->state(), QpState::error);
@@ -251,10 +250,7 @@ TEST_F(MemoryTest, BadBindsEndInMwBindErr) {
     // A type 1 window is not bound by a work request, nor a type 2 one by bind_mw().
     reconnect(902, 903);
     const uint32_t mw1 = *pair.b->pd().alloc_mw(dma::WindowType::type1);
-    SendWr bind = wr_of(WrOpcode::bind_mw, 3, nullptr, 0);
-    bind.mem_key = mw1;
-    bind.new_key = next_key(mw1);
-    bind.bind = {bindable.lkey, uint32_t(Access::remote_write), addr_b(0), 4096};
+    const SendWr bind = bind_wr(mw1, {bindable.lkey, uint32_t(Access::remote_write), addr_b(0), 4096});
     EXPECT_EQ(run(b, a, bind).status, WcStatus::mw_bind_err);
     reconnect(904, 905);
     auto r = b.qp->bind_mw(mw, bind.bind, 1, wr_signaled);
