@@ -325,6 +325,36 @@ TEST_F(MemoryTest, LocalInvalidateWaitsForEarlierReadsOnlyWhenFenced) {
     }
 }
 
+// Memory WRs need no packet: they complete while the peer's address is still unresolved.
+TEST_F(MemoryTest, MemoryWorkRequestsDoNotWaitForThePeer) {
+    std::vector<uint8_t> mc(1 << 16);
+    Side c = make_side(*pair.a, QpType::rc, mc);
+    QpAttr x;   // to 10.0.0.254, which no one answers ARP for
+    x.qp_state = QpState::init;
+    ASSERT_TRUE(c.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_access_flags));
+    x.qp_state = QpState::rtr;
+    x.path_mtu = 3;
+    x.dest_qp_num = 0x123;
+    x.ah_attr.dgid = Gid::from_ipv4(0x0a0000fe);
+    ASSERT_TRUE(c.qp->modify(x, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
+                                    attr_max_dest_rd_atomic | attr_min_rnr_timer));
+    x.qp_state = QpState::rts;
+    ASSERT_TRUE(c.qp->modify(x, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
+                                    attr_max_qp_rd_atomic));
+    const uint32_t key = *pair.a->pd().alloc_mr(1 << 16);
+    const uint64_t blk[1] = {reinterpret_cast<uint64_t>(mc.data())};
+    RegMrInfo ri{blk, 1, 4096, 0, uint32_t(Access::local_write), 4096, blk[0]};
+    SendWr reg = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
+    reg.mem_key = key;
+    reg.new_key = next_key(key);
+    reg.reg = &ri;
+    ASSERT_TRUE(c.qp->post_send(std::span(&reg, 1)));
+    Wc wc;
+    ASSERT_EQ(c.cq->poll(std::span(&wc, 1)), 1);
+    EXPECT_EQ(wc.status, WcStatus::success);
+    EXPECT_EQ(wc.opcode, WcOpcode::reg_mr);
+}
+
 TEST_F(MemoryTest, DeallocRefusesRegionsAndFreedKeys) {
     auto r = pair.b->pd().dealloc(b.mr.lkey);
     ASSERT_FALSE(r);
