@@ -3,6 +3,8 @@
 // Private to transport/: applications see include/vfab/rdma/rdma.hpp.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -16,7 +18,14 @@
 
 namespace vfab::rdma::detail {
 
-uint64_t now_ns() noexcept;
+uint64_t now_ns() noexcept;   // CLOCK_MONOTONIC
+
+constexpr uint64_t ns_of(const timespec& t) noexcept { return uint64_t(t.tv_sec) * 1000000000u + uint64_t(t.tv_nsec); }
+inline uint64_t clock_ns(clockid_t clock) noexcept {
+    timespec t;
+    clock_gettime(clock, &t);
+    return ns_of(t);
+}
 
 // vendor_err of a WR that failed because its peer never answered ARP.
 inline constexpr uint32_t kVendorErrArpUnresolved = 0x10001;
@@ -158,6 +167,7 @@ private:
     void flush() noexcept;
     // requester.cpp
     PostResult post_send_one(const SendWr& wr) noexcept;
+    SendWqe& new_wqe(const SendWr& wr) noexcept;
     bool resolve_peer() noexcept;
     bool send_rc_packet(SendWqe& w) noexcept;
     bool send_ud_packet(SendWqe& w) noexcept;

@@ -7,13 +7,12 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
 
+#include "engine.hpp"
 #include "vfab/rdma/wire.hpp"
 
 namespace vfab::rdma {
@@ -104,10 +103,6 @@ VFAB_CLMUL uint32_t update_folded(uint32_t c, const uint8_t* p, size_t n) noexce
 std::atomic<uint8_t> g_method{uint8_t(Crc32Method::tables)};
 std::atomic<uint8_t> g_calibrated{uint8_t(Crc32Method::automatic)};   // automatic: not yet
 
-uint64_t elapsed_ns(timespec a, timespec b) noexcept {
-    return uint64_t(b.tv_sec - a.tv_sec) * 1000000000u + uint64_t(b.tv_nsec) - uint64_t(a.tv_nsec);
-}
-
 // QEMU's TCG, which says so in the hypervisor leaf of CPUID (0x40000000: "TCGTCGTCGTCG").
 bool under_tcg() noexcept {
     unsigned a, b, c, d;
@@ -132,14 +127,13 @@ Crc32Method calibrate() noexcept {
     uint64_t best_tables = ~0ull, best_folded = ~0ull;
     volatile uint32_t sink = 0;
     for (int i = 0; i < 8; ++i) {
-        timespec t0, t1, t2;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const uint64_t t0 = detail::now_ns();
         sink = sink + update_tables(~0u, buf, sizeof buf);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const uint64_t t1 = detail::now_ns();
         sink = sink + update_folded(~0u, buf, sizeof buf);
-        clock_gettime(CLOCK_MONOTONIC, &t2);
-        best_tables = std::min(best_tables, elapsed_ns(t0, t1));
-        best_folded = std::min(best_folded, elapsed_ns(t1, t2));
+        const uint64_t t2 = detail::now_ns();
+        best_tables = std::min(best_tables, t1 - t0);
+        best_folded = std::min(best_folded, t2 - t1);
     }
     return best_folded < best_tables ? Crc32Method::clmul : Crc32Method::tables;
 }

@@ -12,12 +12,7 @@ namespace vfab::rdma::detail {
 PostResult QpImpl::post_memory_wr(const SendWr& wr, bool type1_bind) noexcept {
     if (type_ != QpType::rc) return {EINVAL, 0};
     if (sq_tail_ - sq_head_ == sq_.size()) return {ENOMEM, 0};
-    SendWqe& w = sq_[sq_tail_ & sq_mask_];
-    w = SendWqe{};
-    w.wr = wr;
-    w.wr.sg_list = nullptr;
-    w.wr.reg = nullptr;   // read now; the caller's list need not outlive the post
-    w.signaled = sq_sig_all_ || (wr.send_flags & wr_signaled);
+    SendWqe& w = new_wqe(wr);   // REG_MR's list is read now, not kept
     ++sq_tail_;
     if (state_ == QpState::error) {
         flush();

@@ -29,22 +29,14 @@ namespace detail {
 
 using namespace wire;
 
-uint64_t now_ns() noexcept {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
+uint64_t now_ns() noexcept { return clock_ns(CLOCK_MONOTONIC); }
 
 namespace {
 // CLOCK_MONOTONIC as of the last timekeeping tick, read from the vDSO's page without a system
 // call. Where the clocksource has no vDSO reader (HPET, as in VMs whose TSCs are unstable)
 // now_ns() is a system call and a device register read — under an emulator also a lock that
 // the other CPUs' doorbell writes wait for — too much for every progress round of a busy poll.
-uint64_t coarse_now_ns() noexcept {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
+uint64_t coarse_now_ns() noexcept { return clock_ns(CLOCK_MONOTONIC_COARSE); }
 
 constexpr uint32_t kRawBatch = 32;
 constexpr uint32_t kArpEntries = 64;
@@ -99,7 +91,7 @@ Result<void> PortImpl::init() {
     timespec res{};
     clock_getres(CLOCK_MONOTONIC_COARSE, &res);
     // The coarse clock lags by up to a tick and some (4.24 ms seen with 4 ms ticks): two ticks.
-    coarse_slack_ns_ = 2 * (uint64_t(res.tv_sec) * 1000000000u + uint64_t(res.tv_nsec));
+    coarse_slack_ns_ = 2 * ns_of(res);
     timer_fd_ = vfio::UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC), vfio::Sys::real());
     if (!timer_fd_) return Error::from_errno(errno, "RDMA port: timerfd_create");
 

@@ -78,6 +78,20 @@ PostResult QpImpl::post_send(std::span<const SendWr> wrs) noexcept {
     return {0, i};
 }
 
+// The send queue's next slot, made ready for `wr` (not yet counted: the caller advances sq_tail_).
+// The WR's pointers are dropped: what they point to is read during the post only.
+SendWqe& QpImpl::new_wqe(const SendWr& wr) noexcept {
+    const uint32_t slot = sq_tail_ & sq_mask_;
+    SendWqe& w = sq_[slot];
+    w = SendWqe{};
+    w.wr = wr;
+    w.wr.sg_list = nullptr;
+    w.wr.reg = nullptr;
+    w.seg0 = slot * (cap_.max_send_sge + 1);
+    w.signaled = sq_sig_all_ || (wr.send_flags & wr_signaled);
+    return w;
+}
+
 PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     if (state_ == QpState::reset || state_ == QpState::init || state_ == QpState::rtr) return {EINVAL, 0};
     const bool ud = type_ == QpType::ud;
@@ -104,12 +118,7 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     if (sq_tail_ - sq_head_ == sq_.size()) return {ENOMEM, 0};
 
     const uint32_t slot = sq_tail_ & sq_mask_;
-    SendWqe& w = sq_[slot];
-    w = SendWqe{};
-    w.wr = wr;
-    w.wr.sg_list = nullptr;
-    w.seg0 = slot * (cap_.max_send_sge + 1);
-    w.signaled = sq_sig_all_ || (wr.send_flags & wr_signaled);
+    SendWqe& w = new_wqe(wr);
     Segment* seg = &sq_segs_[w.seg0];
     bool bad = false;
     if (inl) {
