@@ -14,6 +14,7 @@
 
 #include "packet.hpp"
 #include "raw_queue.hpp"
+#include "recv_queue.hpp"
 #include "vfab/rdma/rdma.hpp"
 
 namespace vfab::rdma::detail {
@@ -30,6 +31,7 @@ inline uint64_t clock_ns(clockid_t clock) noexcept {
 // vendor_err of a WR that failed because its peer never answered ARP.
 inline constexpr uint32_t kVendorErrArpUnresolved = 0x10001;
 inline constexpr uint32_t kFirstQpn = 0x100;   // QP numbers: kFirstQpn + index in the port's table
+inline constexpr uint32_t kMaxAsyncEvents = 256;   // unread asynchronous events a port keeps
 inline constexpr uint32_t kAckReqInterval = 32; // AckReq at least every this many packets of a message
 // Packets sent and not yet acknowledged, at most: a burst the peer's receive ring can take
 // (rxe keeps 128 too). Without a bound a 1 MiB message overruns a NIC's ring at every try.
@@ -37,12 +39,6 @@ inline constexpr int32_t kMaxUnackedPsns = 128;
 
 class PortImpl;
 class QpImpl;
-
-// A piece of local memory a WR names, its key already checked: the CPU copies to and from it.
-struct Segment {
-    uint8_t* host = nullptr;
-    uint32_t len = 0;
-};
 
 // WRs answered by the responder's data (READ responses, atomic ACKs), counted against
 // max_rd_atomic and held back by a fence.
@@ -113,10 +109,23 @@ struct SendWqe {
     uint32_t vendor_err = 0;
 };
 
-struct RecvWqe {
-    uint64_t wr_id = 0;
-    uint32_t seg0 = 0, nseg = 0;
-    uint32_t length = 0;
+class SrqImpl final : public Srq {
+public:
+    SrqImpl(PortImpl& port, const SrqAttr& a) : port_(port), limit_(a.srq_limit) { rq.init(a.max_wr, a.max_sge); }
+    PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
+    Result<void> modify(const SrqAttr& attr, uint32_t mask) override;
+    SrqAttr query() const override;
+    Result<void> destroy() override;
+
+    // A queue pair took a WR: the limit event when fewer than the limit stay posted.
+    void taken() noexcept;
+    RecvQueue rq;
+    uint32_t users = 0;   // queue pairs using it
+    bool destroyed = false;
+
+private:
+    PortImpl& port_;
+    uint32_t limit_ = 0;
 };
 
 // A READ or atomic the responder executed: replayed, never executed again, for duplicates.
@@ -241,13 +250,18 @@ private:
     bool retry_started_ = false;  // a retry a response called for is under way (retry_on_response)
     bool waiting_arp_ = false;
 
-    // Responder.
-    std::vector<RecvWqe> rq_;
-    std::vector<Segment> rq_segs_;
-    uint32_t rq_mask_ = 0, rq_head_ = 0, rq_tail_ = 0;
+    // Responder. rq_ is own_rq_ or the SRQ's; cur_recv_ the WR the message in progress fills.
+    SrqImpl* const srq_;
+    RecvQueue own_rq_;
+    RecvQueue* rq_ = nullptr;
+    uint32_t cur_recv_ = RecvQueue::kNone;
+    bool take_recv() noexcept;   // cur_recv_ from rq_; false when none is posted
+    void return_recv() noexcept; // cur_recv_ back to the SRQ's head, unused (reset, destroy)
+    void recv_error(uint64_t wr_id, WcStatus st) noexcept;   // a receive completion in error
+    bool last_wqe_raised_ = false;
     uint32_t epsn_ = 0, msn_ = 0;
     bool nak_seq_sent_ = false;
-    bool in_send_ = false;         // a multi-packet SEND is being received into rq_[rq_head_]
+    bool in_send_ = false;         // a multi-packet SEND is being received into cur_recv_
     uint32_t recv_offset_ = 0;
     bool in_write_ = false;        // a multi-packet WRITE is being received
     uint8_t* write_host_ = nullptr;
@@ -277,6 +291,9 @@ public:
     Result<Cq*> create_cq(uint32_t cqe) override;
     Result<Qp*> create_qp(const QpInitAttr& attr) override;
     Result<AddressHandle*> create_ah(const AhAttr& attr) override;
+    Result<Srq*> create_srq(const SrqAttr& attr) override;
+    bool get_async_event(AsyncEvent& out) noexcept override;
+    int async_fd() const noexcept override { return async_fd_.get(); }
     int progress() noexcept override;
     Result<void> start_progress_thread(int cpu) override;
     void stop_progress_thread() override;
@@ -320,6 +337,7 @@ public:
     RawLink& link() noexcept { return *link_; }
     int timer_fd() const noexcept { return timer_fd_.get(); }
     void arm_timer() noexcept;
+    void raise(const AsyncEvent& e) noexcept;
     PortStats stats_;
 
 private:
@@ -359,6 +377,10 @@ private:
     std::vector<std::unique_ptr<QpImpl>> qps_;     // by index
     std::vector<std::unique_ptr<CqImpl>> cqs_;
     std::vector<std::unique_ptr<AhImpl>> ahs_;
+    std::vector<std::unique_ptr<SrqImpl>> srqs_;
+    std::vector<AsyncEvent> events_;        // a ring of kMaxAsyncEvents
+    uint32_t events_head_ = 0, events_tail_ = 0;
+    vfio::UniqueFd async_fd_;               // an eventfd: readable while events wait
     std::vector<QpImpl*> ready_;
     std::unique_ptr<RawCq> app_raw_cq_;   // raw_queue(): the application's raw frames
     std::unique_ptr<RawQp> app_raw_qp_;

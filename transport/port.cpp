@@ -3,6 +3,7 @@
 // port's address and its peers', and the timers.
 #include <pthread.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -94,6 +95,9 @@ Result<void> PortImpl::init() {
     coarse_slack_ns_ = 2 * ns_of(res);
     timer_fd_ = vfio::UniqueFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC), vfio::Sys::real());
     if (!timer_fd_) return Error::from_errno(errno, "RDMA port: timerfd_create");
+    async_fd_ = vfio::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), vfio::Sys::real());
+    if (!async_fd_) return Error::from_errno(errno, "RDMA port: eventfd for asynchronous events");
+    events_.resize(kMaxAsyncEvents);
 
     tx_free_.reserve(cfg_.tx_buffers);
     for (uint32_t i = cfg_.tx_buffers; i-- > 0;) tx_free_.push_back(cfg_.rx_buffers + i);
@@ -395,11 +399,14 @@ Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
     };
     if (!a.send_cq || !a.recv_cq || !mine(a.send_cq) || !mine(a.recv_cq))
         return Error{EINVAL, "create_qp: send_cq and recv_cq must be completion queues of this port"};
+    if (a.srq && std::none_of(srqs_.begin(), srqs_.end(), [&](auto& x) { return x.get() == a.srq && !x->destroyed; }))
+        return Error{EINVAL, "create_qp: srq must be a shared receive queue of this port"};
     if (a.qp_type != QpType::rc && a.qp_type != QpType::ud)
         return Error{EINVAL, "create_qp: this transport has RC and UD queue pairs"};
     const QpCapsRdma& c = a.cap;
-    if (c.max_send_wr == 0 || c.max_send_wr > 16384 || c.max_recv_wr == 0 || c.max_recv_wr > 16384 ||
-        c.max_send_sge == 0 || c.max_send_sge > 32 || c.max_recv_sge == 0 || c.max_recv_sge > 32 ||
+    const bool own_rq = !a.srq;
+    if (c.max_send_wr == 0 || c.max_send_wr > 16384 || (own_rq && (c.max_recv_wr == 0 || c.max_recv_wr > 16384)) ||
+        c.max_send_sge == 0 || c.max_send_sge > 32 || (own_rq && (c.max_recv_sge == 0 || c.max_recv_sge > 32)) ||
         c.max_inline_data > 4096)
         return Error{EINVAL, "create_qp: max_send_wr/max_recv_wr 1 to 16384, SGEs 1 to 32, inline data up to 4096"};
     for (uint32_t i = 0; i < qps_.size(); ++i) {

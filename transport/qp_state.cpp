@@ -11,17 +11,22 @@ using namespace wire;
 
 QpImpl::QpImpl(PortImpl& port, uint32_t qpn, const QpInitAttr& a)
     : port_(port), type_(a.qp_type), qpn_(qpn), scq_(static_cast<CqImpl*>(a.send_cq)),
-      rcq_(static_cast<CqImpl*>(a.recv_cq)), cap_(a.cap), sq_sig_all_(a.sq_sig_all) {}
+      rcq_(static_cast<CqImpl*>(a.recv_cq)), cap_(a.cap), sq_sig_all_(a.sq_sig_all),
+      srq_(static_cast<SrqImpl*>(a.srq)) {}
 
 Result<void> QpImpl::init() {
-    const uint32_t sq = std::bit_ceil(cap_.max_send_wr), rq = std::bit_ceil(cap_.max_recv_wr);
+    const uint32_t sq = std::bit_ceil(cap_.max_send_wr), rq = cap_.max_recv_wr;
     sq_.resize(sq);
     sq_segs_.resize(size_t(sq) * (cap_.max_send_sge + 1));
     inline_.resize(size_t(sq) * cap_.max_inline_data);
     sq_mask_ = sq - 1;
-    rq_.resize(rq);
-    rq_segs_.resize(size_t(rq) * cap_.max_recv_sge);
-    rq_mask_ = rq - 1;
+    if (srq_) {
+        rq_ = &srq_->rq;
+        ++srq_->users;
+    } else {
+        own_rq_.init(rq, cap_.max_recv_sge);
+        rq_ = &own_rq_;
+    }
     res_.resize(16);
     src_port_ = uint16_t(kRoceSourcePortBase | (qpn_ & 0x3FFF));
     ++scq_->users;
@@ -34,8 +39,10 @@ Result<void> QpImpl::destroy() {
     if (destroyed) return Error{ENODEV, "queue pair already destroyed"};
     destroyed = true;
     state_ = QpState::reset;
+    return_recv();
     --scq_->users;
     --rcq_->users;
+    if (srq_) --srq_->users;
     return {};
 }
 
@@ -131,7 +138,10 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
         return {};
     }
     if (to == QpState::reset) {
-        sq_head_ = sq_next_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
+        sq_head_ = sq_next_ = sq_tail_ = 0;
+        return_recv();
+        if (!srq_) own_rq_.reset();
+        last_wqe_raised_ = false;
         rd_atomic_ = pkts_unacked_ = 0;
         retry_deadline_ = rnr_deadline_ = 0;
         in_send_ = in_write_ = nak_seq_sent_ = ack_pending_ = peer_known_ = waiting_arp_ = retry_started_ = false;
@@ -178,14 +188,50 @@ void QpImpl::flush() noexcept {
     }
     sq_next_ = sq_tail_;
     rd_atomic_ = 0;
-    for (; rq_head_ != rq_tail_; ++rq_head_) {
-        Wc wc;
-        wc.wr_id = rq_[rq_head_ & rq_mask_].wr_id;
-        wc.status = WcStatus::wr_flush_err;
-        wc.opcode = WcOpcode::recv;
-        wc.qp_num = qpn_;
-        rcq_->push(wc, false);
+    // The WR a message was filling; with its own receive queue every posted one. An SRQ's stay
+    // for its other queue pairs (10.2.9.5): this one says it takes no more.
+    auto flush_recv = [&] {
+        const uint64_t wr_id = rq_->wqe(cur_recv_).wr_id;
+        rq_->release(cur_recv_);
+        cur_recv_ = RecvQueue::kNone;
+        recv_error(wr_id, WcStatus::wr_flush_err);
+    };
+    if (cur_recv_ != RecvQueue::kNone) flush_recv();
+    if (srq_) {
+        if (!last_wqe_raised_) {
+            last_wqe_raised_ = true;
+            AsyncEvent e;
+            e.type = AsyncEventType::qp_last_wqe_reached;
+            e.qp = this;
+            port_.raise(e);
+        }
+        return;
     }
+    while ((cur_recv_ = rq_->take()) != RecvQueue::kNone) flush_recv();
+}
+
+void QpImpl::recv_error(uint64_t wr_id, WcStatus st) noexcept {
+    Wc wc;
+    wc.wr_id = wr_id;
+    wc.status = st;
+    wc.opcode = WcOpcode::recv;
+    wc.qp_num = qpn_;
+    rcq_->push(wc, false);
+}
+
+bool QpImpl::take_recv() noexcept {
+    if (cur_recv_ != RecvQueue::kNone) return true;
+    cur_recv_ = rq_->take();
+    if (cur_recv_ == RecvQueue::kNone) return false;
+    if (srq_) srq_->taken();
+    return true;
+}
+
+void QpImpl::return_recv() noexcept {
+    if (cur_recv_ == RecvQueue::kNone) return;
+    if (srq_) rq_->put_back(cur_recv_);
+    else rq_->release(cur_recv_);
+    cur_recv_ = RecvQueue::kNone;
 }
 
 // ---- the receive queue -------------------------------------------------------------------------------
@@ -193,37 +239,20 @@ void QpImpl::flush() noexcept {
 PostResult QpImpl::post_recv(std::span<const RecvWr> wrs) noexcept {
     PortImpl::Guard g(port_);
     if (destroyed) return {ENODEV, 0};
-    if (state_ == QpState::reset) return {EINVAL, 0};
+    if (state_ == QpState::reset || srq_) return {EINVAL, 0};   // with an SRQ: Srq::post_recv
     uint32_t i = 0;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
-        if (wr.num_sge > cap_.max_recv_sge) return {EINVAL, i};
-        if (rq_tail_ - rq_head_ == rq_.size()) return {ENOMEM, i};
-        RecvWqe& q = rq_[rq_tail_ & rq_mask_];
-        q = RecvWqe{wr.wr_id, (rq_tail_ & rq_mask_) * cap_.max_recv_sge, wr.num_sge, 0};
-        bool bad = false;
-        for (uint32_t s = 0; s < wr.num_sge; ++s) {
-            const Sge& sge = wr.sg_list[s];
-            const dma::Translation t = port_.mrs().translate(sge.lkey, sge.addr, sge.length, dma::Access::local_write);
-            bad |= t.status != dma::MrStatus::ok;
-            rq_segs_[q.seg0 + s] = {reinterpret_cast<uint8_t*>(t.host), sge.length};
-            q.length += sge.length;
-        }
-        ++rq_tail_;
-        if (bad || state_ == QpState::error) {
+        const RecvQueue::Post r = rq_->post(wr, port_.mrs());
+        if (r == RecvQueue::Post::too_many_sge) return {EINVAL, i};
+        if (r == RecvQueue::Post::full) return {ENOMEM, i};
+        if (state_ == QpState::error) {
+            if (r == RecvQueue::Post::ok) flush();
+            else recv_error(wr.wr_id, WcStatus::wr_flush_err);
+        } else if (r == RecvQueue::Post::bad_key) {
             // A bad key fails the WR and, as verbs has it, the queue pair (10.8.3.1).
-            if (bad && state_ != QpState::error) {
-                rq_tail_--;
-                Wc wc;
-                wc.wr_id = wr.wr_id;
-                wc.status = WcStatus::loc_prot_err;
-                wc.opcode = WcOpcode::recv;
-                wc.qp_num = qpn_;
-                rcq_->push(wc, false);
-                to_error();
-            } else {
-                flush();
-            }
+            recv_error(wr.wr_id, WcStatus::loc_prot_err);
+            to_error();
         }
     }
     return {0, i};

@@ -20,7 +20,7 @@ bool granted(uint32_t qp_access, dma::Access a) { return (qp_access & uint32_t(a
 void QpImpl::complete_recv(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
                            bool se) noexcept {
     Wc wc;
-    wc.wr_id = rq_[rq_head_ & rq_mask_].wr_id;
+    wc.wr_id = rq_->wqe(cur_recv_).wr_id;
     wc.status = st;
     wc.opcode = op;
     wc.byte_len = byte_len;
@@ -28,7 +28,8 @@ void QpImpl::complete_recv(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t
     wc.qp_num = qpn_;
     wc.src_qp = src_qp;
     wc.wc_flags = flags;
-    ++rq_head_;
+    rq_->release(cur_recv_);
+    cur_recv_ = RecvQueue::kNone;
     rcq_->push(wc, se);
 }
 
@@ -144,20 +145,20 @@ void QpImpl::on_request(const Packet& p) noexcept {
 
     if (i.has(is_send)) {
         if (first) {
-            if (rq_head_ == rq_tail_) {   // no receive WR: RNR NAK, the requester waits and repeats
+            if (!take_recv()) {   // no receive WR: RNR NAK, the requester waits and repeats
                 send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
                 return;
             }
             in_send_ = true;
             recv_offset_ = 0;
         }
-        const RecvWqe& q = rq_[rq_head_ & rq_mask_];
+        const RecvWqe& q = rq_->wqe(cur_recv_);
         if (recv_offset_ + p.payload_len > q.length) {
             complete_recv(WcStatus::loc_len_err, WcOpcode::recv, recv_offset_, 0, 0, 0, false);
             in_send_ = false;
             return respond_error(p, aeth::kNakInvalidRequest);
         }
-        copy_to_segments(&rq_segs_[q.seg0], q.nseg, recv_offset_, p.payload, p.payload_len);
+        copy_to_segments(rq_->segments(cur_recv_), q.nseg, recv_offset_, p.payload, p.payload_len);
         recv_offset_ += p.payload_len;
         if (last) {
             uint32_t flags = 0, imm = 0;
@@ -189,7 +190,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
         }
         if (write_offset_ + p.payload_len > write_len_ || (last && write_offset_ + p.payload_len != write_len_))
             return respond_error(p, aeth::kNakInvalidRequest);
-        if (i.has(has_immdt) && rq_head_ == rq_tail_) {   // WRITE with immediate needs a receive WR
+        if (i.has(has_immdt) && !take_recv()) {   // WRITE with immediate needs a receive WR
             in_write_ = !first;
             send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
             return;
@@ -287,11 +288,11 @@ void QpImpl::on_duplicate(const Packet& p) noexcept {
 // A UD datagram (9.8.4): the Q_Key must match; it lands after a 40-byte GRH whose last 20
 // bytes are the IPv4 header (Annex A17.4.5.1). No receive WR: dropped, as UD does.
 void QpImpl::on_ud_send(const Packet& p) noexcept {
-    if (p.qkey != attr_.qkey || p.payload_len > mtu_ || rq_head_ == rq_tail_) {
+    if (p.qkey != attr_.qkey || p.payload_len > mtu_ || !take_recv()) {
         ++port_.stats_.rx_dropped;
         return;
     }
-    const RecvWqe& q = rq_[rq_head_ & rq_mask_];
+    const RecvWqe& q = rq_->wqe(cur_recv_);
     const uint32_t len = uint32_t(kGrhSize) + p.payload_len;
     if (len > q.length) {
         complete_recv(WcStatus::loc_len_err, WcOpcode::recv, len, 0, 0, p.src_qp, false);
@@ -299,8 +300,8 @@ void QpImpl::on_ud_send(const Packet& p) noexcept {
     }
     uint8_t grh[kGrhSize] = {};
     std::memcpy(grh + kGrhSize - kIpv4Header, p.ipv4, kIpv4Header);
-    copy_to_segments(&rq_segs_[q.seg0], q.nseg, 0, grh, kGrhSize);
-    copy_to_segments(&rq_segs_[q.seg0], q.nseg, kGrhSize, p.payload, p.payload_len);
+    copy_to_segments(rq_->segments(cur_recv_), q.nseg, 0, grh, kGrhSize);
+    copy_to_segments(rq_->segments(cur_recv_), q.nseg, kGrhSize, p.payload, p.payload_len);
     uint32_t flags = wc_grh, imm = 0;
     if (p.info.has(has_immdt)) flags |= wc_with_imm, imm = p.imm_be;
     complete_recv(WcStatus::success, WcOpcode::recv, len, flags, imm, p.src_qp, p.solicited);

@@ -26,13 +26,16 @@ struct Side {
 inline constexpr uint32_t kAllRemote = uint32_t(dma::Access::local_write | dma::Access::remote_write |
                                                 dma::Access::remote_read | dma::Access::remote_atomic);
 
-inline Side make_side(rdma::Port& port, rdma::QpType type, std::vector<uint8_t>& mem, uint32_t cqe = 4096) {
+// A CQ and a QP on `port` (receiving from `srq` when given) and `mem` registered.
+inline Side make_side(rdma::Port& port, rdma::QpType type, std::vector<uint8_t>& mem, uint32_t cqe = 4096,
+                      rdma::Srq* srq = nullptr) {
     Side s;
     s.port = &port;
     s.cq = *port.create_cq(cqe);
     rdma::QpInitAttr ia;
     ia.qp_type = type;
     ia.send_cq = ia.recv_cq = s.cq;
+    ia.srq = srq;
     ia.cap.max_send_wr = 1024;
     ia.cap.max_recv_wr = 1024;
     s.qp = *port.create_qp(ia);

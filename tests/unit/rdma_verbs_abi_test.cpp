@@ -116,6 +116,17 @@ static_assert(same_bit(attr_sq_psn, IBV_QP_SQ_PSN));
 static_assert(same_bit(attr_max_dest_rd_atomic, IBV_QP_MAX_DEST_RD_ATOMIC));
 static_assert(same_bit(attr_dest_qpn, IBV_QP_DEST_QPN));
 
+// ---- shared receive queues and asynchronous events ------------------------------------------------
+
+static_assert(same_bit(srq_attr_max_wr, IBV_SRQ_MAX_WR));
+static_assert(same_bit(srq_attr_limit, IBV_SRQ_LIMIT));
+static_assert(sizeof(SrqAttr) == sizeof(ibv_srq_attr));
+static_assert(offsetof(SrqAttr, max_wr) == offsetof(ibv_srq_attr, max_wr));
+static_assert(offsetof(SrqAttr, max_sge) == offsetof(ibv_srq_attr, max_sge));
+static_assert(offsetof(SrqAttr, srq_limit) == offsetof(ibv_srq_attr, srq_limit));
+static_assert(v(AsyncEventType::srq_limit_reached) == IBV_EVENT_SRQ_LIMIT_REACHED);
+static_assert(v(AsyncEventType::qp_last_wqe_reached) == IBV_EVENT_QP_LAST_WQE_REACHED);
+
 // ---- enum ibv_access_flags (dma::Access, which QpAttr::qp_access_flags and MRs use) --------------
 
 static_assert(v(dma::Access::local_write) == IBV_ACCESS_LOCAL_WRITE);

@@ -65,6 +65,7 @@ struct PortStats {
     uint64_t naks_sent = 0;
     uint64_t arp_requests = 0;     // sent
     uint64_t arp_replies = 0;      // sent
+    uint64_t async_events_lost = 0;
 };
 
 class Cq {
@@ -92,10 +93,35 @@ protected:
     virtual ~Cq() = default;
 };
 
+// A shared receive queue (ibv_srq, IB spec 10.2.9): receive WRs that any queue pair made with
+// it takes, oldest first, when a SEND (or a WRITE with immediate) arrives; an RC peer finding it
+// empty is told to wait (RNR NAK) as with a queue pair's own receive queue. Its completions go
+// to the CQ of the queue pair that took the WR (Wc::qp_num says which).
+class Srq {
+public:
+    // ibv_post_srq_recv: the keys are checked now; a bad one, more SGEs than max_sge or a full
+    // queue fail that WR (EINVAL, EINVAL, ENOMEM) and post nothing from it on.
+    virtual PostResult post_recv(std::span<const RecvWr> wrs) noexcept = 0;
+    // ibv_modify_srq: srq_attr_max_wr makes the queue deeper (it never shrinks: EINVAL);
+    // srq_attr_limit arms the limit: when a queue pair takes a WR and fewer than srq_limit stay
+    // posted, the port raises AsyncEventType::srq_limit_reached once and the limit goes back to 0.
+    virtual Result<void> modify(const SrqAttr& attr, uint32_t mask) = 0;
+    virtual SrqAttr query() const = 0;
+    // EBUSY while a queue pair uses it. Its posted WRs are dropped, as ibv_destroy_srq.
+    virtual Result<void> destroy() = 0;
+    Srq(const Srq&) = delete;
+    Srq& operator=(const Srq&) = delete;
+
+protected:
+    Srq() = default;
+    virtual ~Srq() = default;
+};
+
 struct QpInitAttr {
     QpType qp_type = QpType::rc;
     Cq* send_cq = nullptr;
     Cq* recv_cq = nullptr;
+    Srq* srq = nullptr;       // receives from this SRQ; cap.max_recv_wr and max_recv_sge are then unused
     QpCapsRdma cap = {};
     bool sq_sig_all = false;
 };
@@ -123,6 +149,13 @@ public:
 protected:
     Qp() = default;
     virtual ~Qp() = default;
+};
+
+// An asynchronous event (struct ibv_async_event): what happened and to which object.
+struct AsyncEvent {
+    AsyncEventType type = AsyncEventType::srq_limit_reached;
+    Qp* qp = nullptr;     // qp_last_wqe_reached
+    Srq* srq = nullptr;   // srq_limit_reached
 };
 
 // A UD destination (ibv_create_ah); the port resolves its MAC with ARP when first used.
@@ -156,6 +189,15 @@ public:
     virtual Result<Cq*> create_cq(uint32_t cqe) = 0;
     virtual Result<Qp*> create_qp(const QpInitAttr& attr) = 0;
     virtual Result<AddressHandle*> create_ah(const AhAttr& attr) = 0;
+    // ibv_create_srq: attr.max_wr WRs (1 to 16384) of attr.max_sge SGEs (1 to 32), the limit armed
+    // when attr.srq_limit is not 0.
+    virtual Result<Srq*> create_srq(const SrqAttr& attr) = 0;
+
+    // Asynchronous events (ibv_get_async_event): the progress of the application's calls raises
+    // them; async_fd() is readable while one waits. The next event, false when none; events
+    // beyond 256 unread ones are counted in PortStats::async_events_lost.
+    virtual bool get_async_event(AsyncEvent& out) noexcept = 0;
+    virtual int async_fd() const noexcept = 0;
 
     // Runs the protocol once: received frames, due timers, frames waiting to be sent. The
     // amount of work done (0: nothing was waiting).

@@ -229,6 +229,25 @@ struct QpAttr {
     uint8_t rnr_retry = 7;           // 7 = retry for ever (IB spec)
 };
 
+// struct ibv_srq_attr: a shared receive queue's depth, SGEs per WR and limit (0: not armed).
+struct SrqAttr {
+    uint32_t max_wr = 256;
+    uint32_t max_sge = 4;
+    uint32_t srq_limit = 0;
+};
+
+// enum ibv_srq_attr_mask.
+enum SrqAttrMask : uint32_t {
+    srq_attr_max_wr = 1u << 0,
+    srq_attr_limit = 1u << 1,
+};
+
+// enum ibv_event_type: the asynchronous events the transport raises.
+enum class AsyncEventType : uint32_t {
+    srq_limit_reached = 15,     // fewer WRs than the armed limit on an SRQ; the limit is disarmed
+    qp_last_wqe_reached = 16,   // a QP of an SRQ went to the error state: it takes no more WRs
+};
+
 struct QpCapsRdma {
     uint32_t max_send_wr = 256;
     uint32_t max_recv_wr = 256;
