@@ -82,7 +82,32 @@ std::string gid_to_string(const Gid& g) {
     return buf;
 }
 
-Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, const Endpoint& mine, int timeout_ms) {
+namespace {
+
+Result<void> send_endpoints(int fd, std::span<const Endpoint> mine, int timeout_ms) {
+    for (const Endpoint& e : mine) {
+        const std::string msg = format_endpoint(e);
+        if (auto r = write_all(fd, msg.c_str(), kPingpongMessage, timeout_ms, "our address"); !r) return r;
+    }
+    return {};
+}
+
+Result<std::vector<Endpoint>> read_endpoints(int fd, size_t n, int timeout_ms, const char* whose) {
+    std::vector<Endpoint> out;
+    for (size_t i = 0; i < n; ++i) {
+        char msg[kPingpongMessage];
+        if (auto r = read_all(fd, msg, sizeof msg, timeout_ms, whose); !r) return r.take_error();
+        auto e = parse_endpoint(msg, sizeof msg);
+        if (!e) return e.take_error();
+        out.push_back(*e);
+    }
+    return out;
+}
+
+}  // namespace
+
+Result<std::vector<Endpoint>> exchange_as_client(const std::string& host, uint16_t port, std::span<const Endpoint> mine,
+                                                 int timeout_ms) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -96,17 +121,16 @@ Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, cons
     }
     ::freeaddrinfo(res);
     if (!s) return Error{ECONNREFUSED, str_cat("side channel: cannot connect to ", host, ":", port, " — is the server running?")};
-    const int fd = s.get();
-    const std::string msg = format_endpoint(mine);
-    if (auto r = write_all(fd, msg.c_str(), kPingpongMessage, timeout_ms, "our address"); !r) return r.take_error();
-    char peer[kPingpongMessage];
-    if (auto r = read_all(fd, peer, sizeof peer, timeout_ms, "the server's address"); !r) return r.take_error();
-    if (auto r = write_all(fd, "done", sizeof "done", timeout_ms, "done"); !r) return r.take_error();
-    return parse_endpoint(peer, sizeof peer);
+    if (auto r = send_endpoints(s.get(), mine, timeout_ms); !r) return r.take_error();
+    auto peer = read_endpoints(s.get(), mine.size(), timeout_ms, "the server's address");
+    if (!peer) return peer;
+    if (auto r = write_all(s.get(), "done", sizeof "done", timeout_ms, "done"); !r) return r.take_error();
+    return peer;
 }
 
-Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
-                                    const std::function<Result<void>(const Endpoint&)>& connect, int timeout_ms) {
+Result<std::vector<Endpoint>> exchange_as_server(uint16_t port, std::span<const Endpoint> mine,
+                                                 const std::function<Result<void>(std::span<const Endpoint>)>& connect,
+                                                 int timeout_ms) {
     vfio::UniqueFd ls = owned(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!ls) return Error::from_errno(errno, "side channel: socket");
     int one = 1, zero = 0;
@@ -122,16 +146,27 @@ Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
     if (!wait_fd(ls.get(), POLLIN, timeout_ms)) return Error{ETIMEDOUT, "side channel: no client came"};
     vfio::UniqueFd s = owned(::accept4(ls.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!s) return Error::from_errno(errno, "side channel: accept");
-    char msg[kPingpongMessage];
-    if (auto r = read_all(s.get(), msg, sizeof msg, timeout_ms, "the client's address"); !r) return r.take_error();
-    auto peer = parse_endpoint(msg, sizeof msg);
+    auto peer = read_endpoints(s.get(), mine.size(), timeout_ms, "the client's address");
     if (!peer) return peer;
     if (auto r = connect(*peer); !r) return r.take_error();
-    const std::string mine_msg = format_endpoint(mine);
-    if (auto r = write_all(s.get(), mine_msg.c_str(), kPingpongMessage, timeout_ms, "our address"); !r) return r.take_error();
+    if (auto r = send_endpoints(s.get(), mine, timeout_ms); !r) return r.take_error();
     char done[sizeof "done"];
     if (auto r = read_all(s.get(), done, sizeof done, timeout_ms, "done"); !r) return r.take_error();
     return peer;
+}
+
+Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, const Endpoint& mine, int timeout_ms) {
+    auto peer = exchange_as_client(host, port, std::span(&mine, 1), timeout_ms);
+    if (!peer) return peer.take_error();
+    return (*peer)[0];
+}
+
+Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
+                                    const std::function<Result<void>(const Endpoint&)>& connect, int timeout_ms) {
+    auto peer = exchange_as_server(
+        port, std::span(&mine, 1), [&](std::span<const Endpoint> p) { return connect(p[0]); }, timeout_ms);
+    if (!peer) return peer.take_error();
+    return (*peer)[0];
 }
 
 }  // namespace vfab::rdma

@@ -241,6 +241,71 @@ TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
     EXPECT_TRUE(std::all_of(mb.begin() + 8192, mb.begin() + 8192 + (1 << 16), [](uint8_t x) { return x == 0x5a; }));
 }
 
+// A shared receive queue over the NIC: two queue pairs of b receive through one SRQ while a's
+// two send 20000-byte messages (20 packets each at MTU 1024) on both at once, and a WRITE with
+// immediate takes an SRQ WR too; each message lands whole in the WR it started in.
+TEST_P(RdmaOverNic, SharedReceiveQueue) {
+    auto srq = port_b->create_srq(SrqAttr{16, 1, 0});
+    ASSERT_TRUE(srq) << srq.error().message;
+    Side sa[2], sb[2];
+    for (int i = 0; i < 2; ++i) {
+        sa[i] = make_side(*port_a, QpType::rc, ma);
+        sb[i] = make_side(*port_b, QpType::rc, mb, 4096, *srq);
+        connect_rc(sa[i], sb[i], 0x100 + i, 0x200 + i, port_a->active_mtu(), 16, 7);
+        connect_rc(sb[i], sa[i], 0x200 + i, 0x100 + i, port_b->active_mtu(), 16, 7);
+    }
+    constexpr uint32_t kLen = 20000, kSlot = 32768;
+    for (uint64_t id = 0; id < 8; ++id) {
+        Sge r{reinterpret_cast<uint64_t>(mb.data() + id * kSlot), kSlot, sb[0].mr.lkey};
+        RecvWr rw{id, &r, 1, 0};
+        ASSERT_TRUE((*srq)->post_recv(std::span(&rw, 1)));
+    }
+    for (uint32_t m = 0; m < 3; ++m)
+        for (int i = 0; i < 2; ++i) {
+            const uint32_t off = (m * 2 + uint32_t(i)) * kSlot;
+            fill(ma, off, kLen, off);
+            Sge s{reinterpret_cast<uint64_t>(ma.data() + off), kLen, sa[i].mr.lkey};
+            SendWr w = wr_of(WrOpcode::send, off, &s);
+            ASSERT_TRUE(sa[i].qp->post_send(std::span(&w, 1)));
+        }
+    Sge none{};
+    SendWr imm = wr_of(WrOpcode::rdma_write_with_imm, 99, &none, 0);
+    imm.rkey = sb[1].mr.rkey;
+    imm.remote_addr = reinterpret_cast<uint64_t>(mb.data() + (2 << 20));
+    imm.imm_data = 0x01020304;
+    ASSERT_TRUE(sa[1].qp->post_send(std::span(&imm, 1)));
+
+    std::vector<Wc> rx;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    Wc wc[8];
+    while (rx.size() < 7 && std::chrono::steady_clock::now() < end) {
+        port_a->progress();
+        for (int i = 0; i < 2; ++i) {
+            const int n = sb[i].cq->poll(wc);
+            rx.insert(rx.end(), wc, wc + n);
+            sa[i].cq->poll(wc);
+        }
+    }
+    ASSERT_EQ(rx.size(), 7u);
+    std::vector<uint32_t> next(2);   // each QP's messages arrive in order
+    std::vector<uint64_t> ids;
+    for (const Wc& c : rx) {
+        ASSERT_EQ(c.status, WcStatus::success) << to_string(c.status);
+        ids.push_back(c.wr_id);
+        const int i = c.qp_num == sb[0].qp->qp_num() ? 0 : 1;
+        if (c.opcode == WcOpcode::recv_rdma_with_imm) {
+            EXPECT_EQ(i, 1);
+            EXPECT_EQ(c.imm_data, 0x01020304u);
+            continue;
+        }
+        ASSERT_EQ(c.byte_len, kLen);
+        const uint32_t off = (next[i]++ * 2 + uint32_t(i)) * kSlot;
+        EXPECT_TRUE(std::equal(ma.begin() + off, ma.begin() + off + kLen, mb.begin() + c.wr_id * kSlot)) << "WR " << c.wr_id;
+    }
+    std::sort(ids.begin(), ids.end());
+    EXPECT_EQ(ids, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6}));
+}
+
 TEST_P(RdmaOverNic, BadRkeyLeavesTheTargetUntouched) {
     std::fill(mb.begin(), mb.end(), 0x5a);
     Sge s = sge_a(0, 5000);

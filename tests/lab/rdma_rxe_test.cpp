@@ -1,8 +1,9 @@
 // vfab's RDMA transport against the Linux kernel's own RoCEv2 (rdma_rxe), which no one here
 // wrote: vfab drives 0000:00:02.0 through VFIO as 10.77.0.1; the kernel's e1000e has
 // 0000:00:03.0 as 10.77.0.2 with rxe0 on it (RxePeer); the two NICs share QEMU's hub 0.
-//   - rdma-core's unmodified ibv_rc_pingpong / ibv_ud_pingpong against vfab's examples
-//     (examples/rc_pingpong, ud_pingpong), vfab as server and as client;
+//   - rdma-core's unmodified ibv_rc_pingpong / ibv_ud_pingpong / ibv_srq_pingpong against
+//     vfab's examples (examples/rc_pingpong, ud_pingpong, srq_pingpong), vfab as server and
+//     as client;
 //   - rxe_verbs_peer (the system's libibverbs on rxe0) running WRITE, READ, FETCH_ADD and
 //     CMP_SWAP against vfab's memory, and vfab running them against rxe's, checked byte by
 //     byte; a wrong rkey from either side ends in a remote access error and writes nothing.
@@ -92,6 +93,18 @@ TEST_F(RdmaRxe, UdPingpongBothWays) {
     r = run_server_client({"ibv_ud_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-s", "1000"},
                           vfab_tool("ud_pingpong", {"-n", "100", "-s", "1000", "127.0.0.1"}), 120s);
     expect_pair(r, "100 iters in");
+}
+
+// 16 RC queue pairs on each side, vfab's receiving through one SRQ (examples/srq_pingpong),
+// 4 KiB messages of 4 packets each: every queue pair's messages land in whatever receive the
+// SRQ has next.
+TEST_F(RdmaRxe, SrqPingpongBothWays) {
+    auto r = run_server_client(vfab_tool("srq_pingpong", {"-n", "200"}),
+                               {"ibv_srq_pingpong", "-d", "rxe0", "-g", "1", "-n", "200", "127.0.0.1"}, 120s);
+    expect_pair(r, "200 iters in");
+    r = run_server_client({"ibv_srq_pingpong", "-d", "rxe0", "-g", "1", "-n", "200", "-r", "64", "-q", "32"},
+                          vfab_tool("srq_pingpong", {"-n", "200", "-r", "64", "-q", "32", "127.0.0.1"}), 120s);
+    expect_pair(r, "200 iters in");
 }
 
 // ---- one-sided operations with rxe_verbs_peer ----------------------------------------------------

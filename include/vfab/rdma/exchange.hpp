@@ -6,12 +6,15 @@
 //   server: accept one connection, read the client's, connect its own QP (the callback), send
 //           its own, read "done\0".
 //
-// The GID travels as its 16 bytes in hex, in order.
+// The GID travels as its 16 bytes in hex, in order. ibv_srq_pingpong sends 256 such messages
+// each way (one per queue pair it may have; the unused ones zero) before "done".
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "vfab/rdma/verbs.hpp"
 #include "vfab/result.hpp"
@@ -27,6 +30,7 @@ struct Endpoint {
 
 inline constexpr size_t kPingpongMessage = sizeof "0000:000000:000000:00000000000000000000000000000000";
 inline constexpr uint16_t kPingpongPort = 18515;
+inline constexpr size_t kSrqPingpongEndpoints = 256;   // ibv_srq_pingpong's MAX_QP
 
 std::string format_endpoint(const Endpoint& e);                   // kPingpongMessage - 1 characters
 Result<Endpoint> parse_endpoint(const char* msg, size_t len);
@@ -40,5 +44,12 @@ Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, cons
 Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
                                     const std::function<Result<void>(const Endpoint&)>& connect,
                                     int timeout_ms = 60000);
+
+// The same with mine.size() endpoints each way (the peer sends as many).
+Result<std::vector<Endpoint>> exchange_as_client(const std::string& host, uint16_t port, std::span<const Endpoint> mine,
+                                                 int timeout_ms = 30000);
+Result<std::vector<Endpoint>> exchange_as_server(
+    uint16_t port, std::span<const Endpoint> mine,
+    const std::function<Result<void>(std::span<const Endpoint>)>& connect, int timeout_ms = 60000);
 
 }  // namespace vfab::rdma
