@@ -46,11 +46,21 @@ static_assert(sizeof(vfab_rdma_qp_attr) == sizeof(rdma::QpAttr));
 SAME_FIELD(vfab_rdma_qp_attr, rdma::QpAttr, ah_attr, ah_attr);
 SAME_FIELD(vfab_rdma_qp_attr, rdma::QpAttr, pkey_index, pkey_index);
 SAME_FIELD(vfab_rdma_qp_attr, rdma::QpAttr, rnr_retry, rnr_retry);
+static_assert(sizeof(vfab_rdma_srq_attr) == sizeof(rdma::SrqAttr));
+SAME_FIELD(vfab_rdma_srq_attr, rdma::SrqAttr, srq_limit, srq_limit);
+static_assert(uint32_t(VFAB_RDMA_SRQ_MAX_WR) == rdma::srq_attr_max_wr && uint32_t(VFAB_RDMA_SRQ_LIMIT) == rdma::srq_attr_limit);
+static_assert(sizeof(vfab_rdma_async_event) == sizeof(rdma::AsyncEvent));
+SAME_FIELD(vfab_rdma_async_event, rdma::AsyncEvent, event_type, type);
+SAME_FIELD(vfab_rdma_async_event, rdma::AsyncEvent, qp, qp);
+SAME_FIELD(vfab_rdma_async_event, rdma::AsyncEvent, srq, srq);
+static_assert(VFAB_RDMA_EVENT_SRQ_LIMIT_REACHED == uint32_t(rdma::AsyncEventType::srq_limit_reached) &&
+              VFAB_RDMA_EVENT_QP_LAST_WQE_REACHED == uint32_t(rdma::AsyncEventType::qp_last_wqe_reached));
 #undef SAME_FIELD
 
 rdma::Cq* cq_of(vfab_rdma_cq* cq) { return reinterpret_cast<rdma::Cq*>(cq); }
 rdma::Qp* qp_of(vfab_rdma_qp* qp) { return reinterpret_cast<rdma::Qp*>(qp); }
 const rdma::Qp* qp_of(const vfab_rdma_qp* qp) { return reinterpret_cast<const rdma::Qp*>(qp); }
+rdma::Srq* srq_of(vfab_rdma_srq* srq) { return reinterpret_cast<rdma::Srq*>(srq); }
 
 template <class T>
 T* null_result(int err) {
@@ -153,6 +163,7 @@ vfab_rdma_qp* vfab_rdma_create_qp(vfab_rdma_port* port, const vfab_rdma_qp_init_
     if (a->max_recv_sge) ia.cap.max_recv_sge = a->max_recv_sge;
     if (a->max_inline_data) ia.cap.max_inline_data = a->max_inline_data;
     ia.sq_sig_all = a->sq_sig_all != 0;
+    ia.srq = srq_of(a->srq);
     auto qp = port->port->create_qp(ia);
     if (!qp) return null_result<vfab_rdma_qp>(fail(qp.error()));
     return reinterpret_cast<vfab_rdma_qp*>(*qp);
@@ -223,6 +234,48 @@ int vfab_rdma_bind_mw(vfab_rdma_qp* qp, uint32_t mw_key, const vfab_rdma_mw_bind
     if (!k) return fail(k.error());
     if (new_key) *new_key = *k;
     return 0;
+}
+
+vfab_rdma_srq* vfab_rdma_create_srq(vfab_rdma_port* port, const vfab_rdma_srq_attr* attr) {
+    if (!port || !attr) return null_result<vfab_rdma_srq>(null_arg("vfab_rdma_create_srq", port ? "attr" : "port"));
+    auto srq = port->port->create_srq(*reinterpret_cast<const rdma::SrqAttr*>(attr));
+    if (!srq) return null_result<vfab_rdma_srq>(fail(srq.error()));
+    return reinterpret_cast<vfab_rdma_srq*>(*srq);
+}
+
+int vfab_rdma_destroy_srq(vfab_rdma_srq* srq) {
+    if (!srq) return null_arg("vfab_rdma_destroy_srq", "srq");
+    if (auto r = srq_of(srq)->destroy(); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_rdma_modify_srq(vfab_rdma_srq* srq, const vfab_rdma_srq_attr* attr, uint32_t mask) {
+    if (!srq || !attr) return null_arg("vfab_rdma_modify_srq", srq ? "attr" : "srq");
+    if (auto r = srq_of(srq)->modify(*reinterpret_cast<const rdma::SrqAttr*>(attr), mask); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_rdma_query_srq(const vfab_rdma_srq* srq, vfab_rdma_srq_attr* attr) {
+    if (!srq || !attr) return null_arg("vfab_rdma_query_srq", srq ? "attr" : "srq");
+    *reinterpret_cast<rdma::SrqAttr*>(attr) = reinterpret_cast<const rdma::Srq*>(srq)->query();
+    return 0;
+}
+
+int vfab_rdma_post_srq_recv(vfab_rdma_srq* srq, const vfab_recv_wr* wrs, uint32_t n, uint32_t* posted) {
+    if (!srq || (!wrs && n)) [[unlikely]]
+        return EINVAL;
+    const PostResult r = srq_of(srq)->post_recv({reinterpret_cast<const RecvWr*>(wrs), n});
+    if (posted) *posted = r.posted;
+    return r.error;
+}
+
+int vfab_rdma_get_async_event(vfab_rdma_port* port, vfab_rdma_async_event* event) {
+    if (!port || !event) return -null_arg("vfab_rdma_get_async_event", port ? "event" : "port");
+    return port->port->get_async_event(*reinterpret_cast<rdma::AsyncEvent*>(event)) ? 1 : 0;
+}
+
+int vfab_rdma_async_fd(const vfab_rdma_port* port) {
+    return port ? port->port->async_fd() : -null_arg("vfab_rdma_async_fd", "port");
 }
 
 vfab_rdma_ah* vfab_rdma_create_ah(vfab_rdma_port* port, const vfab_rdma_ah_attr* attr) {

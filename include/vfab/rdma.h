@@ -33,6 +33,7 @@ typedef struct vfab_rdma_port vfab_rdma_port;
 typedef struct vfab_rdma_cq vfab_rdma_cq;
 typedef struct vfab_rdma_qp vfab_rdma_qp;
 typedef struct vfab_rdma_ah vfab_rdma_ah;
+typedef struct vfab_rdma_srq vfab_rdma_srq;
 
 struct vfab_rdma_port_config {
     uint32_t ipv4;            /* vfab's own IPv4 address, host order */
@@ -170,6 +171,23 @@ struct vfab_rdma_qp_init_attr {
     vfab_rdma_cq *recv_cq;
     uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;   /* 0: defaults */
     int sq_sig_all;
+    vfab_rdma_srq *srq;       /* receive from this shared receive queue (NULL: the QP's own) */
+};
+
+/* struct ibv_srq_attr and enum ibv_srq_attr_mask. */
+struct vfab_rdma_srq_attr {
+    uint32_t max_wr;
+    uint32_t max_sge;
+    uint32_t srq_limit;
+};
+enum vfab_rdma_srq_attr_mask { VFAB_RDMA_SRQ_MAX_WR = 1, VFAB_RDMA_SRQ_LIMIT = 2 };
+
+/* enum ibv_event_type's values, for the events the transport raises. */
+enum vfab_rdma_event_type { VFAB_RDMA_EVENT_SRQ_LIMIT_REACHED = 15, VFAB_RDMA_EVENT_QP_LAST_WQE_REACHED = 16 };
+struct vfab_rdma_async_event {
+    uint32_t event_type;      /* enum vfab_rdma_event_type */
+    vfab_rdma_qp *qp;         /* QP_LAST_WQE_REACHED */
+    vfab_rdma_srq *srq;       /* SRQ_LIMIT_REACHED */
 };
 
 vfab_rdma_port *vfab_rdma_port_create(vfab_device *dev, const struct vfab_rdma_port_config *config);
@@ -206,6 +224,19 @@ int vfab_rdma_dealloc(vfab_rdma_port *port, uint32_t key);
 /* ibv_bind_mw for type 1 windows; the window's new key goes to *new_key. */
 int vfab_rdma_bind_mw(vfab_rdma_qp *qp, uint32_t mw_key, const struct vfab_rdma_mw_bind_info *info, uint64_t wr_id,
                       uint32_t send_flags, uint32_t *new_key);
+
+/* Shared receive queues (docs/rdma-srq.md): WRs any QP created with it takes, oldest first.
+ * modify: VFAB_RDMA_SRQ_MAX_WR grows it, VFAB_RDMA_SRQ_LIMIT arms the limit event. */
+vfab_rdma_srq *vfab_rdma_create_srq(vfab_rdma_port *port, const struct vfab_rdma_srq_attr *attr);
+int vfab_rdma_destroy_srq(vfab_rdma_srq *srq);
+int vfab_rdma_modify_srq(vfab_rdma_srq *srq, const struct vfab_rdma_srq_attr *attr, uint32_t mask);
+int vfab_rdma_query_srq(const vfab_rdma_srq *srq, struct vfab_rdma_srq_attr *attr);
+int vfab_rdma_post_srq_recv(vfab_rdma_srq *srq, const struct vfab_recv_wr *wrs, uint32_t n, uint32_t *posted);
+
+/* Asynchronous events, raised by the progress of the application's calls: 1 and *event filled,
+ * 0 when none waits. The descriptor is readable while one waits. */
+int vfab_rdma_get_async_event(vfab_rdma_port *port, struct vfab_rdma_async_event *event);
+int vfab_rdma_async_fd(const vfab_rdma_port *port);
 
 vfab_rdma_ah *vfab_rdma_create_ah(vfab_rdma_port *port, const struct vfab_rdma_ah_attr *attr);
 int vfab_rdma_destroy_ah(vfab_rdma_ah *ah);

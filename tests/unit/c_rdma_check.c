@@ -1,6 +1,7 @@
 /* The RDMA transport's C API (vfab/rdma.h) from C (-std=c11 -Wpedantic): two RC queue pairs
  * of one port talking to each other through the fake provider, whose frames loop back; SEND
- * with immediate data and RDMA WRITE arrive whole; NULL handles are argument errors. Returns
+ * with immediate data and RDMA WRITE arrive whole, fast registration, a shared receive queue
+ * and its limit event; NULL handles are argument errors. Returns
  * 0, or 1 with what failed in `why`. */
 #include "c_rdma_check.h"
 
@@ -43,6 +44,14 @@ static int connect_rc(vfab_rdma_qp *qp, const vfab_rdma_qp *peer, const uint8_t 
     return vfab_rdma_modify_qp(qp, &a, VFAB_RDMA_QP_STATE | VFAB_RDMA_QP_SQ_PSN | VFAB_RDMA_QP_TIMEOUT |
                                            VFAB_RDMA_QP_RETRY_CNT | VFAB_RDMA_QP_RNR_RETRY |
                                            VFAB_RDMA_QP_MAX_QP_RD_ATOMIC) != 0;
+}
+
+/* Through RESET, then connected to `peer` afresh. */
+static int reconnect(vfab_rdma_qp *qp, const vfab_rdma_qp *peer, const uint8_t gid[16]) {
+    struct vfab_rdma_qp_attr a;
+    memset(&a, 0, sizeof a);
+    a.qp_state = VFAB_RDMA_QPS_RESET;
+    return vfab_rdma_modify_qp(qp, &a, VFAB_RDMA_QP_STATE) != 0 || connect_rc(qp, peer, gid);
 }
 
 /* Polls until `n` completions arrived (or a generous number of tries). */
@@ -207,8 +216,62 @@ int c_rdma_loopback(const char *pci, const char *sysfs_root, const char *provide
         CHECK(vfab_rdma_alloc_mw(port, VFAB_RDMA_MW_TYPE_2, &key) == 0 && vfab_rdma_dealloc(port, key) == 0);
     }
 
+    /* A shared receive queue: a third QP receives through it; the limit event fires when the
+     * one WR left is fewer than the limit of 2. */
+    {
+        struct vfab_rdma_srq_attr sa = {4, 1, 0};
+        struct vfab_rdma_async_event ev;
+        struct vfab_recv_wr two[2];
+        vfab_rdma_srq *srq;
+        vfab_rdma_qp *c;
+        CHECK(vfab_rdma_create_srq(port, NULL) == NULL && errno == EINVAL);
+        srq = vfab_rdma_create_srq(port, &sa);
+        CHECK(srq != NULL);
+        qi.srq = srq;
+        c = vfab_rdma_create_qp(port, &qi);
+        qi.srq = NULL;
+        CHECK(c != NULL);
+        CHECK(vfab_rdma_destroy_srq(srq) == EBUSY);
+        CHECK(vfab_rdma_destroy_qp(b) == 0);   /* a's peer is c from now on */
+        CHECK(connect_rc(c, a, gid) == 0);
+        CHECK(reconnect(a, c, gid) == 0);
+        sge.addr = (uintptr_t)(buf + 16384);
+        sge.length = 8192;
+        two[0] = rwr;
+        two[1] = rwr;
+        two[0].wr_id = 100;
+        two[1].wr_id = 101;
+        CHECK(vfab_rdma_post_srq_recv(srq, two, 2, &posted) == 0 && posted == 2);
+        CHECK(vfab_rdma_post_recv(c, two, 1, &posted) == EINVAL);
+        sa.srq_limit = 2;
+        CHECK(vfab_rdma_modify_srq(srq, &sa, VFAB_RDMA_SRQ_LIMIT) == 0);
+        memset(&sa, 0, sizeof sa);
+        CHECK(vfab_rdma_query_srq(srq, &sa) == 0 && sa.max_wr == 4 && sa.max_sge == 1 && sa.srq_limit == 2);
+        CHECK(vfab_rdma_get_async_event(port, &ev) == 0);
+        {
+            struct vfab_sge s = {(uintptr_t)buf, 100, 0};
+            s.lkey = m.lkey;
+            memset(&swr, 0, sizeof swr);
+            swr.wr_id = 11;
+            swr.sg_list = &s;
+            swr.num_sge = 1;
+            swr.opcode = VFAB_RDMA_WR_SEND;
+            swr.send_flags = VFAB_RDMA_SEND_SIGNALED;
+            CHECK(vfab_rdma_post_send(a, &swr, 1, NULL) == 0);
+            CHECK(wait_wc(cq, 2, wc) == 2);
+        }
+        for (i = 0; i < 2; ++i)
+            CHECK(wc[i].status == VFAB_WC_SUCCESS &&
+                  (wc[i].opcode == VFAB_RDMA_WC_SEND || (wc[i].wr_id == 100 && wc[i].qp_num == vfab_rdma_qp_num(c))));
+        CHECK(vfab_rdma_async_fd(port) >= 0);
+        CHECK(vfab_rdma_get_async_event(port, &ev) == 1);
+        CHECK(ev.event_type == VFAB_RDMA_EVENT_SRQ_LIMIT_REACHED && ev.srq == srq && ev.qp == NULL);
+        CHECK(vfab_rdma_destroy_qp(c) == 0 && vfab_rdma_destroy_srq(srq) == 0);
+        b = NULL;
+    }
+
     CHECK(vfab_rdma_destroy_cq(cq) == EBUSY);
-    CHECK(vfab_rdma_destroy_qp(a) == 0 && vfab_rdma_destroy_qp(b) == 0);
+    CHECK(vfab_rdma_destroy_qp(a) == 0);
     CHECK(vfab_rdma_destroy_qp(a) == ENODEV);
     CHECK(vfab_rdma_destroy_cq(cq) == 0);
     CHECK(vfab_rdma_port_destroy(port) == 0);
