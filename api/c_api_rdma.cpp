@@ -55,6 +55,19 @@ SAME_FIELD(vfab_rdma_async_event, rdma::AsyncEvent, qp, qp);
 SAME_FIELD(vfab_rdma_async_event, rdma::AsyncEvent, srq, srq);
 static_assert(VFAB_RDMA_EVENT_SRQ_LIMIT_REACHED == uint32_t(rdma::AsyncEventType::srq_limit_reached) &&
               VFAB_RDMA_EVENT_QP_LAST_WQE_REACHED == uint32_t(rdma::AsyncEventType::qp_last_wqe_reached));
+static_assert(sizeof(vfab_rdma_device_caps) == sizeof(rdma::DeviceCaps));
+SAME_FIELD(vfab_rdma_device_caps, rdma::DeviceCaps, vfab_caps, vfab_caps);
+SAME_FIELD(vfab_rdma_device_caps, rdma::DeviceCaps, max_path_mtu, max_path_mtu);
+SAME_FIELD(vfab_rdma_device_attr, rdma::VerbsDeviceAttr, device_cap_flags, device_cap_flags);
+SAME_FIELD(vfab_rdma_device_attr, rdma::VerbsDeviceAttr, atomic_cap, atomic_cap);
+SAME_FIELD(vfab_rdma_device_attr, rdma::VerbsDeviceAttr, max_srq_sge, max_srq_sge);
+SAME_FIELD(vfab_rdma_device_attr, rdma::VerbsDeviceAttr, phys_port_cnt, phys_port_cnt);
+constexpr bool same_value(auto a, auto b) { return uint64_t(a) == uint64_t(b); }
+static_assert(same_value(VFAB_RDMA_CAP_REG_MR_WR, rdma::vfab_cap_reg_mr_wr) &&
+              same_value(VFAB_RDMA_CAP_ZERO_BASED, rdma::vfab_cap_zero_based) &&
+              same_value(VFAB_RDMA_CAP_REMOTE_INVALIDATE, rdma::vfab_cap_remote_invalidate) &&
+              same_value(VFAB_RDMA_CAP_SRQ, rdma::vfab_cap_srq) &&
+              same_value(VFAB_RDMA_CAP_ASYNC_EVENTS, rdma::vfab_cap_async_events));
 #undef SAME_FIELD
 
 rdma::Cq* cq_of(vfab_rdma_cq* cq) { return reinterpret_cast<rdma::Cq*>(cq); }
@@ -233,6 +246,12 @@ int vfab_rdma_bind_mw(vfab_rdma_qp* qp, uint32_t mw_key, const vfab_rdma_mw_bind
     auto k = qp_of(qp)->bind_mw(mw_key, *reinterpret_cast<const rdma::MwBindInfo*>(info), wr_id, send_flags);
     if (!k) return fail(k.error());
     if (new_key) *new_key = *k;
+    return 0;
+}
+
+int vfab_rdma_query_device(const vfab_rdma_port* port, vfab_rdma_device_caps* caps) {
+    if (!port || !caps) return null_arg("vfab_rdma_query_device", port ? "caps" : "port");
+    *reinterpret_cast<rdma::DeviceCaps*>(caps) = port->port->query_device();
     return 0;
 }
 

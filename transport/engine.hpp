@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "limits.hpp"
 #include "packet.hpp"
 #include "raw_queue.hpp"
 #include "recv_queue.hpp"
@@ -51,6 +52,14 @@ constexpr bool is_memory_wr(WrOpcode op) noexcept {
     return op == WrOpcode::local_inv || op == WrOpcode::bind_mw || op == WrOpcode::reg_mr;
 }
 
+
+// Objects of a port's list not destroyed.
+template <class List>
+uint32_t live(const List& list) noexcept {
+    uint32_t n = 0;
+    for (auto& x : list) n += !x->destroyed;
+    return n;
+}
 
 // Copies between a WR's segments (at byte `offset` of their concatenation) and a flat buffer.
 void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
@@ -292,6 +301,7 @@ public:
     Result<Qp*> create_qp(const QpInitAttr& attr) override;
     Result<AddressHandle*> create_ah(const AhAttr& attr) override;
     Result<Srq*> create_srq(const SrqAttr& attr) override;
+    DeviceCaps query_device() const override;
     bool get_async_event(AsyncEvent& out) noexcept override;
     int async_fd() const noexcept override { return async_fd_.get(); }
     int progress() noexcept override;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 
@@ -385,7 +386,8 @@ void PortImpl::arp_timers(uint64_t now) noexcept {
 
 Result<Cq*> PortImpl::create_cq(uint32_t cqe) {
     Guard g(*this);
-    if (cqe == 0 || cqe > (1u << 20)) return Error{EINVAL, str_cat("create_cq: ", cqe, " entries; ask for 1 to 2^20")};
+    if (cqe == 0 || cqe > kMaxCqe) return Error{EINVAL, str_cat("create_cq: ", cqe, " entries; ask for 1 to ", kMaxCqe)};
+    if (live(cqs_) >= kMaxCq) return Error{ENOSPC, str_cat("create_cq: the port has ", kMaxCq, " CQs already")};
     auto cq = std::make_unique<CqImpl>(*this, cqe);
     if (auto r = cq->init(); !r) return r.take_error();
     cqs_.push_back(std::move(cq));
@@ -405,10 +407,11 @@ Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
         return Error{EINVAL, "create_qp: this transport has RC and UD queue pairs"};
     const QpCapsRdma& c = a.cap;
     const bool own_rq = !a.srq;
-    if (c.max_send_wr == 0 || c.max_send_wr > 16384 || (own_rq && (c.max_recv_wr == 0 || c.max_recv_wr > 16384)) ||
-        c.max_send_sge == 0 || c.max_send_sge > 32 || (own_rq && (c.max_recv_sge == 0 || c.max_recv_sge > 32)) ||
-        c.max_inline_data > 4096)
-        return Error{EINVAL, "create_qp: max_send_wr/max_recv_wr 1 to 16384, SGEs 1 to 32, inline data up to 4096"};
+    if (c.max_send_wr == 0 || c.max_send_wr > kMaxQpWr || (own_rq && (c.max_recv_wr == 0 || c.max_recv_wr > kMaxQpWr)) ||
+        c.max_send_sge == 0 || c.max_send_sge > kMaxSge || (own_rq && (c.max_recv_sge == 0 || c.max_recv_sge > kMaxSge)) ||
+        c.max_inline_data > kMaxInline)
+        return Error{EINVAL, str_cat("create_qp: max_send_wr/max_recv_wr 1 to ", kMaxQpWr, ", SGEs 1 to ", kMaxSge,
+                                     ", inline data up to ", kMaxInline)};
     for (uint32_t i = 0; i < qps_.size(); ++i) {
         if (qps_[i] && !qps_[i]->destroyed) continue;
         auto qp = std::make_unique<QpImpl>(*this, kFirstQpn + i, a);
@@ -424,6 +427,7 @@ Result<AddressHandle*> PortImpl::create_ah(const AhAttr& a) {
     Guard g(*this);
     if (!a.dgid.is_ipv4())
         return Error{EINVAL, "create_ah: the destination GID must be IPv4-mapped (::ffff:a.b.c.d); IPv6 is not carried yet"};
+    if (live(ahs_) >= kMaxAh) return Error{ENOSPC, str_cat("create_ah: the port has ", kMaxAh, " address handles already")};
     ahs_.push_back(std::make_unique<AhImpl>(*this, a));
     return ahs_.back().get();
 }
@@ -436,6 +440,44 @@ Result<void> AhImpl::destroy() {
 }
 
 PortStats PortImpl::stats() const { return stats_; }
+
+DeviceCaps PortImpl::query_device() const {
+    const vfab::DeviceAttr& d = link_->attr();
+    DeviceCaps c;
+    VerbsDeviceAttr& a = c.attr;
+    std::snprintf(a.fw_ver, sizeof a.fw_ver, "vfab %s", d.provider.c_str());
+    // The node GUID from the MAC (EUI-64, as RoCE devices make it), in network byte order.
+    const uint8_t* m = d.mac;
+    const uint8_t guid[8] = {uint8_t(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+    std::memcpy(&a.node_guid, guid, 8);
+    a.sys_image_guid = a.node_guid;
+    a.max_mr_size = ~uint64_t(0);
+    a.page_size_cap = ~uint64_t(0);   // REG_MR blocks of any size
+    a.vendor_id = d.vendor_id;
+    a.vendor_part_id = d.device_id;
+    a.max_qp = int(cfg_.max_qp);
+    a.max_qp_wr = int(kMaxQpWr);
+    a.device_cap_flags = device_resize_max_wr | device_curr_qp_state_mod | device_rc_rnr_nak_gen | device_srq_resize |
+                         device_n_notify_cq | device_mem_window | device_mem_mgt_extensions | device_mem_window_type_2b;
+    a.max_sge = a.max_sge_rd = int(kMaxSge);
+    a.max_cq = int(kMaxCq);
+    a.max_cqe = int(kMaxCqe);
+    a.max_mr = a.max_mw = int(link_->pd().table().capacity());
+    a.max_pd = 1;
+    a.max_qp_rd_atom = a.max_qp_init_rd_atom = int(kMaxRdAtomic);
+    a.max_res_rd_atom = int(kMaxRdAtomic * cfg_.max_qp);
+    a.atomic_cap = AtomicCap::glob;   // the CPU runs them with atomic instructions on host memory
+    a.max_ah = int(kMaxAh);
+    a.max_srq = int(kMaxSrq);
+    a.max_srq_wr = int(kMaxSrqWr);
+    a.max_srq_sge = int(kMaxSrqSge);
+    a.max_pkeys = 1;
+    a.local_ca_ack_delay = 15;
+    a.phys_port_cnt = 1;
+    c.vfab_caps = vfab_cap_reg_mr_wr | vfab_cap_zero_based | vfab_cap_remote_invalidate | vfab_cap_srq | vfab_cap_async_events;
+    c.max_path_mtu = active_mtu_;
+    return c;
+}
 
 // ---- the opt-in progress thread ------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ Result<void> QpImpl::init() {
         own_rq_.init(rq, cap_.max_recv_sge);
         rq_ = &own_rq_;
     }
-    res_.resize(16);
+    res_.resize(kMaxRdAtomic);
     src_port_ = uint16_t(kRoceSourcePortBase | (qpn_ & 0x3FFF));
     ++scq_->users;
     ++rcq_->users;
@@ -81,7 +81,8 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
     if ((mask & attr_min_rnr_timer) && a.min_rnr_timer > 31) return Error{EINVAL, "modify_qp: min_rnr_timer is 0 to 31"};
     if ((mask & attr_max_dest_rd_atomic) && a.max_dest_rd_atomic > res_.size())
         return Error{EINVAL, str_cat("modify_qp: max_dest_rd_atomic is at most ", res_.size())};
-    if ((mask & attr_max_qp_rd_atomic) && a.max_rd_atomic > 16) return Error{EINVAL, "modify_qp: max_rd_atomic is at most 16"};
+    if ((mask & attr_max_qp_rd_atomic) && a.max_rd_atomic > kMaxRdAtomic)
+        return Error{EINVAL, str_cat("modify_qp: max_rd_atomic is at most ", kMaxRdAtomic)};
     if (!(mask & attr_state)) return {};
     if (to == QpState::reset || to == QpState::error) return {};
     switch (state_) {

@@ -9,10 +9,6 @@
 
 namespace vfab::rdma::detail {
 
-namespace {
-constexpr uint32_t kMaxSrqWr = 16384, kMaxSrqSge = 32;
-}
-
 PostResult SrqImpl::post_recv(std::span<const RecvWr> wrs) noexcept {
     PortImpl::Guard g(port_);
     if (destroyed) return {ENODEV, 0};
@@ -69,6 +65,7 @@ Result<Srq*> PortImpl::create_srq(const SrqAttr& a) {
     if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge == 0 || a.max_sge > kMaxSrqSge || a.srq_limit > a.max_wr)
         return Error{EINVAL, str_cat("create_srq: max_wr 1 to ", kMaxSrqWr, ", max_sge 1 to ", kMaxSrqSge,
                                      ", srq_limit at most max_wr (", a.max_wr, ", ", a.max_sge, ", ", a.srq_limit, " asked)")};
+    if (live(srqs_) >= kMaxSrq) return Error{ENOSPC, str_cat("create_srq: the port has ", kMaxSrq, " SRQs already")};
     srqs_.push_back(std::make_unique<SrqImpl>(*this, a));
     return srqs_.back().get();
 }

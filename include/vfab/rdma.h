@@ -225,6 +225,32 @@ int vfab_rdma_dealloc(vfab_rdma_port *port, uint32_t key);
 int vfab_rdma_bind_mw(vfab_rdma_qp *qp, uint32_t mw_key, const struct vfab_rdma_mw_bind_info *info, uint64_t wr_id,
                       uint32_t send_flags, uint32_t *new_key);
 
+/* struct ibv_device_attr, field for field, and vfab's capability bits (vfab/rdma/device.hpp). */
+struct vfab_rdma_device_attr {
+    char fw_ver[64];
+    uint64_t node_guid, sys_image_guid, max_mr_size, page_size_cap;
+    uint32_t vendor_id, vendor_part_id, hw_ver;
+    int max_qp, max_qp_wr;
+    uint32_t device_cap_flags;     /* enum ibv_device_cap_flags' bits */
+    int max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom,
+        max_qp_init_rd_atom, max_ee_init_rd_atom;
+    uint32_t atomic_cap;           /* enum ibv_atomic_cap */
+    int max_ee, max_rdd, max_mw, max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach,
+        max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge;
+    uint16_t max_pkeys;
+    uint8_t local_ca_ack_delay, phys_port_cnt;
+};
+enum vfab_rdma_vfab_cap {
+    VFAB_RDMA_CAP_REG_MR_WR = 1 << 0, VFAB_RDMA_CAP_ZERO_BASED = 1 << 1, VFAB_RDMA_CAP_REMOTE_INVALIDATE = 1 << 2,
+    VFAB_RDMA_CAP_SRQ = 1 << 3, VFAB_RDMA_CAP_ASYNC_EVENTS = 1 << 4
+};
+struct vfab_rdma_device_caps {
+    struct vfab_rdma_device_attr attr;
+    uint64_t vfab_caps;            /* enum vfab_rdma_vfab_cap */
+    uint32_t max_path_mtu;         /* 1 (256) ... 5 (4096) */
+};
+int vfab_rdma_query_device(const vfab_rdma_port *port, struct vfab_rdma_device_caps *caps);
+
 /* Shared receive queues (docs/rdma-srq.md): WRs any QP created with it takes, oldest first.
  * modify: VFAB_RDMA_SRQ_MAX_WR grows it, VFAB_RDMA_SRQ_LIMIT arms the limit event. */
 vfab_rdma_srq *vfab_rdma_create_srq(vfab_rdma_port *port, const struct vfab_rdma_srq_attr *attr);

@@ -241,6 +241,17 @@ TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
     EXPECT_TRUE(std::all_of(mb.begin() + 8192, mb.begin() + 8192 + (1 << 16), [](uint8_t x) { return x == 0x5a; }));
 }
 
+// query_device on a real device: its PCI IDs, the path MTU its link carries, the same verbs.
+TEST_P(RdmaOverNic, ReportsItsCapabilities) {
+    const DeviceCaps c = port_a->query_device();
+    EXPECT_TRUE(c.attr.vendor_id == 0x8086 || c.attr.vendor_id == 0x1af4) << std::hex << c.attr.vendor_id;
+    EXPECT_NE(c.attr.vendor_part_id, 0u);
+    EXPECT_EQ(c.max_path_mtu, port_a->active_mtu());
+    EXPECT_TRUE(c.attr.device_cap_flags & device_mem_mgt_extensions);
+    EXPECT_TRUE(c.vfab_caps & vfab_cap_srq);
+    EXPECT_EQ(std::string(c.attr.fw_ver).rfind("vfab ", 0), 0u) << c.attr.fw_ver;
+}
+
 // A shared receive queue over the NIC: two queue pairs of b receive through one SRQ while a's
 // two send 20000-byte messages (20 packets each at MTU 1024) on both at once, and a WRITE with
 // immediate takes an SRQ WR too; each message lands whole in the WR it started in.

@@ -99,6 +99,13 @@ int c_rdma_loopback(const char *pci, const char *sysfs_root, const char *provide
     CHECK(port != NULL);
     CHECK(vfab_rdma_port_gid(port, gid) == 0 && gid[10] == 0xff && gid[15] == 1);
     CHECK(vfab_rdma_port_active_mtu(port) == 3);
+    {
+        struct vfab_rdma_device_caps caps;
+        CHECK(vfab_rdma_query_device(port, NULL) == EINVAL);
+        CHECK(vfab_rdma_query_device(port, &caps) == 0);
+        CHECK(caps.attr.phys_port_cnt == 1 && caps.attr.max_srq_wr > 0 && caps.max_path_mtu == 3);
+        CHECK((caps.vfab_caps & VFAB_RDMA_CAP_SRQ) && strncmp(caps.attr.fw_ver, "vfab ", 5) == 0);
+    }
     cq = vfab_rdma_create_cq(port, 64);
     CHECK(cq != NULL);
     memset(&qi, 0, sizeof qi);

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "vfab/dma/mr_table.hpp"
+#include "vfab/rdma/device.hpp"
 #include "vfab/rdma/verbs.hpp"
 
 namespace vfab::rdma {
@@ -126,6 +127,67 @@ static_assert(offsetof(SrqAttr, max_sge) == offsetof(ibv_srq_attr, max_sge));
 static_assert(offsetof(SrqAttr, srq_limit) == offsetof(ibv_srq_attr, srq_limit));
 static_assert(v(AsyncEventType::srq_limit_reached) == IBV_EVENT_SRQ_LIMIT_REACHED);
 static_assert(v(AsyncEventType::qp_last_wqe_reached) == IBV_EVENT_QP_LAST_WQE_REACHED);
+
+// ---- struct ibv_device_attr and its flags (Port::query_device) -------------------------------------
+
+static_assert(sizeof(VerbsDeviceAttr) == sizeof(ibv_device_attr));
+static_assert(alignof(VerbsDeviceAttr) == alignof(ibv_device_attr));
+#define VFAB_SAME_ATTR(f)                                                                     \
+    static_assert(offsetof(VerbsDeviceAttr, f) == offsetof(ibv_device_attr, f), #f);           \
+    static_assert(sizeof(VerbsDeviceAttr::f) == sizeof(ibv_device_attr::f), #f " size")
+VFAB_SAME_ATTR(fw_ver);
+VFAB_SAME_ATTR(node_guid);
+VFAB_SAME_ATTR(sys_image_guid);
+VFAB_SAME_ATTR(max_mr_size);
+VFAB_SAME_ATTR(page_size_cap);
+VFAB_SAME_ATTR(vendor_id);
+VFAB_SAME_ATTR(vendor_part_id);
+VFAB_SAME_ATTR(hw_ver);
+VFAB_SAME_ATTR(max_qp);
+VFAB_SAME_ATTR(max_qp_wr);
+VFAB_SAME_ATTR(device_cap_flags);
+VFAB_SAME_ATTR(max_sge);
+VFAB_SAME_ATTR(max_sge_rd);
+VFAB_SAME_ATTR(max_cq);
+VFAB_SAME_ATTR(max_cqe);
+VFAB_SAME_ATTR(max_mr);
+VFAB_SAME_ATTR(max_pd);
+VFAB_SAME_ATTR(max_qp_rd_atom);
+VFAB_SAME_ATTR(max_ee_rd_atom);
+VFAB_SAME_ATTR(max_res_rd_atom);
+VFAB_SAME_ATTR(max_qp_init_rd_atom);
+VFAB_SAME_ATTR(max_ee_init_rd_atom);
+VFAB_SAME_ATTR(atomic_cap);
+VFAB_SAME_ATTR(max_ee);
+VFAB_SAME_ATTR(max_rdd);
+VFAB_SAME_ATTR(max_mw);
+VFAB_SAME_ATTR(max_raw_ipv6_qp);
+VFAB_SAME_ATTR(max_raw_ethy_qp);
+VFAB_SAME_ATTR(max_mcast_grp);
+VFAB_SAME_ATTR(max_mcast_qp_attach);
+VFAB_SAME_ATTR(max_total_mcast_qp_attach);
+VFAB_SAME_ATTR(max_ah);
+VFAB_SAME_ATTR(max_fmr);
+VFAB_SAME_ATTR(max_map_per_fmr);
+VFAB_SAME_ATTR(max_srq);
+VFAB_SAME_ATTR(max_srq_wr);
+VFAB_SAME_ATTR(max_srq_sge);
+VFAB_SAME_ATTR(max_pkeys);
+VFAB_SAME_ATTR(local_ca_ack_delay);
+VFAB_SAME_ATTR(phys_port_cnt);
+#undef VFAB_SAME_ATTR
+static_assert(same_bit(device_resize_max_wr, IBV_DEVICE_RESIZE_MAX_WR));
+static_assert(same_bit(device_curr_qp_state_mod, IBV_DEVICE_CURR_QP_STATE_MOD));
+static_assert(same_bit(device_rc_rnr_nak_gen, IBV_DEVICE_RC_RNR_NAK_GEN));
+static_assert(same_bit(device_srq_resize, IBV_DEVICE_SRQ_RESIZE));
+static_assert(same_bit(device_n_notify_cq, IBV_DEVICE_N_NOTIFY_CQ));
+static_assert(same_bit(device_mem_window, IBV_DEVICE_MEM_WINDOW));
+static_assert(same_bit(device_xrc, IBV_DEVICE_XRC));
+static_assert(same_bit(device_mem_mgt_extensions, IBV_DEVICE_MEM_MGT_EXTENSIONS));
+static_assert(same_bit(device_mem_window_type_2b, IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+static_assert(v(AtomicCap::none) == IBV_ATOMIC_NONE);
+static_assert(v(AtomicCap::hca) == IBV_ATOMIC_HCA);
+static_assert(v(AtomicCap::glob) == IBV_ATOMIC_GLOB);
 
 // ---- enum ibv_access_flags (dma::Access, which QpAttr::qp_access_flags and MRs use) --------------
 

@@ -30,6 +30,7 @@
 #include <span>
 
 #include "vfab/dma/protection_domain.hpp"
+#include "vfab/rdma/device.hpp"
 #include "vfab/rdma/icrc.hpp"
 #include "vfab/rdma/link.hpp"
 #include "vfab/rdma/verbs.hpp"
@@ -185,6 +186,8 @@ public:
     virtual Gid gid() const noexcept = 0;              // ::ffff:<ipv4>; GID index 0 of the port
     virtual uint32_t active_mtu() const noexcept = 0;  // enum ibv_mtu: the largest path MTU the link carries
     virtual dma::ProtectionDomain& pd() = 0;           // the device's: keys of local and remote accesses
+    // ibv_query_device: the limits, the verbs' capability flags and vfab's own (device.hpp).
+    virtual DeviceCaps query_device() const = 0;
 
     virtual Result<Cq*> create_cq(uint32_t cqe) = 0;
     virtual Result<Qp*> create_qp(const QpInitAttr& attr) = 0;

@@ -1,0 +1,19 @@
+// The transport's limits, checked where objects are made and reported by Port::query_device().
+#pragma once
+
+#include <cstdint>
+
+namespace vfab::rdma::detail {
+
+inline constexpr uint32_t kMaxQpWr = 16384;       // send and receive WRs of a queue pair
+inline constexpr uint32_t kMaxSge = 32;           // SGEs of a send or receive WR
+inline constexpr uint32_t kMaxInline = 4096;      // inline bytes of a send WR
+inline constexpr uint32_t kMaxCqe = 1u << 20;     // completions a CQ holds
+inline constexpr uint32_t kMaxCq = 65536;         // CQs of a port
+inline constexpr uint32_t kMaxSrq = 65536;        // SRQs of a port
+inline constexpr uint32_t kMaxSrqWr = 16384;
+inline constexpr uint32_t kMaxSrqSge = 32;
+inline constexpr uint32_t kMaxAh = 65536;         // address handles of a port
+inline constexpr uint32_t kMaxRdAtomic = 16;      // READs/atomics outstanding, and answered at once
+
+}  // namespace vfab::rdma::detail
