@@ -28,6 +28,8 @@ static_assert(sizeof(vfab_rdma_send_wr) == sizeof(rdma::SendWr));
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, opcode, opcode);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_addr, remote_addr);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, swap, swap);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, compare_add_mask, compare_add_mask);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, swap_mask, swap_mask);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, ah, ah);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_qkey, remote_qkey);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, mem_key, mem_key);
@@ -67,7 +69,12 @@ static_assert(same_value(VFAB_RDMA_CAP_REG_MR_WR, rdma::vfab_cap_reg_mr_wr) &&
               same_value(VFAB_RDMA_CAP_ZERO_BASED, rdma::vfab_cap_zero_based) &&
               same_value(VFAB_RDMA_CAP_REMOTE_INVALIDATE, rdma::vfab_cap_remote_invalidate) &&
               same_value(VFAB_RDMA_CAP_SRQ, rdma::vfab_cap_srq) &&
-              same_value(VFAB_RDMA_CAP_ASYNC_EVENTS, rdma::vfab_cap_async_events));
+              same_value(VFAB_RDMA_CAP_ASYNC_EVENTS, rdma::vfab_cap_async_events) &&
+              same_value(VFAB_RDMA_CAP_MASKED_ATOMICS, rdma::vfab_cap_masked_atomics));
+static_assert(same_value(VFAB_RDMA_WR_MASKED_ATOMIC_CMP_AND_SWP, rdma::WrOpcode::masked_atomic_cmp_and_swp) &&
+              same_value(VFAB_RDMA_WR_MASKED_ATOMIC_FETCH_AND_ADD, rdma::WrOpcode::masked_atomic_fetch_and_add) &&
+              same_value(VFAB_RDMA_WC_MASKED_COMP_SWAP, rdma::WcOpcode::masked_comp_swap) &&
+              same_value(VFAB_RDMA_WC_MASKED_FETCH_ADD, rdma::WcOpcode::masked_fetch_add));
 #undef SAME_FIELD
 
 rdma::Cq* cq_of(vfab_rdma_cq* cq) { return reinterpret_cast<rdma::Cq*>(cq); }

@@ -19,6 +19,8 @@ WcOpcode wc_opcode(WrOpcode op) {
     case WrOpcode::rdma_read: return WcOpcode::rdma_read;
     case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
     case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
+    case WrOpcode::masked_atomic_cmp_and_swp: return WcOpcode::masked_comp_swap;
+    case WrOpcode::masked_atomic_fetch_and_add: return WcOpcode::masked_fetch_add;
     case WrOpcode::local_inv: return WcOpcode::local_inv;
     case WrOpcode::bind_mw: return WcOpcode::bind_mw;
     case WrOpcode::reg_mr: return WcOpcode::reg_mr;

@@ -44,7 +44,8 @@ class QpImpl;
 // WRs answered by the responder's data (READ responses, atomic ACKs), counted against
 // max_rd_atomic and held back by a fence.
 constexpr bool is_atomic_wr(WrOpcode op) noexcept {
-    return op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add;
+    return op == WrOpcode::atomic_cmp_and_swp || op == WrOpcode::atomic_fetch_and_add ||
+           op == WrOpcode::masked_atomic_cmp_and_swp || op == WrOpcode::masked_atomic_fetch_and_add;
 }
 constexpr bool is_read_or_atomic(WrOpcode op) noexcept { return op == WrOpcode::rdma_read || is_atomic_wr(op); }
 // Memory-management WRs: they act on the MR table and send nothing (memory_ops.cpp).

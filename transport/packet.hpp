@@ -33,6 +33,8 @@ struct Packet {
     uint32_t dma_len = 0;       // RETH
     uint64_t swap_add = 0;      // AtomicETH
     uint64_t compare = 0;
+    uint64_t swap_mask = 0;     // vfab's masked AtomicETH
+    uint64_t compare_mask = 0;
     uint8_t syndrome = 0;       // AETH
     uint32_t msn = 0;
     uint64_t atomic_orig = 0;   // AtomicAckETH
@@ -78,6 +80,8 @@ struct PacketHeader {
     uint32_t dma_len = 0;
     uint64_t swap_add = 0;
     uint64_t compare = 0;
+    uint64_t swap_mask = 0;
+    uint64_t compare_mask = 0;
     uint8_t syndrome = 0;
     uint32_t msn = 0;
     uint64_t atomic_orig = 0;

@@ -474,7 +474,8 @@ DeviceCaps PortImpl::query_device() const {
     a.max_pkeys = 1;
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;
-    c.vfab_caps = vfab_cap_reg_mr_wr | vfab_cap_zero_based | vfab_cap_remote_invalidate | vfab_cap_srq | vfab_cap_async_events;
+    c.vfab_caps = vfab_cap_reg_mr_wr | vfab_cap_zero_based | vfab_cap_remote_invalidate | vfab_cap_srq | vfab_cap_async_events |
+                  vfab_cap_masked_atomics;
     c.max_path_mtu = active_mtu_;
     return c;
 }

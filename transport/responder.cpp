@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "atomics.hpp"
 #include "engine.hpp"
 
 namespace vfab::rdma::detail {
@@ -239,8 +240,12 @@ void QpImpl::on_request(const Packet& p) noexcept {
         if (p.opcode == op::cmp_swap) {
             orig = p.compare;
             target.compare_exchange_strong(orig, p.swap_add);   // orig: the value found
-        } else {
+        } else if (p.opcode == op::fetch_add) {
             orig = target.fetch_add(p.swap_add);
+        } else if (p.opcode == op::vfab_masked_cmp_swap) {
+            orig = atomic_masked_cmp_swap(target, p.compare, p.compare_mask, p.swap_add, p.swap_mask);
+        } else {
+            orig = atomic_masked_fetch_add(target, p.swap_add, p.compare_mask);
         }
         Resource* r = new_resource();
         r->kind = Resource::atomic;

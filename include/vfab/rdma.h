@@ -54,6 +54,8 @@ enum vfab_rdma_wr_opcode {
     VFAB_RDMA_WR_RDMA_WRITE, VFAB_RDMA_WR_RDMA_WRITE_WITH_IMM, VFAB_RDMA_WR_SEND, VFAB_RDMA_WR_SEND_WITH_IMM,
     VFAB_RDMA_WR_RDMA_READ, VFAB_RDMA_WR_ATOMIC_CMP_AND_SWP, VFAB_RDMA_WR_ATOMIC_FETCH_AND_ADD,
     VFAB_RDMA_WR_LOCAL_INV, VFAB_RDMA_WR_BIND_MW, VFAB_RDMA_WR_SEND_WITH_INV,
+    /* vfab extensions between vfab peers (docs/rdma-atomics.md) */
+    VFAB_RDMA_WR_MASKED_ATOMIC_CMP_AND_SWP = 12, VFAB_RDMA_WR_MASKED_ATOMIC_FETCH_AND_ADD = 13,
     VFAB_RDMA_WR_REG_MR = 0x20   /* a vfab extension: fast registration (struct vfab_rdma_reg_mr_info) */
 };
 enum vfab_rdma_send_flags {
@@ -62,7 +64,7 @@ enum vfab_rdma_send_flags {
 enum vfab_rdma_wc_opcode {
     VFAB_RDMA_WC_SEND, VFAB_RDMA_WC_RDMA_WRITE, VFAB_RDMA_WC_RDMA_READ, VFAB_RDMA_WC_COMP_SWAP,
     VFAB_RDMA_WC_FETCH_ADD, VFAB_RDMA_WC_BIND_MW, VFAB_RDMA_WC_LOCAL_INV,
-    VFAB_RDMA_WC_REG_MR = 0x20,
+    VFAB_RDMA_WC_REG_MR = 0x20, VFAB_RDMA_WC_MASKED_COMP_SWAP, VFAB_RDMA_WC_MASKED_FETCH_ADD,
     VFAB_RDMA_WC_RECV = 128, VFAB_RDMA_WC_RECV_RDMA_WITH_IMM
 };
 enum vfab_rdma_mw_type { VFAB_RDMA_MW_TYPE_1 = 1, VFAB_RDMA_MW_TYPE_2 = 2 };
@@ -132,6 +134,8 @@ struct vfab_rdma_send_wr {
     uint32_t rkey;
     uint64_t compare_add;
     uint64_t swap;
+    uint64_t compare_add_mask; /* masked atomics: compared bits, or the add's field boundaries */
+    uint64_t swap_mask;        /* masked compare and swap: the bits swapped */
     vfab_rdma_ah *ah;         /* UD */
     uint32_t remote_qpn;
     uint32_t remote_qkey;
@@ -242,7 +246,7 @@ struct vfab_rdma_device_attr {
 };
 enum vfab_rdma_vfab_cap {
     VFAB_RDMA_CAP_REG_MR_WR = 1 << 0, VFAB_RDMA_CAP_ZERO_BASED = 1 << 1, VFAB_RDMA_CAP_REMOTE_INVALIDATE = 1 << 2,
-    VFAB_RDMA_CAP_SRQ = 1 << 3, VFAB_RDMA_CAP_ASYNC_EVENTS = 1 << 4
+    VFAB_RDMA_CAP_SRQ = 1 << 3, VFAB_RDMA_CAP_ASYNC_EVENTS = 1 << 4, VFAB_RDMA_CAP_MASKED_ATOMICS = 1 << 5
 };
 struct vfab_rdma_device_caps {
     struct vfab_rdma_device_attr attr;

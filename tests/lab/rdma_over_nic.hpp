@@ -241,6 +241,44 @@ TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
     EXPECT_TRUE(std::all_of(mb.begin() + 8192, mb.begin() + 8192 + (1 << 16), [](uint8_t x) { return x == 0x5a; }));
 }
 
+// vfab's masked atomics between two vfab ports over the NIC (docs/rdma-atomics.md): eight
+// byte-wide counters in one word, each bumped by a masked add whose carries stop at the byte
+// boundaries, and a masked compare-and-swap that sets one byte when another matches.
+TEST_P(RdmaOverNic, MaskedAtomics) {
+    uint64_t* word = reinterpret_cast<uint64_t*>(mb.data() + 8192);
+    *word = 0xF0F1F2F3F4F5F6F7ull;
+    Sge res = sge_a(0, 8);
+    for (int i = 0; i < 20; ++i) {
+        SendWr fa = wr_of(WrOpcode::masked_atomic_fetch_and_add, i, &res);
+        fa.remote_addr = reinterpret_cast<uint64_t>(word);
+        fa.rkey = b.mr.rkey;
+        fa.compare_add = 0x0101010101010101ull;
+        fa.compare_add_mask = 0x8080808080808080ull;   // eight 8-bit fields
+        ASSERT_TRUE(a.qp->post_send(std::span(&fa, 1)));
+        auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
+        ASSERT_EQ(tx.size(), 1u);
+        ASSERT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
+        EXPECT_EQ(tx[0].opcode, WcOpcode::masked_fetch_add);
+    }
+    // Each byte + 20, wrapping within its byte: F0 + 20 = 0x04, ..., F7 + 20 = 0x0B.
+    EXPECT_EQ(*word, 0x0405060708090A0Bull);
+    SendWr cs = wr_of(WrOpcode::masked_atomic_cmp_and_swp, 99, &res);
+    cs.remote_addr = reinterpret_cast<uint64_t>(word);
+    cs.rkey = b.mr.rkey;
+    cs.compare_add = 0x0B;
+    cs.compare_add_mask = 0xFF;                  // the low byte is 0x0B ...
+    cs.swap = 0xAA00000000000000ull;
+    cs.swap_mask = 0xFF00000000000000ull;        // ... so the high byte becomes 0xAA
+    ASSERT_TRUE(a.qp->post_send(std::span(&cs, 1)));
+    auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::success);
+    uint64_t before;
+    std::memcpy(&before, ma.data(), 8);
+    EXPECT_EQ(before, 0x0405060708090A0Bull);
+    EXPECT_EQ(*word, 0xAA05060708090A0Bull);
+}
+
 // query_device on a real device: its PCI IDs, the path MTU its link carries, the same verbs.
 TEST_P(RdmaOverNic, ReportsItsCapabilities) {
     const DeviceCaps c = port_a->query_device();

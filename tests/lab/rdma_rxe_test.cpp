@@ -120,7 +120,7 @@ class VerbsPeerTest : public RdmaRxe {
 protected:
     // `timeout`: vfab's local ACK timeout (16: 268 ms, generous for TCG; the lossy test wants
     // lost packets sent again sooner).
-    void connect_to_peer(const char* mode, uint8_t timeout = 16) {
+    void connect_to_peer(const char* mode, uint8_t timeout = 16, uint8_t retry_cnt = 7) {
         helper_ = std::make_unique<Child>(std::vector<std::string>{"/vfab/bin/rxe_verbs_peer", mode, std::to_string(kVerbsPort)});
         ASSERT_TRUE(wait_for([] { return tcp_listening(kVerbsPort); }, 20s)) << helper_->wait(0ms).summary();
         auto dev = vfab::Device::open(kVfabNic);
@@ -172,6 +172,7 @@ protected:
         a.qp_state = QpState::rts;
         a.sq_psn = 0x13579b;
         a.timeout = timeout;
+        a.retry_cnt = retry_cnt;
         a.max_rd_atomic = 4;
         ASSERT_TRUE(me_.qp->modify(a, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
                                           attr_max_qp_rd_atomic));
@@ -294,6 +295,25 @@ TEST_F(VerbsPeerTest, VfabWritesReadsAndUpdatesRxeMemory) {
     const auto untouched = dump(700000, 64);
     ASSERT_EQ(untouched.size(), 64u);
     for (size_t i = 0; i < 64; ++i) EXPECT_EQ(untouched[i], peer_byte(700000 + i)) << i;
+    ASSERT_EQ(::write(fd_.get(), "quit\n", 5), 5);
+}
+
+// vfab's masked atomics are for vfab peers: rxe drops their manufacturer-specific opcode (it is
+// not RC's), vfab's WR ends when its retries run out, and rxe's word is never touched — where
+// a standard opcode with longer headers would have been run as a plain atomic.
+TEST_F(VerbsPeerTest, RxeDropsVfabsMaskedAtomicsAndItsMemoryStays) {
+    ASSERT_NO_FATAL_FAILURE(connect_to_peer("target", 11, 2));   // 8.4 ms, 2 retries
+    const auto before = dump(512 * 1024, 8);
+    Sge s{reinterpret_cast<uint64_t>(mem_.data()), 8, me_.mr.lkey};
+    SendWr w = wr_of(WrOpcode::masked_atomic_fetch_and_add, 1, &s);
+    w.remote_addr = remote_.addr + 512 * 1024;
+    w.rkey = remote_.rkey;
+    w.compare_add = 0x0101010101010101ull;
+    w.compare_add_mask = 0x8080808080808080ull;
+    ASSERT_TRUE(me_.qp->post_send(std::span(&w, 1)));
+    const Wc wc = complete_one();
+    EXPECT_EQ(wc.status, WcStatus::retry_exc_err) << to_string(wc.status);
+    EXPECT_EQ(dump(512 * 1024, 8), before);
     ASSERT_EQ(::write(fd_.get(), "quit\n", 5), 5);
 }
 

@@ -30,10 +30,11 @@ std::vector<uint8_t> all_opcodes() {
     return v;
 }
 
+// RC's and UD's, and vfab's two masked atomics in the manufacturer-specific range.
 TEST(RdmaWire, OpcodeTableHasExactlyRcAndUd) {
     const std::vector<uint8_t> expect = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B,
                                          0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x64,
-                                         0x65};
+                                         0x65, 0xC0, 0xC1};
     EXPECT_EQ(all_opcodes(), expect);
     // Header sizes of a few opcodes, straight from table 38.
     EXPECT_EQ(ext_header_size(op_info(op::write_only_imm)), kReth + kImmDt);
@@ -41,6 +42,7 @@ TEST(RdmaWire, OpcodeTableHasExactlyRcAndUd) {
     EXPECT_EQ(ext_header_size(op_info(op::ud_send_only_imm)), kDeth + kImmDt);
     EXPECT_EQ(ext_header_size(op_info(op::send_last_inv)), kIeth);
     EXPECT_EQ(ext_header_size(op_info(op::cmp_swap)), kAtomicEth);
+    EXPECT_EQ(ext_header_size(op_info(op::vfab_masked_cmp_swap)), kMaskedAtomicEth);
 }
 
 // A header with a distinct value in every field an opcode may carry.

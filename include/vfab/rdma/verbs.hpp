@@ -32,6 +32,11 @@ enum class WrOpcode : uint32_t {
     local_inv = 7,
     bind_mw = 8,
     send_with_inv = 9,
+    // vfab extensions between vfab peers (the kernel's IB_WR_MASKED_ATOMIC_* values; the wire
+    // encoding is in docs/rdma-atomics.md): compare and swap only the bits of the masks, and an
+    // add whose carries stop at the field boundaries compare_add_mask marks.
+    masked_atomic_cmp_and_swp = 12,
+    masked_atomic_fetch_and_add = 13,
     // A vfab extension (libibverbs has no user-space fast registration; the kernel's
     // IB_WR_REG_MR has this value): binds an MR from alloc_mr() to memory (SendWr::reg).
     reg_mr = 0x20,
@@ -82,6 +87,8 @@ enum class WcOpcode : uint32_t {
     bind_mw = 5,
     local_inv = 6,
     reg_mr = 0x20,   // a vfab extension, as WrOpcode::reg_mr
+    masked_comp_swap = 0x21,   // vfab extensions, as WrOpcode's masked atomics
+    masked_fetch_add = 0x22,
     recv = 128,
     recv_rdma_with_imm = 129,
 };
@@ -164,6 +171,11 @@ struct SendWr {
     uint32_t rkey = 0;
     uint64_t compare_add = 0;    // CMP_AND_SWP: compare; FETCH_AND_ADD: the addend
     uint64_t swap = 0;
+    // Masked atomics (struct ib_atomic_wr's masks): CMP_AND_SWP compares the bits of
+    // compare_add_mask and swaps the bits of swap_mask; FETCH_AND_ADD's compare_add_mask has a
+    // bit set at the most significant bit of each field, where carries stop.
+    uint64_t compare_add_mask = 0;
+    uint64_t swap_mask = 0;
     // UD: the destination.
     AddressHandle* ah = nullptr;
     uint32_t remote_qpn = 0;

@@ -68,6 +68,9 @@ inline constexpr size_t kReth = 16;        // VA, R_Key, DMA length
 inline constexpr size_t kAeth = 4;         // syndrome, MSN
 inline constexpr size_t kAtomicEth = 28;   // VA, R_Key, swap/add, compare
 inline constexpr size_t kAtomicAckEth = 8; // original data
+// vfab's masked atomics (docs/rdma-atomics.md): AtomicETH and two masks — VA, R_Key,
+// swap/add, compare, swap mask, compare mask (for a masked add: its field boundaries).
+inline constexpr size_t kMaskedAtomicEth = 44;
 inline constexpr size_t kImmDt = 4;
 inline constexpr size_t kIeth = 4;         // R_Key to invalidate
 inline constexpr size_t kDeth = 8;         // Q_Key, source QP
@@ -92,10 +95,14 @@ inline constexpr uint8_t send_first = 0x00, send_middle = 0x01, send_last = 0x02
                          send_last_inv = 0x16, send_only_inv = 0x17;
 inline constexpr uint8_t ud_send_only = kUdBase | send_only, ud_send_only_imm = kUdBase | send_only_imm;
 inline constexpr uint8_t cnp = 0x81;   // congestion notification (A17.9.2): dropped
+// Manufacturer-specific opcodes (9.2.1 table 38: 110xxxxx) that vfab gives its masked atomics
+// on RC queue pairs: a peer that does not know them drops the packet (rxe does), where the
+// standard opcodes with other headers would be misread as plain atomics.
+inline constexpr uint8_t vfab_masked_cmp_swap = 0xC0, vfab_masked_fetch_add = 0xC1;
 }  // namespace op
 
 // What an opcode carries and means.
-enum OpFlags : uint16_t {
+enum OpFlags : uint32_t {
     has_reth = 1u << 0,
     has_aeth = 1u << 1,
     has_atomic_eth = 1u << 2,
@@ -112,19 +119,20 @@ enum OpFlags : uint16_t {
     is_read = 1u << 13,     // the read request
     is_atomic = 1u << 14,   // an atomic request
     is_response = 1u << 15, // ACK, atomic ACK, read responses
+    has_masked_atomic_eth = 1u << 16,
 };
 
 struct OpInfo {
-    uint16_t flags = 0;   // OpFlags; 0: not an opcode of RC or UD
+    uint32_t flags = 0;   // OpFlags; 0: not an opcode of RC or UD
     constexpr bool valid() const noexcept { return flags != 0; }
-    constexpr bool has(uint16_t f) const noexcept { return (flags & f) == f; }
+    constexpr bool has(uint32_t f) const noexcept { return (flags & f) == f; }
 };
 
 // Header flags of each RC opcode (low 5 bits); UD's two are the RC SEND-only ones plus DETH.
 constexpr OpInfo rc_op_info(uint8_t code) noexcept {
-    constexpr uint16_t send = is_request | is_send | has_payload;
-    constexpr uint16_t write = is_request | is_write | has_payload;
-    constexpr uint16_t resp = is_response;
+    constexpr uint32_t send = is_request | is_send | has_payload;
+    constexpr uint32_t write = is_request | is_write | has_payload;
+    constexpr uint32_t resp = is_response;
     switch (code) {
     case op::send_first: return {send | is_first};
     case op::send_middle: return {send};
@@ -155,6 +163,8 @@ constexpr OpInfo rc_op_info(uint8_t code) noexcept {
 
 constexpr OpInfo op_info(uint8_t opcode) noexcept {
     if ((opcode & 0xE0) == op::kRcBase) return rc_op_info(opcode);
+    if (opcode == op::vfab_masked_cmp_swap || opcode == op::vfab_masked_fetch_add)
+        return {is_request | is_atomic | is_first | is_last | has_masked_atomic_eth};
     if (opcode == op::ud_send_only || opcode == op::ud_send_only_imm) {
         OpInfo i = rc_op_info(opcode & 0x1F);
         i.flags |= has_deth;
@@ -167,6 +177,7 @@ constexpr OpInfo op_info(uint8_t opcode) noexcept {
 // AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (9.2, figure 35 and tables 38).
 constexpr size_t ext_header_size(OpInfo i) noexcept {
     return (i.has(has_deth) ? kDeth : 0) + (i.has(has_reth) ? kReth : 0) + (i.has(has_atomic_eth) ? kAtomicEth : 0) +
+           (i.has(has_masked_atomic_eth) ? kMaskedAtomicEth : 0) +
            (i.has(has_aeth) ? kAeth : 0) + (i.has(has_atomic_ack_eth) ? kAtomicAckEth : 0) +
            (i.has(has_immdt) ? kImmDt : 0) + (i.has(has_ieth) ? kIeth : 0);
 }
