@@ -2,6 +2,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 #include <string>
 #include <type_traits>
 
@@ -184,6 +185,15 @@ int vfab_configure_rss(vfab_device* dev, const vfab_rss_config* cfg) {
     if ((!cfg->table && cfg->table_len) || (!cfg->key && cfg->key_len)) return null_arg("vfab_configure_rss", "cfg->table or cfg->key");
     const RssConfig c{{cfg->key, cfg->key ? cfg->key_len : 0}, {cfg->table, cfg->table_len}, cfg->hash_types};
     if (auto r = dev->dev->configure_rss(c); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_set_multicast(vfab_device* dev, const uint8_t (*groups)[6], uint32_t n) {
+    if (!dev) return null_arg("vfab_set_multicast", "dev");
+    if (!groups && n) return null_arg("vfab_set_multicast", "groups");
+    std::vector<MacAddress> g(n);
+    for (uint32_t i = 0; i < n; ++i) std::memcpy(g[i].data(), groups[i], 6);
+    if (auto r = dev->dev->set_multicast(g); !r) return fail(r.error());
     return 0;
 }
 

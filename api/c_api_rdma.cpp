@@ -70,7 +70,9 @@ static_assert(same_value(VFAB_RDMA_CAP_REG_MR_WR, rdma::vfab_cap_reg_mr_wr) &&
               same_value(VFAB_RDMA_CAP_REMOTE_INVALIDATE, rdma::vfab_cap_remote_invalidate) &&
               same_value(VFAB_RDMA_CAP_SRQ, rdma::vfab_cap_srq) &&
               same_value(VFAB_RDMA_CAP_ASYNC_EVENTS, rdma::vfab_cap_async_events) &&
-              same_value(VFAB_RDMA_CAP_MASKED_ATOMICS, rdma::vfab_cap_masked_atomics));
+              same_value(VFAB_RDMA_CAP_MASKED_ATOMICS, rdma::vfab_cap_masked_atomics) &&
+              same_value(VFAB_RDMA_CAP_BLOCK_SELF_MCAST_LB, rdma::vfab_cap_block_self_mcast_lb) &&
+              same_value(VFAB_RDMA_QP_CREATE_BLOCK_SELF_MCAST_LB, rdma::qp_create_block_self_mcast_lb));
 static_assert(same_value(VFAB_RDMA_WR_MASKED_ATOMIC_CMP_AND_SWP, rdma::WrOpcode::masked_atomic_cmp_and_swp) &&
               same_value(VFAB_RDMA_WR_MASKED_ATOMIC_FETCH_AND_ADD, rdma::WrOpcode::masked_atomic_fetch_and_add) &&
               same_value(VFAB_RDMA_WC_MASKED_COMP_SWAP, rdma::WcOpcode::masked_comp_swap) &&
@@ -184,6 +186,7 @@ vfab_rdma_qp* vfab_rdma_create_qp(vfab_rdma_port* port, const vfab_rdma_qp_init_
     if (a->max_inline_data) ia.cap.max_inline_data = a->max_inline_data;
     ia.sq_sig_all = a->sq_sig_all != 0;
     ia.srq = srq_of(a->srq);
+    ia.create_flags = a->create_flags;
     auto qp = port->port->create_qp(ia);
     if (!qp) return null_result<vfab_rdma_qp>(fail(qp.error()));
     return reinterpret_cast<vfab_rdma_qp*>(*qp);
@@ -302,6 +305,22 @@ int vfab_rdma_get_async_event(vfab_rdma_port* port, vfab_rdma_async_event* event
 
 int vfab_rdma_async_fd(const vfab_rdma_port* port) {
     return port ? port->port->async_fd() : -null_arg("vfab_rdma_async_fd", "port");
+}
+
+int vfab_rdma_attach_mcast(vfab_rdma_qp* qp, const uint8_t gid[16], uint16_t lid) {
+    if (!qp || !gid) return null_arg("vfab_rdma_attach_mcast", qp ? "gid" : "qp");
+    rdma::Gid g;
+    std::memcpy(g.raw, gid, 16);
+    if (auto r = qp_of(qp)->attach_mcast(g, lid); !r) return fail(r.error());
+    return 0;
+}
+
+int vfab_rdma_detach_mcast(vfab_rdma_qp* qp, const uint8_t gid[16], uint16_t lid) {
+    if (!qp || !gid) return null_arg("vfab_rdma_detach_mcast", qp ? "gid" : "qp");
+    rdma::Gid g;
+    std::memcpy(g.raw, gid, 16);
+    if (auto r = qp_of(qp)->detach_mcast(g, lid); !r) return fail(r.error());
+    return 0;
 }
 
 vfab_rdma_ah* vfab_rdma_create_ah(vfab_rdma_port* port, const vfab_rdma_ah_attr* attr) {

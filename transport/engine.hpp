@@ -167,7 +167,10 @@ public:
     QpType type() const noexcept override { return type_; }
     QpState state() const noexcept override { return state_; }
     Result<uint32_t> bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64_t wr_id, uint32_t send_flags) override;
+    Result<void> attach_mcast(const Gid& gid, uint16_t lid) override;
+    Result<void> detach_mcast(const Gid& gid, uint16_t lid) override;
     Result<void> destroy() override;
+    bool blocks_self_mcast() const noexcept { return create_flags_ & qp_create_block_self_mcast_lb; }
 
     // Called by the port.
     void on_packet(const Packet& p) noexcept;
@@ -228,6 +231,7 @@ private:
     CqImpl* const rcq_;
     const QpCapsRdma cap_;
     const bool sq_sig_all_;
+    const uint32_t create_flags_;
     QpState state_ = QpState::reset;
     QpAttr attr_;
     uint32_t mtu_ = 1024;
@@ -349,6 +353,13 @@ public:
     int timer_fd() const noexcept { return timer_fd_.get(); }
     void arm_timer() noexcept;
     void raise(const AsyncEvent& e) noexcept;
+    // Multicast (multicast.cpp): queue pairs in groups, the device's filter kept in step.
+    Result<void> join(QpImpl* qp, uint32_t group);
+    Result<void> leave(QpImpl* qp, uint32_t group);
+    void leave_all(QpImpl* qp) noexcept;
+    // A multicast datagram to the group's queue pairs; `sender`: the local queue pair that sent
+    // it (looped back), null for one from the wire.
+    void deliver_multicast(const Packet& p, const QpImpl* sender) noexcept;
     PortStats stats_;
 
 private:
@@ -389,6 +400,12 @@ private:
     std::vector<std::unique_ptr<CqImpl>> cqs_;
     std::vector<std::unique_ptr<AhImpl>> ahs_;
     std::vector<std::unique_ptr<SrqImpl>> srqs_;
+    struct McastGroup {
+        uint32_t ip = 0;
+        std::vector<QpImpl*> qps;
+    };
+    std::vector<McastGroup> mcast_;
+    Result<void> update_multicast_filter(const std::vector<McastGroup>& groups);
     std::vector<AsyncEvent> events_;        // a ring of kMaxAsyncEvents
     uint32_t events_head_ = 0, events_tail_ = 0;
     vfio::UniqueFd async_fd_;               // an eventfd: readable while events wait

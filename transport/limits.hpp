@@ -15,5 +15,7 @@ inline constexpr uint32_t kMaxSrqWr = 16384;
 inline constexpr uint32_t kMaxSrqSge = 32;
 inline constexpr uint32_t kMaxAh = 65536;         // address handles of a port
 inline constexpr uint32_t kMaxRdAtomic = 16;      // READs/atomics outstanding, and answered at once
+inline constexpr uint32_t kMaxMcastGroups = 64;    // multicast groups a port has queue pairs in
+inline constexpr uint32_t kMaxMcastQpAttach = 64;  // queue pairs in one group
 
 }  // namespace vfab::rdma::detail

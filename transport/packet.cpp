@@ -39,7 +39,8 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
     if (type != kEtherTypeIpv4 || len < kBthOff) return ParseResult::other;
     const uint8_t* ip = f + kIpOff;
     // Version 4 with options, fragments, or not UDP: not RoCEv2 as rxe sends it.
-    if (ip[0] != 0x45 || ip[9] != kIpProtoUdp || load32(ip + 16) != local_ip) return ParseResult::other;
+    const uint32_t dst = load32(ip + 16);
+    if (ip[0] != 0x45 || ip[9] != kIpProtoUdp || (dst != local_ip && !is_ipv4_multicast(dst))) return ParseResult::other;
     const uint8_t* udp = f + kUdpOff;
     if (load16(udp + 2) != kRoceUdpPort) return ParseResult::other;
     if ((load16(ip + 6) & 0x3FFF) != 0) return ParseResult::malformed;   // MF or a fragment offset

@@ -284,6 +284,7 @@ void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
     case ParseResult::roce: break;
     }
     if (p.opcode == op::cnp) return;
+    if (is_ipv4_multicast(p.dst_ip)) return deliver_multicast(p, nullptr);
     const uint32_t index = p.dest_qp - kFirstQpn;
     if (p.dest_qp < kFirstQpn || index >= qps_.size() || !qps_[index] || qps_[index]->destroyed) {
         ++stats_.rx_dropped;
@@ -342,6 +343,10 @@ void PortImpl::wake_arp_waiters() noexcept {
 
 bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
     failed = false;
+    if (is_ipv4_multicast(ip)) {   // a group's address is computed, never asked for
+        ipv4_multicast_mac(ip, out);
+        return true;
+    }
     ArpEntry* slot = nullptr;
     for (auto& e : arp_) {
         if (e.state != ArpEntry::empty && e.ip == ip) {
@@ -405,6 +410,9 @@ Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
         return Error{EINVAL, "create_qp: srq must be a shared receive queue of this port"};
     if (a.qp_type != QpType::rc && a.qp_type != QpType::ud)
         return Error{EINVAL, "create_qp: this transport has RC and UD queue pairs"};
+    if (a.create_flags & ~uint32_t(qp_create_block_self_mcast_lb))
+        return Error{EINVAL, str_cat("create_qp: create_flags 0x", std::hex, a.create_flags & ~uint32_t(qp_create_block_self_mcast_lb),
+                                     " are not supported (block_self_mcast_lb is)")};
     const QpCapsRdma& c = a.cap;
     const bool own_rq = !a.srq;
     if (c.max_send_wr == 0 || c.max_send_wr > kMaxQpWr || (own_rq && (c.max_recv_wr == 0 || c.max_recv_wr > kMaxQpWr)) ||
@@ -468,6 +476,9 @@ DeviceCaps PortImpl::query_device() const {
     a.max_res_rd_atom = int(kMaxRdAtomic * cfg_.max_qp);
     a.atomic_cap = AtomicCap::glob;   // the CPU runs them with atomic instructions on host memory
     a.max_ah = int(kMaxAh);
+    a.max_mcast_grp = int(kMaxMcastGroups);
+    a.max_mcast_qp_attach = int(kMaxMcastQpAttach);
+    a.max_total_mcast_qp_attach = int(kMaxMcastGroups * kMaxMcastQpAttach);
     a.max_srq = int(kMaxSrq);
     a.max_srq_wr = int(kMaxSrqWr);
     a.max_srq_sge = int(kMaxSrqSge);
@@ -475,7 +486,7 @@ DeviceCaps PortImpl::query_device() const {
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;
     c.vfab_caps = vfab_cap_reg_mr_wr | vfab_cap_zero_based | vfab_cap_remote_invalidate | vfab_cap_srq | vfab_cap_async_events |
-                  vfab_cap_masked_atomics;
+                  vfab_cap_masked_atomics | vfab_cap_block_self_mcast_lb;
     c.max_path_mtu = active_mtu_;
     return c;
 }

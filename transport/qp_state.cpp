@@ -11,7 +11,7 @@ using namespace wire;
 
 QpImpl::QpImpl(PortImpl& port, uint32_t qpn, const QpInitAttr& a)
     : port_(port), type_(a.qp_type), qpn_(qpn), scq_(static_cast<CqImpl*>(a.send_cq)),
-      rcq_(static_cast<CqImpl*>(a.recv_cq)), cap_(a.cap), sq_sig_all_(a.sq_sig_all),
+      rcq_(static_cast<CqImpl*>(a.recv_cq)), cap_(a.cap), sq_sig_all_(a.sq_sig_all), create_flags_(a.create_flags),
       srq_(static_cast<SrqImpl*>(a.srq)) {}
 
 Result<void> QpImpl::init() {
@@ -39,6 +39,7 @@ Result<void> QpImpl::destroy() {
     if (destroyed) return Error{ENODEV, "queue pair already destroyed"};
     destroyed = true;
     state_ = QpState::reset;
+    port_.leave_all(this);
     return_recv();
     --scq_->users;
     --rcq_->users;

@@ -363,7 +363,12 @@ bool QpImpl::send_ud_packet(SendWqe& w) noexcept {
     h.imm_be = w.wr.imm_data;
     uint8_t* data = write_headers(buf, h, w.length);
     gather(w, 0, data, w.length);
-    port_.tx_queue(buf, finish_frame(buf, w.length));
+    const uint32_t len = finish_frame(buf, w.length);
+    if (is_ipv4_multicast(h.dst_ip)) {   // the NIC sends it away: this port's members get it here
+        Packet p;
+        if (parse_frame(buf, len, port_.ipv4(), p) == ParseResult::roce) port_.deliver_multicast(p, this);
+    }
+    port_.tx_queue(buf, len);
     w.done = true;
     return true;
 }

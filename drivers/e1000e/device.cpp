@@ -106,7 +106,7 @@ Result<void> Device::hw_setup() {
         bar_->write32(reg::RAL0, uint32_t(m[0]) | uint32_t(m[1]) << 8 | uint32_t(m[2]) << 16 | uint32_t(m[3]) << 24);
         bar_->write32(reg::RAH0, uint32_t(m[4]) | uint32_t(m[5]) << 8 | reg::RAH_AV);
     }
-    for (uint32_t i = 0; i < 128; ++i) bar_->write32(reg::MTA + 4 * i, 0);
+    intel::write_multicast_table(*bar_, reg::MTA, multicast_);   // set_multicast()'s, kept across resets
     // No interrupt moderation: completions are written back and signalled at once.
     bar_->write32(reg::ITR, 0);
     for (uint32_t v = 0; v < reg::kMsixVectors; ++v) bar_->write32(reg::EITR0 + 4 * v, 0);
@@ -217,6 +217,15 @@ Device::~Device() {
     dead_qps_.clear();
     cqs_.clear();
     pd_.reset();
+}
+
+Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
+    std::lock_guard lock(mu_);
+    if (auto r = intel::check_multicast_groups(groups, intel::kMaxMulticastGroups); !r) return r;
+    if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": set_multicast: the device was removed")};
+    multicast_.assign(groups.begin(), groups.end());
+    intel::write_multicast_table(*bar_, reg::MTA, multicast_);
+    return {};
 }
 
 }  // namespace vfab::e1000e

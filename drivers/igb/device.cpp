@@ -117,7 +117,7 @@ void Device::hw_setup() {
         bar_->write32(reg::RAL0, uint32_t(m[0]) | uint32_t(m[1]) << 8 | uint32_t(m[2]) << 16 | uint32_t(m[3]) << 24);
         bar_->write32(reg::RAH0, uint32_t(m[4]) | uint32_t(m[5]) << 8 | reg::RAH_AV);
     }
-    for (uint32_t i = 0; i < 128; ++i) bar_->write32(reg::MTA + 4 * i, 0);
+    intel::write_multicast_table(*bar_, reg::MTA, multicast_);   // set_multicast()'s, kept across resets
 
     // Every queue off until a queue pair starts it (the reset leaves queue 0 enabled, §8.10.10).
     for (uint32_t q = 0; q < reg::kMaxQueues; ++q) {
@@ -211,6 +211,15 @@ Device::~Device() {
     disable_bus_master(*vfio_);
     (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
     release_all();
+}
+
+Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
+    std::lock_guard lock(mu_);
+    if (auto r = intel::check_multicast_groups(groups, intel::kMaxMulticastGroups); !r) return r;
+    if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": set_multicast: the device was removed")};
+    multicast_.assign(groups.begin(), groups.end());
+    intel::write_multicast_table(*bar_, reg::MTA, multicast_);
+    return {};
 }
 
 }  // namespace vfab::igb

@@ -25,11 +25,7 @@ constexpr uint32_t kMaxFrame = 1522;          // 1500 + Ethernet header + FCS + 
 // The VF's free-running counters, in the order stats() adds them up (raw_ holds their last values).
 constexpr uint32_t kCounters[] = {reg::VFGPRC, reg::VFGPTC, reg::VFGORC, reg::VFGOTC, reg::VFMPRC};
 
-std::string mac_string(const MacAddress& m) {
-    char s[18];
-    std::snprintf(s, sizeof s, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
-    return s;
-}
+using intel::mac_string;
 
 bool valid_unicast(const MacAddress& m) {
     return !(m[0] & 1) && (m[0] | m[1] | m[2] | m[3] | m[4] | m[5]) != 0;
@@ -241,14 +237,10 @@ Result<uint32_t> Device::send_multicast(std::span<const uint16_t> hashes) {
 
 Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
     std::lock_guard lock(mu_);
-    if (groups.size() > msg::kMaxMulticast)
-        return Error{EINVAL, str_cat("set_multicast: ", groups.size(), " groups; a VF can ask for up to ", msg::kMaxMulticast)};
-    for (const auto& g : groups)
-        if (!(g[0] & 1)) return Error{EINVAL, str_cat("set_multicast: ", mac_string(g), " is not a multicast address")};
+    if (auto r = intel::check_multicast_groups(groups, msg::kMaxMulticast); !r) return r;
     if (removed_ || !cts_) return Error{EAGAIN, "set_multicast: the PF has not cleared this VF to run; reset() first"};
-    // The PF's 4096-bit hash filter (§8.10.13, MO = 0): bits 47:36 of the address.
-    std::vector<uint16_t> hashes;
-    for (const auto& g : groups) hashes.push_back(uint16_t(((g[4] >> 4) | (uint16_t(g[5]) << 4)) & 0xfff));
+    std::vector<uint16_t> hashes;   // the PF's hash filter (intel::multicast_hash)
+    for (const auto& g : groups) hashes.push_back(intel::multicast_hash(g));
     auto r = send_multicast(hashes);
     if (!r) return r.take_error();
     if (!(*r & msg::ACK)) return Error{EPERM, str_cat(vfio_->address().to_string(), ": the PF refused the multicast list")};

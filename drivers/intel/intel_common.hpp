@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <span>
@@ -34,6 +35,40 @@ inline constexpr uint32_t CRCERRS = 0x4000, ALGNERRC = 0x4004, SYMERRS = 0x4008,
                           SEC = 0x4038, RLEC = 0x4040, GPRC = 0x4074, BPRC = 0x4078, MPRC = 0x407c, GPTC = 0x4080,
                           GORCL = 0x4088, GORCH = 0x408c, GOTCL = 0x4090, GOTCH = 0x4094;
 }  // namespace reg
+
+inline std::string mac_string(const MacAddress& m) {
+    char s[18];
+    std::snprintf(s, sizeof s, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+    return s;
+}
+
+// ---- multicast filtering ------------------------------------------------------------------------
+// A 4096-bit hash filter: with RCTL.MO = 00 a frame's hash is bits 47:36 of its destination
+// address (82574 §10.2.5.x MTA, 82576 §8.10.13; the VF asks its PF for the same hashes).
+inline uint16_t multicast_hash(const MacAddress& m) noexcept { return uint16_t(((m[4] >> 4) | (uint16_t(m[5]) << 4)) & 0xfff); }
+
+// Groups a PF driver keeps (the hash filter takes any number; this bounds the list).
+inline constexpr size_t kMaxMulticastGroups = 256;
+
+// Every group a multicast address, at most `max` of them.
+inline Result<void> check_multicast_groups(std::span<const MacAddress> groups, size_t max) {
+    if (groups.size() > max)
+        return Error{EINVAL, str_cat("set_multicast: ", groups.size(), " groups; the device takes up to ", max)};
+    for (const auto& g : groups)
+        if (!(g[0] & 1)) return Error{EINVAL, str_cat("set_multicast: ", mac_string(g), " is not a multicast address")};
+    return {};
+}
+
+// The table array (MTA, 128 registers at `mta`) for `groups`; all clear for none.
+inline void write_multicast_table(vfio::Region& bar, uint32_t mta, std::span<const MacAddress> groups) {
+    constexpr uint32_t kRegs = 128;
+    uint32_t table[kRegs] = {};
+    for (const auto& g : groups) {
+        const uint16_t h = multicast_hash(g);
+        table[h >> 5] |= 1u << (h & 31);
+    }
+    for (uint32_t i = 0; i < kRegs; ++i) bar.write32(mta + 4 * i, table[i]);
+}
 
 inline bool wait_until(auto&& done, std::chrono::milliseconds timeout) {
     const auto end = std::chrono::steady_clock::now() + timeout;

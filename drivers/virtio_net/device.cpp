@@ -256,4 +256,10 @@ Device::~Device() {
     pd_.reset();
 }
 
+Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
+    for (const auto& g : groups)
+        if (!(g[0] & 1)) return Error{EINVAL, "set_multicast: a group is not a multicast address"};
+    return {};   // no VIRTIO_NET_F_CTRL_RX: the device passes every multicast frame
+}
+
 }  // namespace vfab::virtio_net

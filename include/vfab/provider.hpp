@@ -39,8 +39,9 @@ namespace vfab::provider {
 // Bumped whenever a plugin built from older headers could misbehave with this libvfab: the
 // Record, OpenOptions, the multiplexed classes' virtual functions, types.hpp, Result/Error,
 // the dma:: classes the device hands out.
-inline constexpr uint32_t kAbiVersion = 4;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
-                                             // 4: dma::Translation and MrTable's slots carry the CPU address, OpenOptions::mtu
+inline constexpr uint32_t kAbiVersion = 5;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
+                                             // 4: dma::Translation and MrTable's slots carry the CPU address, OpenOptions::mtu;
+                                             // 5: set_multicast()
 
 struct PciId {
     uint16_t vendor = 0;
@@ -208,6 +209,12 @@ public:
     Event next_event() override { return dev_->next_event(); }
     Result<void> reset() override { return dev_->reset(); }
     Result<void> configure_rss(const RssConfig& cfg) override { return dev_->configure_rss(cfg); }
+    Result<void> set_multicast(std::span<const MacAddress> groups) override {
+        if constexpr (requires { dev_->set_multicast(groups); })
+            return dev_->set_multicast(groups);
+        else
+            return unsupported("multicast filtering");
+    }
 
     // Timestamps are optional in the direct API: forwarded where the provider has them.
     Result<void> enable_timestamps(const TimestampConfig& cfg) override {

@@ -176,7 +176,9 @@ struct vfab_rdma_qp_init_attr {
     uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;   /* 0: defaults */
     int sq_sig_all;
     vfab_rdma_srq *srq;       /* receive from this shared receive queue (NULL: the QP's own) */
+    uint32_t create_flags;    /* enum vfab_rdma_qp_create_flags */
 };
+enum vfab_rdma_qp_create_flags { VFAB_RDMA_QP_CREATE_BLOCK_SELF_MCAST_LB = 1 << 1 };
 
 /* struct ibv_srq_attr and enum ibv_srq_attr_mask. */
 struct vfab_rdma_srq_attr {
@@ -246,7 +248,8 @@ struct vfab_rdma_device_attr {
 };
 enum vfab_rdma_vfab_cap {
     VFAB_RDMA_CAP_REG_MR_WR = 1 << 0, VFAB_RDMA_CAP_ZERO_BASED = 1 << 1, VFAB_RDMA_CAP_REMOTE_INVALIDATE = 1 << 2,
-    VFAB_RDMA_CAP_SRQ = 1 << 3, VFAB_RDMA_CAP_ASYNC_EVENTS = 1 << 4, VFAB_RDMA_CAP_MASKED_ATOMICS = 1 << 5
+    VFAB_RDMA_CAP_SRQ = 1 << 3, VFAB_RDMA_CAP_ASYNC_EVENTS = 1 << 4, VFAB_RDMA_CAP_MASKED_ATOMICS = 1 << 5,
+    VFAB_RDMA_CAP_BLOCK_SELF_MCAST_LB = 1 << 6
 };
 struct vfab_rdma_device_caps {
     struct vfab_rdma_device_attr attr;
@@ -267,6 +270,10 @@ int vfab_rdma_post_srq_recv(vfab_rdma_srq *srq, const struct vfab_recv_wr *wrs, 
  * 0 when none waits. The descriptor is readable while one waits. */
 int vfab_rdma_get_async_event(vfab_rdma_port *port, struct vfab_rdma_async_event *event);
 int vfab_rdma_async_fd(const vfab_rdma_port *port);
+
+/* UD multicast (docs/rdma-multicast.md): the group is an IPv4-mapped multicast GID. */
+int vfab_rdma_attach_mcast(vfab_rdma_qp *qp, const uint8_t gid[16], uint16_t lid);
+int vfab_rdma_detach_mcast(vfab_rdma_qp *qp, const uint8_t gid[16], uint16_t lid);
 
 vfab_rdma_ah *vfab_rdma_create_ah(vfab_rdma_port *port, const struct vfab_rdma_ah_attr *attr);
 int vfab_rdma_destroy_ah(vfab_rdma_ah *ah);

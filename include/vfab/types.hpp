@@ -8,6 +8,7 @@
 // the same idea.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -15,6 +16,8 @@
 #include "vfab/pci_address.hpp"
 
 namespace vfab {
+
+using MacAddress = std::array<uint8_t, 6>;   // an Ethernet address, in wire order
 
 // One piece of a buffer: `length` bytes at virtual address `addr`, inside the memory region
 // whose local key is `lkey` (the driver translates it through the MR table; it never lets the

@@ -196,6 +196,10 @@ struct vfab_rss_config {
 };
 int vfab_configure_rss(vfab_device *dev, const struct vfab_rss_config *cfg);
 
+/* The multicast groups (6-byte Ethernet addresses) the device receives besides broadcast; a
+ * hash filter may let other groups through. EOPNOTSUPP where the provider has no filter. */
+int vfab_set_multicast(vfab_device *dev, const uint8_t (*groups)[6], uint32_t n);
+
 /* IEEE 1588 hardware timestamps, where vfab_device_attr.offloads has VFAB_OFFLOAD_TX_TIMESTAMP /
  * VFAB_OFFLOAD_RX_TIMESTAMP (ENOTSUP elsewhere): the device's clock in nanoseconds, and the
  * times frames left (WRs with VFAB_SEND_TIMESTAMP) and arrived (completions with

@@ -131,6 +131,9 @@ public:
     // Receive-side scaling over the queue pairs (attr().rss_table_size > 0): ENOTSUP on
     // devices without it, EINVAL for a table, key or hash type the device cannot take.
     virtual Result<void> configure_rss(const RssConfig& cfg) = 0;
+    // The multicast groups the device receives besides broadcast (a hash filter may let other
+    // groups through: filter again in software); EOPNOTSUPP where the provider has no filter.
+    virtual Result<void> set_multicast(std::span<const MacAddress> groups) = 0;
 
     // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
     // returns it (EventType::none when there is none).

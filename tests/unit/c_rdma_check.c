@@ -277,6 +277,27 @@ int c_rdma_loopback(const char *pci, const char *sysfs_root, const char *provide
         b = NULL;
     }
 
+    /* Multicast: a UD queue pair joins a group only where the device filters multicast; the
+     * fake provider has no filter, which the error says. Bad groups and RC are refused first. */
+    {
+        const uint8_t group[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 224, 1, 2, 3};
+        const uint8_t mac[1][6] = {{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03}};
+        vfab_rdma_qp *u;
+        qi.qp_type = VFAB_RDMA_QPT_UD;
+        qi.create_flags = VFAB_RDMA_QP_CREATE_BLOCK_SELF_MCAST_LB;
+        u = vfab_rdma_create_qp(port, &qi);
+        qi.create_flags = 0x100;
+        CHECK(u != NULL && vfab_rdma_create_qp(port, &qi) == NULL && errno == EINVAL);
+        qi.create_flags = 0;
+        qi.qp_type = VFAB_RDMA_QPT_RC;
+        CHECK(vfab_rdma_attach_mcast(u, gid, 0) == EINVAL);     /* unicast */
+        CHECK(vfab_rdma_attach_mcast(a, group, 0) == EINVAL);   /* RC */
+        CHECK(vfab_rdma_attach_mcast(u, group, 0) == ENOTSUP);
+        CHECK(vfab_set_multicast(dev, mac, 1) == ENOTSUP);
+        CHECK(vfab_rdma_detach_mcast(u, group, 0) == EINVAL);   /* not in it */
+        CHECK(vfab_rdma_destroy_qp(u) == 0);
+    }
+
     CHECK(vfab_rdma_destroy_cq(cq) == EBUSY);
     CHECK(vfab_rdma_destroy_qp(a) == 0);
     CHECK(vfab_rdma_destroy_qp(a) == ENODEV);

@@ -188,6 +188,12 @@ public:
         return qp;
     }
     Result<void> configure_rss(const RssConfig&) override { return Error{ENOTSUP, "no"}; }
+    // The wire passes every frame; the list is kept for tests to look at.
+    Result<void> set_multicast(std::span<const MacAddress> groups) override {
+        multicast.assign(groups.begin(), groups.end());
+        return {};
+    }
+    std::vector<MacAddress> multicast;
     int event_fd() const override { return -1; }
     Event next_event() override { return {}; }
     Result<void> reset() override { return {}; }

@@ -205,6 +205,9 @@ public:
     Result<QueuePair*> create_qp(const QpInitAttr& attr);
     // ENOTSUP: one queue pair, no RSS (attr().rss_table_size is 0).
     Result<void> configure_rss(const RssConfig& cfg);
+    // The multicast groups the device receives besides broadcast (its 4096-bit hash filter:
+    // a frame of another group that hashes alike gets through too); kept across reset().
+    Result<void> set_multicast(std::span<const MacAddress> groups);
 
     // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
     // returns it (EventType::none when there is none). Put event_fd() in the application's
@@ -248,6 +251,7 @@ private:
     DeviceStats stats_;
     bool link_up_ = false;
     bool removed_ = false;
+    std::vector<MacAddress> multicast_;   // set_multicast()
 
     std::recursive_mutex mu_;
     std::vector<std::unique_ptr<CompletionQueue>> cqs_;   // kept after destroy(): see above

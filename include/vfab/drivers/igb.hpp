@@ -56,6 +56,9 @@ public:
     // repeated over the device's 128 entries), a 40-byte key (empty: net::kDefaultRssKey),
     // RssHash types. Frames RSS does not hash go to table[0]. hash_types 0: all to queue 0.
     Result<void> configure_rss(const RssConfig& cfg);
+    // The multicast groups the device receives besides broadcast (its 4096-bit hash filter:
+    // a frame of another group that hashes alike gets through too); kept across reset().
+    Result<void> set_multicast(std::span<const MacAddress> groups);
 
     // Starts the clock counting nanoseconds (SYSTIM; on QEMU, the virtual time) and the latches
     // cfg asks for; kept across reset(). A receive completion whose frame latched has
@@ -93,6 +96,7 @@ private:
     std::array<uint8_t, reg::kRssKeyBytes> rss_key_{};
     std::vector<uint16_t> rss_table_;
     uint32_t rss_types_ = 0;
+    std::vector<MacAddress> multicast_;   // set_multicast()
     std::optional<TimestampConfig> timestamps_;
     uint64_t clock_offset_ = 0;   // set_clock_ns(): added to SYSTIM and the latched times
 };

@@ -38,7 +38,7 @@ using igb::QueuePair;
 inline constexpr uint16_t kVendorId = 0x8086;
 inline constexpr uint16_t kDeviceIds[] = {0x10ca, 0x1520};   // 82576 VF, I350 VF
 
-using MacAddress = std::array<uint8_t, 6>;
+using vfab::MacAddress;
 class Mailbox;
 
 struct DeviceOptions {

@@ -259,6 +259,9 @@ public:
     // Receive-side scaling (VIRTIO_NET_F_RSS): flows are spread over the queue pairs the table
     // names (which must exist). Kept across device restarts. See RssConfig.
     Result<void> configure_rss(const RssConfig& cfg);
+    // The driver does not negotiate VIRTIO_NET_F_CTRL_RX, so the device filters nothing: every
+    // multicast frame arrives (§5.1.6.5.1). Checks the groups and returns.
+    Result<void> set_multicast(std::span<const MacAddress> groups);
 
     int event_fd() const { return events_.fd(); }
     Event next_event();

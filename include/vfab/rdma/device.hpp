@@ -78,6 +78,7 @@ enum VfabCap : uint64_t {
     vfab_cap_srq = 1ull << 3,                 // shared receive queues and their limit event
     vfab_cap_async_events = 1ull << 4,        // Port::get_async_event
     vfab_cap_masked_atomics = 1ull << 5,      // masked CMP_AND_SWP and FETCH_AND_ADD, 8 bytes, with vfab peers
+    vfab_cap_block_self_mcast_lb = 1ull << 6, // QpCreateFlags::qp_create_block_self_mcast_lb
 };
 
 struct DeviceCaps {

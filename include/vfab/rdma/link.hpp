@@ -40,6 +40,8 @@ public:
     virtual int recv_channel_fd() const noexcept = 0;
     virtual Result<void> arm_recv() = 0;
     virtual void take_recv_events() noexcept = 0;
+    // The multicast groups the device passes up (vfab::Device::set_multicast).
+    virtual Result<void> set_multicast(std::span<const MacAddress> groups) = 0;
     RawLink(const RawLink&) = delete;
     RawLink& operator=(const RawLink&) = delete;
 
@@ -118,6 +120,12 @@ public:
     int recv_channel_fd() const noexcept override { return rcq_->channel_fd(); }
     Result<void> arm_recv() override { return rcq_->arm(); }
     void take_recv_events() noexcept override { (void)rcq_->take_events(); }
+    Result<void> set_multicast(std::span<const MacAddress> groups) override {
+        if constexpr (requires { dev_.set_multicast(groups); })
+            return dev_.set_multicast(groups);
+        else
+            return Error{EOPNOTSUPP, "this device has no multicast filter in its direct API"};
+    }
 
 private:
     Dev& dev_;

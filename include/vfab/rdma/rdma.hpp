@@ -125,6 +125,7 @@ struct QpInitAttr {
     Srq* srq = nullptr;       // receives from this SRQ; cap.max_recv_wr and max_recv_sge are then unused
     QpCapsRdma cap = {};
     bool sq_sig_all = false;
+    uint32_t create_flags = 0;   // QpCreateFlags
 };
 
 class Qp {
@@ -142,7 +143,14 @@ public:
     // send queue (a BIND_MW completion when signalled); the window's new key (next_key(mw_key)).
     // Type 2B windows are bound by a BIND_MW work request instead.
     virtual Result<uint32_t> bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64_t wr_id, uint32_t send_flags) = 0;
-    // Outstanding WRs are dropped, as ibv_destroy_qp.
+    // ibv_attach_mcast / ibv_detach_mcast: a UD queue pair receives the datagrams sent to the
+    // multicast group `gid` (IPv4-mapped, ::ffff:224.0.0.0/4) with QPN 0xFFFFFF — from the wire
+    // and from this port's own queue pairs (unless it was made with
+    // qp_create_block_self_mcast_lb and sent them itself). The port asks its device to pass the
+    // group's frames up. `lid` is unused on RoCE. docs/rdma-multicast.md.
+    virtual Result<void> attach_mcast(const Gid& gid, uint16_t lid) = 0;
+    virtual Result<void> detach_mcast(const Gid& gid, uint16_t lid) = 0;
+    // Outstanding WRs are dropped, as ibv_destroy_qp; its multicast groups are left.
     virtual Result<void> destroy() = 0;
     Qp(const Qp&) = delete;
     Qp& operator=(const Qp&) = delete;

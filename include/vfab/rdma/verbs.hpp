@@ -260,6 +260,11 @@ enum class AsyncEventType : uint32_t {
     qp_last_wqe_reached = 16,   // a QP of an SRQ went to the error state: it takes no more WRs
 };
 
+// enum ibv_qp_create_flags: the ones the transport has.
+enum QpCreateFlags : uint32_t {
+    qp_create_block_self_mcast_lb = 1u << 1,   // a UD QP does not receive its own multicast sends
+};
+
 struct QpCapsRdma {
     uint32_t max_send_wr = 256;
     uint32_t max_recv_wr = 256;

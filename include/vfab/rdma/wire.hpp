@@ -46,6 +46,14 @@ inline constexpr size_t kRoceHeadroom = kEthHeader + kIpv4Header + kUdpHeader;
 // the IPv4 header (Annex A17.4.5.1) and the first 20 are zero.
 inline constexpr size_t kGrhSize = 40;
 
+// IPv4 multicast (224.0.0.0/4) and its Ethernet addresses: 01:00:5e and the group's low 23
+// bits (RFC 1112 §6.4). RoCEv2 multicast is UD to such a group (Annex A17.4.5.2).
+constexpr bool is_ipv4_multicast(uint32_t ip) noexcept { return (ip >> 28) == 0xE; }
+inline void ipv4_multicast_mac(uint32_t ip, uint8_t* mac) noexcept {
+    mac[0] = 0x01; mac[1] = 0x00; mac[2] = 0x5e;
+    mac[3] = uint8_t((ip >> 16) & 0x7f); mac[4] = uint8_t(ip >> 8); mac[5] = uint8_t(ip);
+}
+
 // ARP over Ethernet for IPv4 (RFC 826).
 inline constexpr size_t kArpPacket = 28;
 inline constexpr uint16_t kArpRequest = 1;
@@ -62,6 +70,7 @@ inline constexpr uint16_t kDefaultPkey = 0xFFFF;
 inline constexpr uint8_t kBthAckReq = 0x80;
 inline constexpr uint32_t kPsnMask = 0xFFFFFF;
 inline constexpr uint32_t kQpnMask = 0xFFFFFF;
+inline constexpr uint32_t kMulticastQpn = 0xFFFFFF;   // the DestQP of a multicast datagram (10.5.2.x, as ibv's)
 
 // Extended transport headers (9.3).
 inline constexpr size_t kReth = 16;        // VA, R_Key, DMA length
