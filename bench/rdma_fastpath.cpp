@@ -9,6 +9,10 @@
 //     SIZE bytes a message (path MTU 1024, as in the lab), WINDOW messages outstanding at most,
 //     a completion every SIGNAL messages (and for the last). Defaults: 20000 messages, window 1,
 //     every message signalled.
+//   rdma_fastpath regmr SIZE [CYCLES]
+//     fast registration cycles on A's queue pair (docs/rdma-memory.md): a REG_MR of SIZE bytes
+//     in 4 KiB blocks, unsignalled, and a signalled LOCAL_INV of the new key, posted in one call;
+//     then A's CQ polled for the LOCAL_INV's completion. Nothing goes on the wire.
 //
 // Every call into the transport goes through the counted_* functions below, so that callgrind
 // can collect inside them only (--toggle-collect='*counted_*') and leave out the fake devices'
@@ -112,6 +116,9 @@ void connect(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn) {
 // never inlined, so that their names survive as they are.
 extern "C" {
 __attribute__((noinline)) PostResult counted_post_send(Qp* qp, const SendWr* wr) { return qp->post_send(std::span(wr, 1)); }
+__attribute__((noinline)) PostResult counted_post_send_list(Qp* qp, const SendWr* wr, size_t n) {
+    return qp->post_send(std::span(wr, n));
+}
 __attribute__((noinline)) int counted_requester_poll(Cq* cq, Wc* wc, size_t n) { return cq->poll(std::span(wc, n)); }
 __attribute__((noinline)) int counted_responder_poll(Cq* cq, Wc* wc, size_t n) { return cq->poll(std::span(wc, n)); }
 __attribute__((noinline)) int counted_responder_progress(Port* port) { return port->progress(); }
@@ -124,6 +131,7 @@ namespace {
 
 struct Run {
     bool send = false;
+    bool regmr = false;
     uint32_t size = 64;
     uint64_t messages = 20000;
     uint32_t window = 1, signal = 1;
@@ -187,20 +195,55 @@ uint64_t transfer(const Run& r, Side& a, Side& b, uint64_t n) {
     return completed;
 }
 
+// `n` REG_MR + LOCAL_INV cycles on A's queue pair; the number completed.
+uint64_t regmr_cycles(const Run& r, Side& a, uint64_t n) {
+    static uint32_t key = 0;
+    if (!key) {
+        auto k = a.port->pd().alloc_mr(r.size);
+        if (!k) die(k.error().message);
+        key = *k;
+    }
+    const uint64_t base = (reinterpret_cast<uint64_t>(a.mem.data()) + 4095) & ~uint64_t(4095);
+    std::vector<uint64_t> blocks((r.size + 4095) / 4096);
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = base + i * 4096;
+    RegMrInfo info{blocks.data(), uint32_t(blocks.size()), 4096, 0, kAllRemote, r.size, 0x10000000};
+    SendWr w[2];
+    w[0].opcode = WrOpcode::reg_mr;
+    w[0].reg = &info;
+    w[1].opcode = WrOpcode::local_inv;
+    w[1].send_flags = wr_signaled;
+    Wc wc[4];
+    uint64_t done = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+        w[0].mem_key = key;
+        w[0].new_key = w[1].imm_data = next_key(key);
+        key = w[0].new_key;
+        if (!counted_post_send_list(a.qp, w, 2)) die("post_send refused");
+        int k = 0;
+        while ((k = counted_requester_poll(a.cq, wc, 4)) == 0) {
+        }
+        if (wc[0].status != WcStatus::success) die(std::string("LOCAL_INV: ") + to_string(wc[0].status));
+        done += uint64_t(k);
+    }
+    return done;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     if (argc < 3) {
-        std::fprintf(stderr, "usage: rdma_fastpath write|send SIZE [MESSAGES] [WINDOW] [SIGNAL] [auto|tables|clmul]\n");
+        std::fprintf(stderr, "usage: rdma_fastpath write|send SIZE [MESSAGES] [WINDOW] [SIGNAL] [auto|tables|clmul]\n"
+                             "       rdma_fastpath regmr SIZE [CYCLES]\n");
         return 2;
     }
     Run r;
     const std::string op = argv[1];
-    if (op != "write" && op != "send") {
-        std::fprintf(stderr, "rdma_fastpath: the operation is write or send\n");
+    if (op != "write" && op != "send" && op != "regmr") {
+        std::fprintf(stderr, "rdma_fastpath: the operation is write, send or regmr\n");
         return 2;
     }
     r.send = op == "send";
+    r.regmr = op == "regmr";
     r.size = uint32_t(std::atoi(argv[2]));
     if (argc > 3) r.messages = uint64_t(std::atoll(argv[3]));
     if (argc > 4) r.window = uint32_t(std::atoi(argv[4]));
@@ -218,7 +261,7 @@ int main(int argc, char** argv) {
     }
     vfab::test::RdmaPair pair(1500);   // a 1500-byte link: path MTU 1024, as the lab's NICs and rxe
     Side a, b;
-    make_side(a, *pair.a, std::max<size_t>(r.size, 4096));
+    make_side(a, *pair.a, std::max<size_t>(r.size, 4096) + 4096);
     make_side(b, *pair.b, std::max<size_t>(r.size, 4096));
     connect(a, b, 100, 200);
     connect(b, a, 200, 100);
@@ -226,6 +269,16 @@ int main(int argc, char** argv) {
                                                 : crc == "clmul" ? Crc32Method::clmul
                                                                  : Crc32Method::automatic);
 
+    if (r.regmr) {
+        regmr_cycles(r, a, 64);   // warm-up
+        VFAB_BENCH_ZERO_STATS();
+        const auto t0 = std::chrono::steady_clock::now();
+        const uint64_t done = regmr_cycles(r, a, r.messages);
+        const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("rdma_fastpath regmr size=%u cycles=%llu: %.0f ns/cycle (REG_MR + LOCAL_INV), %llu completions\n",
+                    r.size, (unsigned long long)r.messages, ns / double(r.messages), (unsigned long long)done);
+        return 0;
+    }
     transfer(r, a, b, 64);   // warm-up: ARP both ways, first touches
     VFAB_BENCH_ZERO_STATS();
     const auto t0 = std::chrono::steady_clock::now();
