@@ -2,9 +2,9 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <vector>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "api/c_api_internal.hpp"
 
@@ -277,6 +277,40 @@ vfab_mr* vfab_reg_mr(vfab_device* dev, void* addr, size_t length, uint32_t acces
         return nullptr;
     }
     return capi::register_mr(dev, addr, length, access, "vfab_reg_mr");
+}
+
+vfab_mr* vfab_reg_device_mr(vfab_device* dev, const char* memory_device, uint32_t bar, uint64_t offset, uint64_t length,
+                            uint32_t access) {
+    if (!dev || !memory_device) {
+        errno = null_arg("vfab_reg_device_mr", dev ? "memory_device" : "dev");
+        return nullptr;
+    }
+    auto addr = PciAddress::parse(memory_device);
+    if (!addr) {
+        errno = fail(EINVAL, str_cat("vfab_reg_device_mr: '", memory_device, "' is not a PCI address (0000:00:0b.0)"));
+        return nullptr;
+    }
+    std::lock_guard lock(dev->mu);
+    if (!dev->dev->pd().maps_device_memory()) {   // say why before opening anything
+        auto r = dev->dev->pd().register_device_memory(nullptr, bar, offset, length, dma::Access(access));
+        errno = fail(r.error().code, str_cat("vfab_reg_device_mr: ", r.error().message));
+        return nullptr;
+    }
+    vfio::DeviceOptions o;
+    o.backend = vfio::IommuBackend::legacy;   // its own container: type1 maps its BAR's mmap for the NIC
+    auto mem = vfio::Device::open(*addr, o);
+    if (!mem) {
+        errno = fail(mem.error().code, str_cat("vfab_reg_device_mr: ", mem.error().message));
+        return nullptr;
+    }
+    auto mr = dev->dev->pd().register_device_memory(std::shared_ptr<vfio::Device>(std::move(*mem)), bar, offset, length,
+                                                    dma::Access(access));
+    if (!mr) {
+        errno = fail(mr.error().code, str_cat("vfab_reg_device_mr: ", mr.error().message));
+        return nullptr;
+    }
+    dev->mrs.push_back(std::make_unique<vfab_mr>(vfab_mr{dev, *mr, true}));
+    return dev->mrs.back().get();
 }
 
 int vfab_query_mr(const vfab_mr* mr, vfab_mr_attr* out) {

@@ -27,7 +27,8 @@ Result<std::unique_ptr<ProtectionDomain>> ProtectionDomain::create(std::shared_p
 
 ProtectionDomain::ProtectionDomain(std::shared_ptr<vfio::IommuContext> ctx, std::optional<IovaAllocator> iovas,
                                    MrTable table)
-    : ctx_(std::move(ctx)), iovas_(std::move(iovas)), mr_pages_(table.capacity()), table_(std::move(table)) {}
+    : ctx_(std::move(ctx)), iovas_(std::move(iovas)), mr_pages_(table.capacity()), mr_devices_(table.capacity()),
+      table_(std::move(table)) {}
 
 ProtectionDomain::~ProtectionDomain() {
     // Devices must be quiesced before their domain goes: from here on their DMA faults.
@@ -94,11 +95,15 @@ void ProtectionDomain::unmap_user(const PageRange& pages) {
 }
 
 Result<MemoryRegion> ProtectionDomain::register_memory(void* addr, uint64_t len, Access access) {
+    std::lock_guard lock(mu_);
+    return register_locked(addr, len, access);
+}
+
+Result<MemoryRegion> ProtectionDomain::register_locked(void* addr, uint64_t len, Access access) {
     const auto start = reinterpret_cast<uint64_t>(addr);
     if (len == 0) return Error{EINVAL, "memory registration: the length must not be 0"};
     if (start + len < start)
         return Error{EINVAL, str_cat("memory registration of ", len, " bytes at ", addr, " wraps around the address space")};
-    std::lock_guard lock(mu_);
     MemoryRegion mr{addr, len, 0, 0, Iova(), access, false};
     std::optional<PageRange> pages;
     if (const DmaArena* arena = arena_holding(addr, len)) {
@@ -133,6 +138,7 @@ Result<void> ProtectionDomain::deregister(const MemoryRegion& mr) {
     auto& pages = mr_pages_[key_index(mr.lkey)];
     if (pages) unmap_user(*pages);
     pages.reset();
+    mr_devices_[key_index(mr.lkey)].reset();   // after the unmap: the device may close now
     return {};
 }
 

@@ -487,6 +487,7 @@ DeviceCaps PortImpl::query_device() const {
     a.phys_port_cnt = 1;
     c.vfab_caps = vfab_cap_reg_mr_wr | vfab_cap_zero_based | vfab_cap_remote_invalidate | vfab_cap_srq | vfab_cap_async_events |
                   vfab_cap_masked_atomics | vfab_cap_block_self_mcast_lb;
+    if (link_->pd().maps_device_memory()) c.vfab_caps |= vfab_cap_p2p_memory;
     c.max_path_mtu = active_mtu_;
     return c;
 }

@@ -249,7 +249,7 @@ struct vfab_rdma_device_attr {
 enum vfab_rdma_vfab_cap {
     VFAB_RDMA_CAP_REG_MR_WR = 1 << 0, VFAB_RDMA_CAP_ZERO_BASED = 1 << 1, VFAB_RDMA_CAP_REMOTE_INVALIDATE = 1 << 2,
     VFAB_RDMA_CAP_SRQ = 1 << 3, VFAB_RDMA_CAP_ASYNC_EVENTS = 1 << 4, VFAB_RDMA_CAP_MASKED_ATOMICS = 1 << 5,
-    VFAB_RDMA_CAP_BLOCK_SELF_MCAST_LB = 1 << 6
+    VFAB_RDMA_CAP_BLOCK_SELF_MCAST_LB = 1 << 6, VFAB_RDMA_CAP_P2P_MEMORY = 1 << 7, VFAB_RDMA_CAP_DMA_BUF = 1 << 8
 };
 struct vfab_rdma_device_caps {
     struct vfab_rdma_device_attr attr;

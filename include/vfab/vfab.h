@@ -243,6 +243,13 @@ struct vfab_mr_attr {
 /* Registers user memory (any, e.g. malloc'ed: it is pinned and mapped through the IOMMU). */
 vfab_mr *vfab_reg_mr(vfab_device *dev, void *addr, size_t length, uint32_t access);
 int vfab_query_mr(const vfab_mr *mr, struct vfab_mr_attr *attr);
+/* Another device's memory for peer-to-peer DMA (docs/rdma-p2p.md): `length` bytes from `offset`
+ * of BAR `bar` of the PCI device `memory_device` ("0000:00:0b.0", bound to vfio-pci), which
+ * vfab opens through VFIO and keeps open until the MR goes; vfab_query_mr's addr is where the
+ * CPU reaches it. ENOTSUP (and vfab_last_error) where the device's IOMMU backend cannot map
+ * device memory (iommufd without dma-bufs, no-IOMMU). */
+vfab_mr *vfab_reg_device_mr(vfab_device *dev, const char *memory_device, uint32_t bar, uint64_t offset,
+                            uint64_t length, uint32_t access);
 int vfab_dereg_mr(vfab_mr *mr);
 /* `length` bytes of DMA memory (hugepages when there are some, near the device), zeroed and
  * registered with `access`: the MR goes to *mr. The memory lives until vfab_close(). */

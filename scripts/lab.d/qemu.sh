@@ -8,6 +8,8 @@
 #   08 virtio-net with 4 queue pairs (mq, rss) on a multi-queue tap, bridged to the tap of
 #   09 a virtio-net with one queue pair; both taps live in QEMU's own network namespace
 #      (netns-run). Where namespaces are not allowed, 08 and 09 are left out, loudly.
+#   0b ivshmem-plain: BAR 2 is 16 MiB of host memory, a stand-in for another device's memory
+#      (a GPU's BAR) that the NICs DMA to and from peer to peer (docs/rdma-p2p.md)
 # A hub whose only other port cannot receive stalls TX, hence the sinks (LAB.md pitfall 6).
 
 # A free UDP port on 127.0.0.1 (random, checked against the sockets in use).
@@ -65,7 +67,8 @@ qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
            -netdev "$(sink_netdev sink1)" -netdev hubport,id=p3,hubid=1,netdev=sink1
            -netdev hubport,id=p4,hubid=2 -device igb,addr=05.0,romfile=,netdev=p4,mac=52:54:00:00:00:05
            -netdev hubport,id=p9,hubid=2 -device igb,addr=0a.0,romfile=,netdev=p9,mac=52:54:00:00:00:0a
-           -netdev "$(sink_netdev sink2)" -netdev hubport,id=p5,hubid=2,netdev=sink2)
+           -netdev "$(sink_netdev sink2)" -netdev hubport,id=p5,hubid=2,netdev=sink2
+           -object memory-backend-ram,id=ivshm,size=16M,share=on -device ivshmem-plain,addr=0b.0,memdev=ivshm)
     if netns_available; then
         args+=(-netdev "tap,id=mq,ifname=vfabmq,script=no,downscript=no,vhost=off,queues=$LAB_TAP_QUEUES"
                -device virtio-net-pci,addr=08.0,romfile=,netdev=mq,disable-legacy=on,iommu_platform=on,packed=on,mq=on,rss=on,mac=52:54:00:00:00:08

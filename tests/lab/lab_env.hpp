@@ -44,6 +44,7 @@ inline const std::vector<LabDevice>& devices() {
         // On taps in QEMU's network namespace (absent where namespaces are not allowed):
         {"virtio-net-mq", "0000:00:08.0", 0x1af4, 0x1041},    // 4 queue pairs, RSS
         {"virtio-net-tap", "0000:00:09.0", 0x1af4, 0x1041},   // bridged to virtio-net-mq
+        {"ivshmem", "0000:00:0b.0", 0x1af4, 0x1110},          // BAR 2: 16 MiB of memory, for P2P DMA
     };
     return all;
 }

@@ -298,6 +298,11 @@ int c_rdma_loopback(const char *pci, const char *sysfs_root, const char *provide
         CHECK(vfab_rdma_destroy_qp(u) == 0);
     }
 
+    /* Device memory: a memory device that is not a PCI address, or none. */
+    CHECK(vfab_reg_device_mr(dev, NULL, 2, 0, 4096, VFAB_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL);
+    CHECK(vfab_reg_device_mr(dev, "not-a-bdf", 2, 0, 4096, VFAB_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL);
+    CHECK(strstr(vfab_last_error(), "not a PCI address") != NULL);
+
     CHECK(vfab_rdma_destroy_cq(cq) == EBUSY);
     CHECK(vfab_rdma_destroy_qp(a) == 0);
     CHECK(vfab_rdma_destroy_qp(a) == ENODEV);

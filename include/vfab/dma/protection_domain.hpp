@@ -24,6 +24,7 @@
 #include "vfab/dma/dma_arena.hpp"
 #include "vfab/dma/iova_allocator.hpp"
 #include "vfab/dma/mr_table.hpp"
+#include "vfab/vfio/device.hpp"
 
 namespace vfab::dma {
 
@@ -35,6 +36,7 @@ struct MemoryRegion {
     Iova iova;                 // of addr
     Access access = Access::none;
     bool pinned = false;       // user memory mapped for this registration (not in an arena)
+    bool device_memory = false;   // another device's memory (register_device_memory)
 };
 
 struct PdOptions {
@@ -54,6 +56,22 @@ public:
     Result<DmaArena*> create_arena(size_t len, const DmaMemoryOptions& opts = {});
 
     Result<MemoryRegion> register_memory(void* addr, uint64_t len, Access access);
+    // Memory of another device — `len` bytes from `offset` of region (BAR) `bar` of the VFIO
+    // device `dev`, as a GPU's memory would be — for peer-to-peer DMA: this domain's device
+    // reads and writes it directly, and the CPU through its mmap (MemoryRegion::addr), so the
+    // RDMA transport uses it as any MR (docs/rdma-p2p.md; libfabric's FI_MR_P2P). The region
+    // must be mmapped whole; `dev` stays open until the registration goes (the IOMMU holds no
+    // reference on device memory). The legacy type1 container maps it; iommufd pins only
+    // host memory (device memory needs a dma-buf: register_dmabuf) and no-IOMMU mode has no
+    // bus address for it: both are ENOTSUP with what to do.
+    Result<MemoryRegion> register_device_memory(std::shared_ptr<vfio::Device> dev, uint32_t bar, uint64_t offset,
+                                                uint64_t len, Access access);
+    // A dma-buf (ibv_reg_dmabuf_mr): `len` bytes from `offset` of the buffer `fd` exports.
+    // It needs iommufd's IOMMU_IOAS_MAP_FILE, which this build's kernel headers lack: ENOTSUP
+    // naming the kernel feature.
+    Result<MemoryRegion> register_dmabuf(int fd, uint64_t offset, uint64_t len, Access access);
+    // Whether register_device_memory works with this domain's IOMMU backend.
+    bool maps_device_memory() const noexcept;
     // Invalidates the keys (a later use reads stale_key or bad_key) and, for user memory,
     // unmaps it once no other registration shares the mapping: the device's DMA to it faults.
     Result<void> deregister(const MemoryRegion& mr);
@@ -105,7 +123,9 @@ private:
     std::vector<std::unique_ptr<DmaArena>> arenas_;
     std::map<PageRange, UserMapping> user_;
     std::vector<std::optional<PageRange>> mr_pages_;   // by key index: the user mapping it uses
+    std::vector<std::shared_ptr<vfio::Device>> mr_devices_;   // by key index: the device whose memory it is
     MrTable table_;
+    Result<MemoryRegion> register_locked(void* addr, uint64_t len, Access access);
 };
 
 }  // namespace vfab::dma

@@ -1,0 +1,52 @@
+// Peer-to-peer DMA: registering another device's memory (a VFIO device's BAR) or a dma-buf in a
+// protection domain (docs/rdma-p2p.md).
+#include <cerrno>
+
+#include "vfab/dma/protection_domain.hpp"
+
+namespace vfab::dma {
+
+bool ProtectionDomain::maps_device_memory() const noexcept { return ctx_->backend() == vfio::IommuBackend::legacy; }
+
+Result<MemoryRegion> ProtectionDomain::register_device_memory(std::shared_ptr<vfio::Device> dev, uint32_t bar,
+                                                              uint64_t offset, uint64_t len, Access access) {
+    switch (ctx_->backend()) {   // first: what the IOMMU can do, whatever else is asked
+    case vfio::IommuBackend::legacy: break;
+    case vfio::IommuBackend::iommufd:
+        return Error{ENOTSUP, "device memory registration: iommufd maps only host memory it can pin; another device's "
+                              "memory needs a dma-buf of it (register_dmabuf, IOMMU_IOAS_MAP_FILE). Open the NIC with "
+                              "the legacy VFIO container (VFAB_IOMMU_BACKEND=legacy), which maps a BAR's mmap"};
+    default:
+        return Error{ENOTSUP, "device memory registration: without an IOMMU the NIC needs the memory's bus address, "
+                              "which vfab does not look up for a BAR yet: use an IOMMU (legacy backend)"};
+    }
+    if (!dev) return Error{EINVAL, "device memory registration: no device"};
+    auto region = dev->region(bar);
+    if (!region) return region.take_error();
+    vfio::Region& r = **region;
+    if (!r.fully_mapped())
+        return Error{EINVAL, str_cat("device memory registration: region ", bar, " of ", dev->address().to_string(),
+                                     " is not mmapped whole (", r.mapped_length(), " of ", r.size(),
+                                     " bytes): only a memory BAR the kernel lets user space map can be DMAed to")};
+    if (len == 0 || offset >= r.size() || len > r.size() - offset)
+        return Error{EINVAL, str_cat("device memory registration: ", len, " bytes from ", offset, " do not fit region ",
+                                     bar, " (", r.size(), " bytes)")};
+    std::lock_guard lock(mu_);
+    auto mr = register_locked(const_cast<uint8_t*>(r.base()) + offset, len, access);
+    if (!mr) return mr;
+    mr->device_memory = true;
+    mr_devices_[key_index(mr->lkey)] = std::move(dev);
+    return mr;
+}
+
+Result<MemoryRegion> ProtectionDomain::register_dmabuf(int fd, uint64_t, uint64_t len, Access) {
+    if (fd < 0 || len == 0) return Error{EINVAL, "dma-buf registration: a file descriptor and a length are needed"};
+    if (ctx_->backend() != vfio::IommuBackend::iommufd)
+        return Error{ENOTSUP, str_cat("dma-buf registration goes through iommufd; this domain's IOMMU context is ",
+                                      vfio::to_string(ctx_->backend()), " (VFAB_IOMMU_BACKEND=iommufd)")};
+    return Error{ENOTSUP, "dma-buf registration needs iommufd's IOMMU_IOAS_MAP_FILE accepting dma-bufs (newer kernels "
+                          "than the 6.12 headers this build has): not available here; for a VFIO device's BAR use "
+                          "register_device_memory with the legacy container"};
+}
+
+}  // namespace vfab::dma
