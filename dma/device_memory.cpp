@@ -6,12 +6,15 @@
 
 namespace vfab::dma {
 
-bool ProtectionDomain::maps_device_memory() const noexcept { return ctx_->backend() == vfio::IommuBackend::legacy; }
+bool ProtectionDomain::maps_device_memory() const noexcept { return ctx_->maps_device_memory(); }
 
 Result<MemoryRegion> ProtectionDomain::register_device_memory(std::shared_ptr<vfio::Device> dev, uint32_t bar,
                                                               uint64_t offset, uint64_t len, Access access) {
     switch (ctx_->backend()) {   // first: what the IOMMU can do, whatever else is asked
-    case vfio::IommuBackend::legacy: break;
+    case vfio::IommuBackend::legacy:
+        if (ctx_->maps_device_memory()) break;
+        return Error{ENOTSUP, "device memory registration: this domain's memory is shared with a vhost-user "
+                              "back-end, which maps only vfab's DMA arenas"};
     case vfio::IommuBackend::iommufd:
         return Error{ENOTSUP, "device memory registration: iommufd maps only host memory it can pin; another device's "
                               "memory needs a dma-buf of it (register_dmabuf, IOMMU_IOAS_MAP_FILE). Open the NIC with "

@@ -36,6 +36,7 @@ public:
         info_.iova_ranges = {vfio::IovaRange{0x1000, (1ull << 57) - 1}};
         devices_ = 1;
     }
+    bool maps_device_memory() const override { return false; }   // only memfd-backed arenas
     // The device is closing: later unmaps only forget their regions.
     void detach() {
         std::lock_guard lock(mutex_);

@@ -41,7 +41,7 @@ namespace vfab::provider {
 // the dma:: classes the device hands out.
 inline constexpr uint32_t kAbiVersion = 5;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
                                              // 4: dma::Translation and MrTable's slots carry the CPU address, OpenOptions::mtu;
-                                             // 5: set_multicast()
+                                             // 5: set_multicast(), IommuContext::maps_device_memory()
 
 struct PciId {
     uint16_t vendor = 0;

@@ -149,6 +149,12 @@ TEST_P(VhostNet, TransmitToRxonly) {
     auto bad = dev_->pd().register_memory(plain.data(), plain.size(), dma::Access::local_write);
     ASSERT_FALSE(bad);
     EXPECT_NE(bad.error().message.find("pd().create_arena()"), std::string::npos) << bad.error().message;
+    // Nor another device's memory: the back-end maps only vfab's arenas.
+    EXPECT_FALSE(dev_->pd().maps_device_memory());
+    auto p2p = dev_->pd().register_device_memory(nullptr, 2, 0, 4096, dma::Access::local_write);
+    ASSERT_FALSE(p2p);
+    EXPECT_EQ(p2p.error().code, ENOTSUP);
+    EXPECT_NE(p2p.error().message.find("vhost-user"), std::string::npos) << p2p.error().message;
 
     constexpr uint32_t kFrames = 10000;
     std::vector<uint32_t> free_slots;

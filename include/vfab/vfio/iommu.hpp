@@ -70,6 +70,9 @@ public:
     // physically contiguous, e.g. within one hugepage).
     Result<Iova> map_dma(void* va, size_t len, Iova iova, unsigned access = kDmaReadWrite);
     Result<void> unmap_dma(Iova iova, size_t len);
+    // Whether map_dma takes another device's memory (a BAR's mmap): the legacy type1 container
+    // does; iommufd pins host memory only; no-IOMMU mode has no bus address for it.
+    virtual bool maps_device_memory() const { return backend_ == IommuBackend::legacy; }
 
     // Live mappings made through this context (iova -> length). Not to be read while another
     // thread maps or unmaps.
