@@ -33,6 +33,7 @@ inline uint64_t clock_ns(clockid_t clock) noexcept {
 inline constexpr uint32_t kVendorErrArpUnresolved = 0x10001;
 inline constexpr uint32_t kFirstQpn = 0x100;   // QP numbers: kFirstQpn + index in the port's table
 inline constexpr uint32_t kMaxAsyncEvents = 256;   // unread asynchronous events a port keeps
+inline constexpr uint32_t kFirstSrqn = 0x10;       // SRQ numbers: kFirstSrqn + index in the port's list
 inline constexpr uint32_t kAckReqInterval = 32; // AckReq at least every this many packets of a message
 // Packets sent and not yet acknowledged, at most: a burst the peer's receive ring can take
 // (rxe keeps 128 too). Without a bound a 1 MiB message overruns a NIC's ring at every try.
@@ -119,13 +120,30 @@ struct SendWqe {
     uint32_t vendor_err = 0;
 };
 
+class XrcdImpl final : public XrcDomain {
+public:
+    explicit XrcdImpl(PortImpl& port) : port_(port) {}
+    Result<void> destroy() override;
+    uint32_t users = 0;   // XRC SRQs and receive queue pairs in it
+    bool destroyed = false;
+
+private:
+    PortImpl& port_;
+};
+
 class SrqImpl final : public Srq {
 public:
-    SrqImpl(PortImpl& port, const SrqAttr& a) : port_(port), limit_(a.srq_limit) { rq.init(a.max_wr, a.max_sge); }
+    SrqImpl(PortImpl& port, const SrqAttr& a, uint32_t srqn) : srqn(srqn), port_(port), limit_(a.srq_limit) {
+        rq.init(a.max_wr, a.max_sge);
+    }
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
     Result<void> modify(const SrqAttr& attr, uint32_t mask) override;
     SrqAttr query() const override;
+    uint32_t srq_num() const noexcept override { return srqn; }
     Result<void> destroy() override;
+    const uint32_t srqn;
+    XrcdImpl* xrcd = nullptr;   // an XRC SRQ: its domain and the CQ its receives complete on
+    CqImpl* cq = nullptr;
 
     // A queue pair took a WR: the limit event when fewer than the limit stay posted.
     void taken() noexcept;
@@ -171,6 +189,9 @@ public:
     Result<void> detach_mcast(const Gid& gid, uint16_t lid) override;
     Result<void> destroy() override;
     bool blocks_self_mcast() const noexcept { return create_flags_ & qp_create_block_self_mcast_lb; }
+    bool is_xrc() const noexcept { return type_ == QpType::xrc_send || type_ == QpType::xrc_recv; }
+    // RC and both XRC ends: connected, reliable, PSN-ordered.
+    bool connected() const noexcept { return type_ != QpType::ud; }
 
     // Called by the port.
     void on_packet(const Packet& p) noexcept;
@@ -265,7 +286,11 @@ private:
     bool waiting_arp_ = false;
 
     // Responder. rq_ is own_rq_ or the SRQ's; cur_recv_ the WR the message in progress fills.
-    SrqImpl* const srq_;
+    // An XRC receive QP takes srq_ from each message's XRCETH (select_xrc_srq).
+    SrqImpl* srq_;
+    XrcdImpl* const xrcd_;
+    bool select_xrc_srq(const Packet& p) noexcept;
+    CqImpl* recv_cq() const noexcept { return type_ == QpType::xrc_recv ? srq_->cq : rcq_; }
     RecvQueue own_rq_;
     RecvQueue* rq_ = nullptr;
     uint32_t cur_recv_ = RecvQueue::kNone;
@@ -306,6 +331,9 @@ public:
     Result<Qp*> create_qp(const QpInitAttr& attr) override;
     Result<AddressHandle*> create_ah(const AhAttr& attr) override;
     Result<Srq*> create_srq(const SrqAttr& attr) override;
+    Result<XrcDomain*> create_xrcd() override;
+    Result<Srq*> create_xrc_srq(const SrqAttr& attr, XrcDomain* xrcd, Cq* cq) override;
+    SrqImpl* find_srq(uint32_t srqn) noexcept;   // XRC: the SRQ a message names, null when none
     DeviceCaps query_device() const override;
     bool get_async_event(AsyncEvent& out) noexcept override;
     int async_fd() const noexcept override { return async_fd_.get(); }
@@ -399,7 +427,9 @@ private:
     std::vector<std::unique_ptr<QpImpl>> qps_;     // by index
     std::vector<std::unique_ptr<CqImpl>> cqs_;
     std::vector<std::unique_ptr<AhImpl>> ahs_;
-    std::vector<std::unique_ptr<SrqImpl>> srqs_;
+    std::vector<std::unique_ptr<SrqImpl>> srqs_;   // SRQ number: kFirstSrqn + index
+    std::vector<std::unique_ptr<XrcdImpl>> xrcds_;
+    Result<SrqImpl*> new_srq(const SrqAttr& a);
     struct McastGroup {
         uint32_t ip = 0;
         std::vector<QpImpl*> qps;

@@ -62,6 +62,8 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
     p.dest_qp = load24(bth + 5);
     p.ack_req = bth[8] & kBthAckReq;
     p.psn = load24(bth + 9);
+    p.xrc = p.info.has(is_xrc);
+    if (p.xrc) p.opcode &= 0x1F;   // the transport compares RC's opcodes; `xrc` says which it was
 
     const uint32_t ext = uint32_t(ext_header_size(p.info));
     const uint32_t fixed = kUdpHeader + kBth + ext + kIcrc;
@@ -74,6 +76,7 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
 
     const uint8_t* x = f + kExtOff;
     if (p.info.has(has_deth)) { p.qkey = load32(x); p.src_qp = load24(x + 5); x += kDeth; }
+    if (p.info.has(has_xrceth)) { p.xrc_srqn = load24(x + 1); x += kXrcEth; }
     if (p.info.has(has_reth)) { p.va = load64(x); p.rkey = load32(x + 8); p.dma_len = load32(x + 12); x += kReth; }
     if (p.info.has(has_atomic_eth)) {
         p.va = load64(x); p.rkey = load32(x + 8); p.swap_add = load64(x + 12); p.compare = load64(x + 20);
@@ -101,7 +104,8 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
 }
 
 uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) noexcept {
-    const OpInfo info = op_info(h.opcode);
+    const uint8_t opcode = h.xrc ? uint8_t(op::kXrcBase | (h.opcode & 0x1F)) : h.opcode;
+    const OpInfo info = op_info(opcode);
     const uint32_t ext = uint32_t(ext_header_size(info));
     const uint32_t pad = pad_of(payload_len);
     const uint32_t udp_len = uint32_t(kUdpHeader + kBth + ext + payload_len + pad + kIcrc);
@@ -130,7 +134,7 @@ uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) 
     store16(udp + 6, 0);   // no UDP checksum: the ICRC covers the packet (A17.3.1)
 
     uint8_t* bth = f + kBthOff;
-    bth[0] = h.opcode;
+    bth[0] = opcode;
     bth[1] = uint8_t((h.solicited ? kBthSolicited : 0) | pad << 4);
     store16(bth + 2, kDefaultPkey);
     bth[4] = 0;
@@ -140,6 +144,7 @@ uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) 
 
     uint8_t* x = f + kExtOff;
     if (info.has(has_deth)) { store32(x, h.qkey); x[4] = 0; store24(x + 5, h.src_qp); x += kDeth; }
+    if (info.has(has_xrceth)) { x[0] = 0; store24(x + 1, h.xrc_srqn); x += kXrcEth; }
     if (info.has(has_reth)) { store64(x, h.va); store32(x + 8, h.rkey); store32(x + 12, h.dma_len); x += kReth; }
     if (info.has(has_atomic_eth)) {
         store64(x, h.va); store32(x + 8, h.rkey); store64(x + 12, h.swap_add); store64(x + 20, h.compare);

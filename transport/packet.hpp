@@ -42,6 +42,8 @@ struct Packet {
     uint32_t inv_rkey = 0;      // IETH
     uint32_t qkey = 0;          // DETH
     uint32_t src_qp = 0;
+    bool xrc = false;           // an XRC opcode (`opcode` holds RC's equivalent: its low 5 bits)
+    uint32_t xrc_srqn = 0;      // XRCETH
 
     const uint8_t* payload = nullptr;
     uint32_t payload_len = 0;
@@ -89,6 +91,8 @@ struct PacketHeader {
     uint32_t inv_rkey = 0;
     uint32_t qkey = 0;
     uint32_t src_qp = 0;
+    bool xrc = false;        // send `opcode` (RC's) as its XRC opcode; requests carry XRCETH
+    uint32_t xrc_srqn = 0;
 };
 
 // Writes Ethernet, IPv4, UDP, BTH and the opcode's extension headers at `frame` for a payload

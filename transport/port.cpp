@@ -404,17 +404,29 @@ Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
     auto mine = [&](Cq* c) {
         return std::any_of(cqs_.begin(), cqs_.end(), [&](auto& x) { return x.get() == c && !x->destroyed; });
     };
-    if (!a.send_cq || !a.recv_cq || !mine(a.send_cq) || !mine(a.recv_cq))
-        return Error{EINVAL, "create_qp: send_cq and recv_cq must be completion queues of this port"};
+    const bool ini = a.qp_type == QpType::xrc_send, tgt = a.qp_type == QpType::xrc_recv;
+    if (a.qp_type != QpType::rc && a.qp_type != QpType::ud && !ini && !tgt)
+        return Error{EINVAL, "create_qp: this transport has RC, UD, XRC send and XRC receive queue pairs"};
+    if (tgt) {   // an XRC receiver: a domain, no CQs or queues of its own
+        auto* d = static_cast<XrcdImpl*>(a.xrcd);
+        if (!d || std::none_of(xrcds_.begin(), xrcds_.end(), [&](auto& x) { return x.get() == d && !d->destroyed; }))
+            return Error{EINVAL, "create_qp: an XRC receive queue pair needs xrcd, an XRC domain of this port"};
+        if (a.srq || a.send_cq || a.recv_cq)
+            return Error{EINVAL, "create_qp: an XRC receive queue pair has no CQs or SRQ of its own (its XRC SRQs have)"};
+    } else {
+        if (!a.send_cq || !mine(a.send_cq) || (!ini && (!a.recv_cq || !mine(a.recv_cq))) || (ini && a.recv_cq && !mine(a.recv_cq)))
+            return Error{EINVAL, "create_qp: send_cq and recv_cq must be completion queues of this port"};
+        if (ini && a.srq) return Error{EINVAL, "create_qp: an XRC send queue pair receives nothing (no srq)"};
+    }
     if (a.srq && std::none_of(srqs_.begin(), srqs_.end(), [&](auto& x) { return x.get() == a.srq && !x->destroyed; }))
         return Error{EINVAL, "create_qp: srq must be a shared receive queue of this port"};
-    if (a.qp_type != QpType::rc && a.qp_type != QpType::ud)
-        return Error{EINVAL, "create_qp: this transport has RC and UD queue pairs"};
+    if (a.srq && static_cast<SrqImpl*>(a.srq)->xrcd)
+        return Error{EINVAL, "create_qp: an XRC SRQ is reached through an XRC receive queue pair, not attached to a QP"};
     if (a.create_flags & ~uint32_t(qp_create_block_self_mcast_lb))
         return Error{EINVAL, str_cat("create_qp: create_flags 0x", std::hex, a.create_flags & ~uint32_t(qp_create_block_self_mcast_lb),
                                      " are not supported (block_self_mcast_lb is)")};
     const QpCapsRdma& c = a.cap;
-    const bool own_rq = !a.srq;
+    const bool own_rq = !a.srq && !ini && !tgt;
     if (c.max_send_wr == 0 || c.max_send_wr > kMaxQpWr || (own_rq && (c.max_recv_wr == 0 || c.max_recv_wr > kMaxQpWr)) ||
         c.max_send_sge == 0 || c.max_send_sge > kMaxSge || (own_rq && (c.max_recv_sge == 0 || c.max_recv_sge > kMaxSge)) ||
         c.max_inline_data > kMaxInline)
@@ -466,7 +478,8 @@ DeviceCaps PortImpl::query_device() const {
     a.max_qp = int(cfg_.max_qp);
     a.max_qp_wr = int(kMaxQpWr);
     a.device_cap_flags = device_resize_max_wr | device_curr_qp_state_mod | device_rc_rnr_nak_gen | device_srq_resize |
-                         device_n_notify_cq | device_mem_window | device_mem_mgt_extensions | device_mem_window_type_2b;
+                         device_n_notify_cq | device_mem_window | device_mem_mgt_extensions | device_mem_window_type_2b |
+                         device_xrc;
     a.max_sge = a.max_sge_rd = int(kMaxSge);
     a.max_cq = int(kMaxCq);
     a.max_cqe = int(kMaxCqe);

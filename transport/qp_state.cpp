@@ -12,7 +12,7 @@ using namespace wire;
 QpImpl::QpImpl(PortImpl& port, uint32_t qpn, const QpInitAttr& a)
     : port_(port), type_(a.qp_type), qpn_(qpn), scq_(static_cast<CqImpl*>(a.send_cq)),
       rcq_(static_cast<CqImpl*>(a.recv_cq)), cap_(a.cap), sq_sig_all_(a.sq_sig_all), create_flags_(a.create_flags),
-      srq_(static_cast<SrqImpl*>(a.srq)) {}
+      srq_(static_cast<SrqImpl*>(a.srq)), xrcd_(static_cast<XrcdImpl*>(a.xrcd)) {}
 
 Result<void> QpImpl::init() {
     const uint32_t sq = std::bit_ceil(cap_.max_send_wr), rq = cap_.max_recv_wr;
@@ -23,14 +23,18 @@ Result<void> QpImpl::init() {
     if (srq_) {
         rq_ = &srq_->rq;
         ++srq_->users;
+    } else if (is_xrc()) {   // no receive queue: an XRC receiver takes each message's SRQ
+        own_rq_.init(1, 1);
+        rq_ = &own_rq_;
     } else {
         own_rq_.init(rq, cap_.max_recv_sge);
         rq_ = &own_rq_;
     }
     res_.resize(kMaxRdAtomic);
     src_port_ = uint16_t(kRoceSourcePortBase | (qpn_ & 0x3FFF));
-    ++scq_->users;
-    ++rcq_->users;
+    if (scq_) ++scq_->users;
+    if (rcq_) ++rcq_->users;
+    if (xrcd_) ++xrcd_->users;
     return {};
 }
 
@@ -41,9 +45,10 @@ Result<void> QpImpl::destroy() {
     state_ = QpState::reset;
     port_.leave_all(this);
     return_recv();
-    --scq_->users;
-    --rcq_->users;
-    if (srq_) --srq_->users;
+    if (scq_) --scq_->users;
+    if (rcq_) --rcq_->users;
+    if (srq_ && type_ != QpType::xrc_recv) --srq_->users;
+    if (xrcd_) --xrcd_->users;
     return {};
 }
 
@@ -67,7 +72,7 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
                                          " must be given (IB spec table 91)")};
         return {};
     };
-    const bool rc = type_ == QpType::rc;
+    const bool rc = connected();
     if (mask & attr_path_mtu) {
         if (mtu_bytes(a.path_mtu) == 0) return Error{EINVAL, "modify_qp: path_mtu must be 1 (256) to 5 (4096)"};
         if (a.path_mtu > port_.active_mtu())
@@ -153,10 +158,10 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
         return {};
     }
     if (to == QpState::rtr && state_ == QpState::init) {
-        mtu_ = mtu_bytes(type_ == QpType::rc ? attr_.path_mtu : port_.active_mtu());
+        mtu_ = mtu_bytes(connected() ? attr_.path_mtu : port_.active_mtu());
         epsn_ = attr_.rq_psn;
         msn_ = 0;
-        if (type_ == QpType::rc) {
+        if (connected()) {
             peer_ip_ = attr_.ah_attr.dgid.ipv4();
             bool failed = false;
             peer_known_ = port_.resolve(peer_ip_, peer_mac_, failed);   // ARP now, before the first send
@@ -199,6 +204,7 @@ void QpImpl::flush() noexcept {
         recv_error(wr_id, WcStatus::wr_flush_err);
     };
     if (cur_recv_ != RecvQueue::kNone) flush_recv();
+    if (type_ == QpType::xrc_recv) return;   // its SRQs' other WRs stay for the domain's other QPs
     if (srq_) {
         if (!last_wqe_raised_) {
             last_wqe_raised_ = true;
@@ -218,7 +224,7 @@ void QpImpl::recv_error(uint64_t wr_id, WcStatus st) noexcept {
     wc.status = st;
     wc.opcode = WcOpcode::recv;
     wc.qp_num = qpn_;
-    rcq_->push(wc, false);
+    recv_cq()->push(wc, false);
 }
 
 bool QpImpl::take_recv() noexcept {
@@ -241,7 +247,7 @@ void QpImpl::return_recv() noexcept {
 PostResult QpImpl::post_recv(std::span<const RecvWr> wrs) noexcept {
     PortImpl::Guard g(port_);
     if (destroyed) return {ENODEV, 0};
-    if (state_ == QpState::reset || srq_) return {EINVAL, 0};   // with an SRQ: Srq::post_recv
+    if (state_ == QpState::reset || srq_ || is_xrc()) return {EINVAL, 0};   // with an SRQ: Srq::post_recv
     uint32_t i = 0;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
@@ -269,6 +275,9 @@ void QpImpl::on_packet(const Packet& p) noexcept {
         return;
     }
     if (p.info.has(has_deth)) return;   // a UD opcode to an RC queue pair
+    if (p.xrc != is_xrc()) return;      // RC and XRC opcodes do not mix
+    if (type_ == QpType::xrc_send && p.info.has(is_request)) return;   // a sender only sends
+    if (type_ == QpType::xrc_recv && !p.info.has(is_request)) return;  // a receiver only receives
     if (p.src_ip != peer_ip_) return;   // RC: only the connected peer (as rxe checks the GIDs)
     if (!peer_known_) {   // its ARP answer may still be on its way: answer where the request came from
         std::memcpy(peer_mac_, p.src_mac, 6);

@@ -94,6 +94,7 @@ SendWqe& QpImpl::new_wqe(const SendWr& wr) noexcept {
 
 PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     if (state_ == QpState::reset || state_ == QpState::init || state_ == QpState::rtr) return {EINVAL, 0};
+    if (type_ == QpType::xrc_recv) return {EINVAL, 0};   // an XRC receiver has no send queue
     const bool ud = type_ == QpType::ud;
     switch (wr.opcode) {
     case WrOpcode::send:
@@ -245,6 +246,7 @@ void QpImpl::fill_common(PacketHeader& h) const noexcept {
     h.ttl = attr_.ah_attr.hop_limit ? attr_.ah_attr.hop_limit : port_.ttl();
     h.tos = attr_.ah_attr.traffic_class;
     h.dest_qp = attr_.dest_qp_num;
+    h.xrc = is_xrc();
 }
 
 void QpImpl::gather(const SendWqe& w, uint32_t offset, uint8_t* to, uint32_t len) const noexcept {
@@ -256,6 +258,7 @@ bool QpImpl::send_rc_packet(SendWqe& w) noexcept {
     if (!buf) return false;
     PacketHeader h;
     fill_common(h);
+    h.xrc_srqn = w.wr.remote_srqn;   // XRC: every request names the target's SRQ (9.3.8)
     const uint32_t psn = next_psn_;
     const uint32_t idx = uint32_t(psn_diff(psn, w.first_psn));
     const uint32_t offset = idx * mtu_;

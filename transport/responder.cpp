@@ -31,7 +31,7 @@ void QpImpl::complete_recv(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t
     wc.wc_flags = flags;
     rq_->release(cur_recv_);
     cur_recv_ = RecvQueue::kNone;
-    rcq_->push(wc, se);
+    recv_cq()->push(wc, se);
 }
 
 bool QpImpl::send_ack(uint8_t syndrome, uint32_t psn) noexcept {
@@ -146,6 +146,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
 
     if (i.has(is_send)) {
         if (first) {
+            if (type_ == QpType::xrc_recv && !select_xrc_srq(p)) return respond_error(p, aeth::kNakInvalidRequest);
             if (!take_recv()) {   // no receive WR: RNR NAK, the requester waits and repeats
                 send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
                 return;
@@ -190,6 +191,8 @@ void QpImpl::on_request(const Packet& p) noexcept {
             write_offset_ = 0;
         }
         if (write_offset_ + p.payload_len > write_len_ || (last && write_offset_ + p.payload_len != write_len_))
+            return respond_error(p, aeth::kNakInvalidRequest);
+        if (i.has(has_immdt) && type_ == QpType::xrc_recv && cur_recv_ == RecvQueue::kNone && !select_xrc_srq(p))
             return respond_error(p, aeth::kNakInvalidRequest);
         if (i.has(has_immdt) && !take_recv()) {   // WRITE with immediate needs a receive WR
             in_write_ = !first;

@@ -48,6 +48,8 @@ Result<void> SrqImpl::destroy() {
     if (destroyed) return Error{ENODEV, "shared receive queue already destroyed"};
     if (users) return Error{EBUSY, str_cat("destroy SRQ: ", users, " queue pair(s) still use it — destroy them first")};
     destroyed = true;
+    if (xrcd) --xrcd->users;
+    if (cq) --cq->users;
     return {};
 }
 
@@ -62,11 +64,17 @@ void SrqImpl::taken() noexcept {
 
 Result<Srq*> PortImpl::create_srq(const SrqAttr& a) {
     Guard g(*this);
+    auto srq = new_srq(a);
+    if (!srq) return srq.take_error();
+    return *srq;
+}
+
+Result<SrqImpl*> PortImpl::new_srq(const SrqAttr& a) {
     if (a.max_wr == 0 || a.max_wr > kMaxSrqWr || a.max_sge == 0 || a.max_sge > kMaxSrqSge || a.srq_limit > a.max_wr)
         return Error{EINVAL, str_cat("create_srq: max_wr 1 to ", kMaxSrqWr, ", max_sge 1 to ", kMaxSrqSge,
                                      ", srq_limit at most max_wr (", a.max_wr, ", ", a.max_sge, ", ", a.srq_limit, " asked)")};
     if (live(srqs_) >= kMaxSrq) return Error{ENOSPC, str_cat("create_srq: the port has ", kMaxSrq, " SRQs already")};
-    srqs_.push_back(std::make_unique<SrqImpl>(*this, a));
+    srqs_.push_back(std::make_unique<SrqImpl>(*this, a, kFirstSrqn + uint32_t(srqs_.size())));
     return srqs_.back().get();
 }
 

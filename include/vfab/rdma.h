@@ -45,7 +45,7 @@ struct vfab_rdma_port_config {
     uint8_t ttl;              /* 0: 64 */
 };
 
-enum vfab_rdma_qp_type { VFAB_RDMA_QPT_RC = 2, VFAB_RDMA_QPT_UD = 4 };
+enum vfab_rdma_qp_type { VFAB_RDMA_QPT_RC = 2, VFAB_RDMA_QPT_UD = 4, VFAB_RDMA_QPT_XRC_SEND = 9, VFAB_RDMA_QPT_XRC_RECV = 10 };
 enum vfab_rdma_qp_state {
     VFAB_RDMA_QPS_RESET, VFAB_RDMA_QPS_INIT, VFAB_RDMA_QPS_RTR, VFAB_RDMA_QPS_RTS,
     VFAB_RDMA_QPS_SQD, VFAB_RDMA_QPS_SQE, VFAB_RDMA_QPS_ERR
@@ -139,6 +139,7 @@ struct vfab_rdma_send_wr {
     vfab_rdma_ah *ah;         /* UD */
     uint32_t remote_qpn;
     uint32_t remote_qkey;
+    uint32_t remote_srqn;     /* XRC: the target's XRC SRQ */
     /* REG_MR, BIND_MW: the MR or window's current key and its new key (vfab_rdma_next_key);
      * LOCAL_INV invalidates the key in imm_data. */
     uint32_t mem_key;

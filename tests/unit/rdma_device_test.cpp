@@ -56,7 +56,7 @@ TEST(RdmaDevice, FlagsSayWhatTheTransportDoes) {
     for (uint32_t f : {device_mem_mgt_extensions, device_mem_window, device_mem_window_type_2b, device_srq_resize,
                        device_rc_rnr_nak_gen, device_n_notify_cq})
         EXPECT_TRUE(caps.attr.device_cap_flags & f) << f;
-    EXPECT_FALSE(caps.attr.device_cap_flags & device_xrc);   // not yet
+    EXPECT_TRUE(caps.attr.device_cap_flags & device_xrc);
     for (uint64_t f : {vfab_cap_reg_mr_wr, vfab_cap_zero_based, vfab_cap_remote_invalidate, vfab_cap_srq,
                        vfab_cap_async_events})
         EXPECT_TRUE(caps.vfab_caps & f) << f;

@@ -29,6 +29,8 @@ constexpr bool same_bit(A a, B b) {
 
 static_assert(v(QpType::rc) == IBV_QPT_RC);
 static_assert(v(QpType::ud) == IBV_QPT_UD);
+static_assert(v(QpType::xrc_send) == IBV_QPT_XRC_SEND);
+static_assert(v(QpType::xrc_recv) == IBV_QPT_XRC_RECV);
 
 static_assert(v(QpState::reset) == IBV_QPS_RESET);
 static_assert(v(QpState::init) == IBV_QPS_INIT);

@@ -30,11 +30,14 @@ std::vector<uint8_t> all_opcodes() {
     return v;
 }
 
-// RC's and UD's, and vfab's two masked atomics in the manufacturer-specific range.
-TEST(RdmaWire, OpcodeTableHasExactlyRcAndUd) {
-    const std::vector<uint8_t> expect = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B,
-                                         0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x64,
-                                         0x65, 0xC0, 0xC1};
+// RC's, UD's, XRC's (RC's under 101xxxxx), and vfab's two masked atomics in the
+// manufacturer-specific range.
+TEST(RdmaWire, OpcodeTableHasExactlyRcUdAndXrc) {
+    std::vector<uint8_t> expect = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B,
+                                   0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x64, 0x65};
+    for (uint8_t rc = 0; rc < 23; ++rc) expect.push_back(uint8_t(0xA0 | (expect[rc] & 0x1F)));
+    expect.push_back(0xC0);
+    expect.push_back(0xC1);
     EXPECT_EQ(all_opcodes(), expect);
     // Header sizes of a few opcodes, straight from table 38.
     EXPECT_EQ(ext_header_size(op_info(op::write_only_imm)), kReth + kImmDt);
@@ -43,6 +46,8 @@ TEST(RdmaWire, OpcodeTableHasExactlyRcAndUd) {
     EXPECT_EQ(ext_header_size(op_info(op::send_last_inv)), kIeth);
     EXPECT_EQ(ext_header_size(op_info(op::cmp_swap)), kAtomicEth);
     EXPECT_EQ(ext_header_size(op_info(op::vfab_masked_cmp_swap)), kMaskedAtomicEth);
+    EXPECT_EQ(ext_header_size(op_info(op::kXrcBase | op::write_only_imm)), kXrcEth + kReth + kImmDt);
+    EXPECT_EQ(ext_header_size(op_info(op::kXrcBase | op::acknowledge)), kAeth);   // responses carry no XRCETH
 }
 
 // A header with a distinct value in every field an opcode may carry.
@@ -72,6 +77,7 @@ PacketHeader sample_header(uint8_t opcode) {
     h.inv_rkey = 0x13572468;
     h.qkey = 0x80010000;
     h.src_qp = 0x00123456;
+    h.xrc_srqn = 0x00654321;
     return h;
 }
 
@@ -106,7 +112,10 @@ TEST(RdmaWire, EveryOpcodeRoundTrips) {
             EXPECT_EQ(p.src_ip, kIpA);
             EXPECT_EQ(p.dst_ip, kIpB);
             EXPECT_EQ(p.src_port, 0xC123);
-            EXPECT_EQ(p.opcode, opcode);
+            const bool xrc = info.has(is_xrc);   // parsed as RC's opcode, marked XRC
+            EXPECT_EQ(p.opcode, xrc ? uint8_t(opcode & 0x1F) : opcode);
+            EXPECT_EQ(p.xrc, xrc);
+            EXPECT_EQ(p.xrc_srqn, info.has(has_xrceth) ? 0x654321u : 0u);
             EXPECT_EQ(p.info.flags, info.flags);
             EXPECT_TRUE(p.solicited);
             EXPECT_TRUE(p.ack_req);

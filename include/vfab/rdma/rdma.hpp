@@ -108,6 +108,8 @@ public:
     // posted, the port raises AsyncEventType::srq_limit_reached once and the limit goes back to 0.
     virtual Result<void> modify(const SrqAttr& attr, uint32_t mask) = 0;
     virtual SrqAttr query() const = 0;
+    // ibv_get_srq_num: the number an XRC sender names (SendWr::remote_srqn) to reach it.
+    virtual uint32_t srq_num() const noexcept = 0;
     // EBUSY while a queue pair uses it. Its posted WRs are dropped, as ibv_destroy_srq.
     virtual Result<void> destroy() = 0;
     Srq(const Srq&) = delete;
@@ -118,11 +120,26 @@ protected:
     virtual ~Srq() = default;
 };
 
+// An XRC domain (ibv_xrcd, docs/rdma-xrc.md): the XRC SRQs and XRC receive queue pairs that
+// belong together — a message to an XRC receive QP may land only in an XRC SRQ of its domain.
+class XrcDomain {
+public:
+    // EBUSY while an XRC SRQ or queue pair uses it.
+    virtual Result<void> destroy() = 0;
+    XrcDomain(const XrcDomain&) = delete;
+    XrcDomain& operator=(const XrcDomain&) = delete;
+
+protected:
+    XrcDomain() = default;
+    virtual ~XrcDomain() = default;
+};
+
 struct QpInitAttr {
     QpType qp_type = QpType::rc;
     Cq* send_cq = nullptr;
     Cq* recv_cq = nullptr;
     Srq* srq = nullptr;       // receives from this SRQ; cap.max_recv_wr and max_recv_sge are then unused
+    XrcDomain* xrcd = nullptr;   // xrc_recv: its domain (it has no CQs or queues of its own)
     QpCapsRdma cap = {};
     bool sq_sig_all = false;
     uint32_t create_flags = 0;   // QpCreateFlags
@@ -203,6 +220,10 @@ public:
     // ibv_create_srq: attr.max_wr WRs (1 to 16384) of attr.max_sge SGEs (1 to 32), the limit armed
     // when attr.srq_limit is not 0.
     virtual Result<Srq*> create_srq(const SrqAttr& attr) = 0;
+    // XRC (docs/rdma-xrc.md): a domain (ibv_open_xrcd), and an XRC SRQ in it whose receive
+    // completions go to `cq` (ibv_create_srq_ex with IBV_SRQT_XRC).
+    virtual Result<XrcDomain*> create_xrcd() = 0;
+    virtual Result<Srq*> create_xrc_srq(const SrqAttr& attr, XrcDomain* xrcd, Cq* cq) = 0;
 
     // Asynchronous events (ibv_get_async_event): the progress of the application's calls raises
     // them; async_fd() is readable while one waits. The next event, false when none; events

@@ -14,7 +14,9 @@ namespace vfab::rdma {
 using vfab::RecvWr;
 using vfab::Sge;
 
-enum class QpType : uint32_t { rc = 2, ud = 4 };   // IBV_QPT_RC, IBV_QPT_UD
+// enum ibv_qp_type: RC, UD, and XRC's two ends (docs/rdma-xrc.md): the sender (INI), connected
+// to a receiver (TGT) whose messages land in the XRC SRQ each one names.
+enum class QpType : uint32_t { rc = 2, ud = 4, xrc_send = 9, xrc_recv = 10 };
 
 // enum ibv_qp_state.
 enum class QpState : uint32_t { reset = 0, init = 1, rtr = 2, rts = 3, sqd = 4, sqe = 5, error = 6 };
@@ -180,6 +182,7 @@ struct SendWr {
     AddressHandle* ah = nullptr;
     uint32_t remote_qpn = 0;
     uint32_t remote_qkey = 0;
+    uint32_t remote_srqn = 0;   // XRC (xrc_send): the XRC SRQ at the target the message goes to
     // Memory management. REG_MR and BIND_MW: the MR or window (its current key) and its new key
     // (the same index and the consumer key the application picks, as ibv_inc_rkey); they take
     // effect when posted, so that the WRs after them can use the new key. LOCAL_INV: the key

@@ -82,6 +82,7 @@ inline constexpr size_t kAtomicAckEth = 8; // original data
 inline constexpr size_t kMaskedAtomicEth = 44;
 inline constexpr size_t kImmDt = 4;
 inline constexpr size_t kIeth = 4;         // R_Key to invalidate
+inline constexpr size_t kXrcEth = 4;       // XRC requests: the target's XRC SRQ number (9.3.8)
 inline constexpr size_t kDeth = 8;         // Q_Key, source QP
 inline constexpr size_t kIcrc = 4;
 
@@ -94,6 +95,7 @@ inline constexpr uint32_t kControlledQkey = 0x80000000u;
 namespace op {
 inline constexpr uint8_t kRcBase = 0x00;
 inline constexpr uint8_t kUdBase = 0x60;
+inline constexpr uint8_t kXrcBase = 0xA0;   // XRC: RC's low 5 bits under transport 101 (9.2.1 table 38)
 // Low 5 bits within a transport.
 inline constexpr uint8_t send_first = 0x00, send_middle = 0x01, send_last = 0x02, send_last_imm = 0x03,
                          send_only = 0x04, send_only_imm = 0x05, write_first = 0x06, write_middle = 0x07,
@@ -129,6 +131,8 @@ enum OpFlags : uint32_t {
     is_atomic = 1u << 14,   // an atomic request
     is_response = 1u << 15, // ACK, atomic ACK, read responses
     has_masked_atomic_eth = 1u << 16,
+    has_xrceth = 1u << 17,  // an XRC request
+    is_xrc = 1u << 18,      // any XRC opcode
 };
 
 struct OpInfo {
@@ -172,6 +176,11 @@ constexpr OpInfo rc_op_info(uint8_t code) noexcept {
 
 constexpr OpInfo op_info(uint8_t opcode) noexcept {
     if ((opcode & 0xE0) == op::kRcBase) return rc_op_info(opcode);
+    if ((opcode & 0xE0) == op::kXrcBase) {   // XRC: RC's meanings; requests carry XRCETH
+        OpInfo i = rc_op_info(opcode & 0x1F);
+        if (i.valid()) i.flags |= is_xrc | (i.has(is_request) ? uint32_t(has_xrceth) : 0u);
+        return i;
+    }
     if (opcode == op::vfab_masked_cmp_swap || opcode == op::vfab_masked_fetch_add)
         return {is_request | is_atomic | is_first | is_last | has_masked_atomic_eth};
     if (opcode == op::ud_send_only || opcode == op::ud_send_only_imm) {
@@ -182,10 +191,11 @@ constexpr OpInfo op_info(uint8_t opcode) noexcept {
     return {};
 }
 
-// Bytes of the extension headers an opcode carries, in their wire order: DETH, RETH,
+// Bytes of the extension headers an opcode carries, in their wire order: DETH, XRCETH, RETH,
 // AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (9.2, figure 35 and tables 38).
 constexpr size_t ext_header_size(OpInfo i) noexcept {
-    return (i.has(has_deth) ? kDeth : 0) + (i.has(has_reth) ? kReth : 0) + (i.has(has_atomic_eth) ? kAtomicEth : 0) +
+    return (i.has(has_deth) ? kDeth : 0) + (i.has(has_xrceth) ? kXrcEth : 0) + (i.has(has_reth) ? kReth : 0) +
+           (i.has(has_atomic_eth) ? kAtomicEth : 0) +
            (i.has(has_masked_atomic_eth) ? kMaskedAtomicEth : 0) +
            (i.has(has_aeth) ? kAeth : 0) + (i.has(has_atomic_ack_eth) ? kAtomicAckEth : 0) +
            (i.has(has_immdt) ? kImmDt : 0) + (i.has(has_ieth) ? kIeth : 0);
