@@ -32,6 +32,7 @@ SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, compare_add_mask, compare_add_mask);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, swap_mask, swap_mask);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, ah, ah);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_qkey, remote_qkey);
+SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_srqn, remote_srqn);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, mem_key, mem_key);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, reg, reg);
 SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, bind, bind);
@@ -189,6 +190,7 @@ vfab_rdma_qp* vfab_rdma_create_qp(vfab_rdma_port* port, const vfab_rdma_qp_init_
     ia.sq_sig_all = a->sq_sig_all != 0;
     ia.srq = srq_of(a->srq);
     ia.create_flags = a->create_flags;
+    ia.xrcd = reinterpret_cast<rdma::XrcDomain*>(a->xrcd);
     auto qp = port->port->create_qp(ia);
     if (!qp) return null_result<vfab_rdma_qp>(fail(qp.error()));
     return reinterpret_cast<vfab_rdma_qp*>(*qp);
@@ -298,6 +300,32 @@ int vfab_rdma_post_srq_recv(vfab_rdma_srq* srq, const vfab_recv_wr* wrs, uint32_
     const PostResult r = srq_of(srq)->post_recv({reinterpret_cast<const RecvWr*>(wrs), n});
     if (posted) *posted = r.posted;
     return r.error;
+}
+
+vfab_rdma_xrcd* vfab_rdma_create_xrcd(vfab_rdma_port* port) {
+    if (!port) return null_result<vfab_rdma_xrcd>(null_arg("vfab_rdma_create_xrcd", "port"));
+    auto d = port->port->create_xrcd();
+    if (!d) return null_result<vfab_rdma_xrcd>(fail(d.error()));
+    return reinterpret_cast<vfab_rdma_xrcd*>(*d);
+}
+
+int vfab_rdma_destroy_xrcd(vfab_rdma_xrcd* xrcd) {
+    if (!xrcd) return null_arg("vfab_rdma_destroy_xrcd", "xrcd");
+    if (auto r = reinterpret_cast<rdma::XrcDomain*>(xrcd)->destroy(); !r) return fail(r.error());
+    return 0;
+}
+
+vfab_rdma_srq* vfab_rdma_create_xrc_srq(vfab_rdma_port* port, const vfab_rdma_srq_attr* attr, vfab_rdma_xrcd* xrcd,
+                                        vfab_rdma_cq* cq) {
+    if (!port || !attr) return null_result<vfab_rdma_srq>(null_arg("vfab_rdma_create_xrc_srq", port ? "attr" : "port"));
+    auto srq = port->port->create_xrc_srq(*reinterpret_cast<const rdma::SrqAttr*>(attr),
+                                          reinterpret_cast<rdma::XrcDomain*>(xrcd), cq_of(cq));
+    if (!srq) return null_result<vfab_rdma_srq>(fail(srq.error()));
+    return reinterpret_cast<vfab_rdma_srq*>(*srq);
+}
+
+uint32_t vfab_rdma_srq_num(const vfab_rdma_srq* srq) {
+    return srq ? reinterpret_cast<const rdma::Srq*>(srq)->srq_num() : 0;
 }
 
 int vfab_rdma_get_async_event(vfab_rdma_port* port, vfab_rdma_async_event* event) {

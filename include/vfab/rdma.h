@@ -34,6 +34,7 @@ typedef struct vfab_rdma_cq vfab_rdma_cq;
 typedef struct vfab_rdma_qp vfab_rdma_qp;
 typedef struct vfab_rdma_ah vfab_rdma_ah;
 typedef struct vfab_rdma_srq vfab_rdma_srq;
+typedef struct vfab_rdma_xrcd vfab_rdma_xrcd;
 
 struct vfab_rdma_port_config {
     uint32_t ipv4;            /* vfab's own IPv4 address, host order */
@@ -178,6 +179,7 @@ struct vfab_rdma_qp_init_attr {
     int sq_sig_all;
     vfab_rdma_srq *srq;       /* receive from this shared receive queue (NULL: the QP's own) */
     uint32_t create_flags;    /* enum vfab_rdma_qp_create_flags */
+    vfab_rdma_xrcd *xrcd;     /* VFAB_RDMA_QPT_XRC_RECV: its domain (no CQs or SRQ then) */
 };
 enum vfab_rdma_qp_create_flags { VFAB_RDMA_QP_CREATE_BLOCK_SELF_MCAST_LB = 1 << 1 };
 
@@ -266,6 +268,14 @@ int vfab_rdma_destroy_srq(vfab_rdma_srq *srq);
 int vfab_rdma_modify_srq(vfab_rdma_srq *srq, const struct vfab_rdma_srq_attr *attr, uint32_t mask);
 int vfab_rdma_query_srq(const vfab_rdma_srq *srq, struct vfab_rdma_srq_attr *attr);
 int vfab_rdma_post_srq_recv(vfab_rdma_srq *srq, const struct vfab_recv_wr *wrs, uint32_t n, uint32_t *posted);
+
+/* XRC (docs/rdma-xrc.md): a domain, an XRC SRQ in it completing on `cq`, the number senders
+ * name (vfab_rdma_send_wr.remote_srqn). */
+vfab_rdma_xrcd *vfab_rdma_create_xrcd(vfab_rdma_port *port);
+int vfab_rdma_destroy_xrcd(vfab_rdma_xrcd *xrcd);
+vfab_rdma_srq *vfab_rdma_create_xrc_srq(vfab_rdma_port *port, const struct vfab_rdma_srq_attr *attr,
+                                        vfab_rdma_xrcd *xrcd, vfab_rdma_cq *cq);
+uint32_t vfab_rdma_srq_num(const vfab_rdma_srq *srq);
 
 /* Asynchronous events, raised by the progress of the application's calls: 1 and *event filled,
  * 0 when none waits. The descriptor is readable while one waits. */

@@ -340,6 +340,78 @@ TEST_P(RdmaOverNic, UdMulticast) {
     ASSERT_TRUE(ub.qp->detach_mcast(group, 0));
 }
 
+// XRC over the NIC (docs/rdma-xrc.md): a's XRC send queue pair reaches b's XRC receive queue
+// pair, and each message lands in the XRC SRQ it names — two SRQs of one domain, one CQ.
+TEST_P(RdmaOverNic, Xrc) {
+    Cq* cq_a = *port_a->create_cq(64);
+    Cq* cq_b = *port_b->create_cq(64);
+    XrcDomain* xrcd = *port_b->create_xrcd();
+    Srq* srq[2] = {*port_b->create_xrc_srq(SrqAttr{8, 1, 0}, xrcd, cq_b), *port_b->create_xrc_srq(SrqAttr{8, 1, 0}, xrcd, cq_b)};
+    QpInitAttr ia;
+    ia.qp_type = QpType::xrc_send;
+    ia.send_cq = cq_a;
+    Qp* ini = *port_a->create_qp(ia);
+    QpInitAttr ta;
+    ta.qp_type = QpType::xrc_recv;
+    ta.xrcd = xrcd;
+    Qp* tgt = *port_b->create_qp(ta);
+    auto connect = [&](Qp* qp, uint32_t peer_qpn, Port& peer, uint32_t my_psn, uint32_t peer_psn) {
+        QpAttr x;
+        x.qp_state = QpState::init;
+        x.qp_access_flags = kAllRemote;
+        ASSERT_TRUE(qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_access_flags));
+        x.qp_state = QpState::rtr;
+        x.path_mtu = peer.active_mtu();
+        x.dest_qp_num = peer_qpn;
+        x.rq_psn = peer_psn;
+        x.max_dest_rd_atomic = 4;
+        x.min_rnr_timer = 1;
+        x.ah_attr.dgid = peer.gid();
+        ASSERT_TRUE(qp->modify(x, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
+                                      attr_max_dest_rd_atomic | attr_min_rnr_timer));
+        x.qp_state = QpState::rts;
+        x.sq_psn = my_psn;
+        x.timeout = 16;
+        x.max_rd_atomic = 4;
+        ASSERT_TRUE(qp->modify(x, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
+                                      attr_max_qp_rd_atomic));
+    };
+    connect(ini, tgt->qp_num(), *port_b, 0x500, 0x600);
+    connect(tgt, ini->qp_num(), *port_a, 0x600, 0x500);
+    for (uint64_t i = 0; i < 4; ++i) {
+        Sge r = sge_b(i * 32768, 32768);
+        RecvWr rw{i, &r, 1, 0};
+        ASSERT_TRUE(srq[i % 2]->post_recv(std::span(&rw, 1)));   // WRs 0, 2 on srq[0]; 1, 3 on srq[1]
+    }
+    for (uint32_t k = 0; k < 4; ++k) {
+        fill(ma, k * 32768, 20000, k);
+        Sge s = sge_a(k * 32768, 20000);
+        SendWr w = wr_of(WrOpcode::send, k, &s);
+        w.remote_srqn = srq[k % 2]->srq_num();
+        ASSERT_TRUE(ini->post_send(std::span(&w, 1)));
+    }
+    std::vector<Wc> rx, tx;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    Wc wc[8];
+    while ((rx.size() < 4 || tx.size() < 4) && std::chrono::steady_clock::now() < end) {
+        int n = cq_b->poll(wc);
+        rx.insert(rx.end(), wc, wc + n);
+        n = cq_a->poll(wc);
+        tx.insert(tx.end(), wc, wc + n);
+    }
+    ASSERT_EQ(tx.size(), 4u);
+    ASSERT_EQ(rx.size(), 4u);
+    for (uint32_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(tx[k].status, WcStatus::success) << to_string(tx[k].status);
+        ASSERT_EQ(rx[k].status, WcStatus::success) << to_string(rx[k].status);
+        EXPECT_EQ(rx[k].qp_num, tgt->qp_num());
+        EXPECT_EQ(rx[k].byte_len, 20000u);
+        // Message k went to srq[k % 2], whose WRs are k % 2 and k % 2 + 2, oldest first.
+        EXPECT_EQ(rx[k].wr_id, uint64_t(k)) << k;
+        EXPECT_TRUE(std::equal(ma.begin() + k * 32768, ma.begin() + k * 32768 + 20000, mb.begin() + rx[k].wr_id * 32768)) << k;
+    }
+}
+
 // query_device on a real device: its PCI IDs, the path MTU its link carries, the same verbs.
 TEST_P(RdmaOverNic, ReportsItsCapabilities) {
     const DeviceCaps c = port_a->query_device();

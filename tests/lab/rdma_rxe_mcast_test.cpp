@@ -4,7 +4,7 @@
 // group 224.5.6.7. vfab's queue pair joins the same group — its device's multicast filter now
 // passes 01:00:5e:05:06:07, as the kernel's does for rxe — sends 20 datagrams to the group,
 // which rxe receives whole, then receives rxe's 20; it is made with block_self_mcast_lb, so
-// its own sends never come back to it.
+// its own sends never come back to it. Also: the lab's rxe has no XRC.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -155,6 +155,16 @@ TEST_F(RxeMulticast, DatagramsToAGroupGoBothWays) {
     const Outcome o = helper.wait(30s);
     EXPECT_EQ(o.rc, 0) << o.summary();
     ASSERT_TRUE((*qp)->detach_mcast(group, 0));
+}
+
+// The lab kernel's rxe has no XRC (ibv_devinfo lists no XRC among its device_cap_flags), so
+// vfab's XRC is proven vfab to vfab (RdmaOverNic.Xrc, docs/rdma-xrc.md). Should a kernel's rxe
+// gain it, this test fails and says so: then prove interop with ibv_xsrq_pingpong.
+TEST_F(RxeMulticast, RxeHasNoXrc) {
+    const Outcome r = run_program({"/usr/bin/ibv_devinfo", "-v", "-d", "rxe0"}, 30s);
+    ASSERT_EQ(r.rc, 0) << r.summary();
+    ASSERT_NE(r.out.find("device_cap_flags"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("XRC"), std::string::npos) << "rxe offers XRC now: test vfab's XRC against it\n" << r.out;
 }
 
 }  // namespace

@@ -303,6 +303,28 @@ int c_rdma_loopback(const char *pci, const char *sysfs_root, const char *provide
     CHECK(vfab_reg_device_mr(dev, "not-a-bdf", 2, 0, 4096, VFAB_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL);
     CHECK(strstr(vfab_last_error(), "not a PCI address") != NULL);
 
+    /* XRC objects: a domain, an XRC SRQ with its number, a receiver in the domain. */
+    {
+        struct vfab_rdma_srq_attr sa = {8, 1, 0};
+        vfab_rdma_xrcd *xrcd = vfab_rdma_create_xrcd(port);
+        vfab_rdma_srq *xs;
+        vfab_rdma_qp *t;
+        CHECK(xrcd != NULL);
+        CHECK(vfab_rdma_create_xrc_srq(port, &sa, NULL, cq) == NULL && errno == EINVAL);
+        xs = vfab_rdma_create_xrc_srq(port, &sa, xrcd, cq);
+        CHECK(xs != NULL && vfab_rdma_srq_num(xs) != 0);
+        memset(&qi, 0, sizeof qi);
+        qi.qp_type = VFAB_RDMA_QPT_XRC_RECV;
+        qi.xrcd = xrcd;
+        t = vfab_rdma_create_qp(port, &qi);
+        CHECK(t != NULL);
+        CHECK(vfab_rdma_destroy_xrcd(xrcd) == EBUSY);
+        CHECK(vfab_rdma_destroy_qp(t) == 0 && vfab_rdma_destroy_srq(xs) == 0 && vfab_rdma_destroy_xrcd(xrcd) == 0);
+        memset(&qi, 0, sizeof qi);
+        qi.qp_type = VFAB_RDMA_QPT_RC;
+        qi.send_cq = qi.recv_cq = cq;
+    }
+
     CHECK(vfab_rdma_destroy_cq(cq) == EBUSY);
     CHECK(vfab_rdma_destroy_qp(a) == 0);
     CHECK(vfab_rdma_destroy_qp(a) == ENODEV);
