@@ -278,27 +278,19 @@ bool QpImpl::send_rc_packet(SendWqe& w) noexcept {
         break;
     }
     case WrOpcode::atomic_cmp_and_swp:
-    case WrOpcode::atomic_fetch_and_add: {
-        const bool cas = w.wr.opcode == WrOpcode::atomic_cmp_and_swp;
-        h.opcode = cas ? op::cmp_swap : op::fetch_add;
-        h.va = w.wr.remote_addr;
-        h.rkey = w.wr.rkey;
-        h.swap_add = cas ? w.wr.swap : w.wr.compare_add;
-        h.compare = cas ? w.wr.compare_add : 0;
-        h.ack_req = true;
-        next_psn_ = psn_add(psn, 1);
-        break;
-    }
+    case WrOpcode::atomic_fetch_and_add:
     case WrOpcode::masked_atomic_cmp_and_swp:
-    case WrOpcode::masked_atomic_fetch_and_add: {   // docs/rdma-atomics.md
-        const bool cas = w.wr.opcode == WrOpcode::masked_atomic_cmp_and_swp;
-        h.opcode = cas ? op::vfab_masked_cmp_swap : op::vfab_masked_fetch_add;
+    case WrOpcode::masked_atomic_fetch_and_add: {   // masked: docs/rdma-atomics.md
+        const bool masked = w.wr.opcode == WrOpcode::masked_atomic_cmp_and_swp ||
+                            w.wr.opcode == WrOpcode::masked_atomic_fetch_and_add;
+        const bool cas = w.wr.opcode == WrOpcode::atomic_cmp_and_swp || w.wr.opcode == WrOpcode::masked_atomic_cmp_and_swp;
+        h.opcode = masked ? (cas ? op::vfab_masked_cmp_swap : op::vfab_masked_fetch_add) : (cas ? op::cmp_swap : op::fetch_add);
         h.va = w.wr.remote_addr;
         h.rkey = w.wr.rkey;
         h.swap_add = cas ? w.wr.swap : w.wr.compare_add;
         h.compare = cas ? w.wr.compare_add : 0;
-        h.swap_mask = cas ? w.wr.swap_mask : 0;
-        h.compare_mask = w.wr.compare_add_mask;
+        h.swap_mask = masked && cas ? w.wr.swap_mask : 0;
+        h.compare_mask = masked ? w.wr.compare_add_mask : 0;
         h.ack_req = true;
         next_psn_ = psn_add(psn, 1);
         break;

@@ -221,11 +221,7 @@ Device::~Device() {
 
 Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
     std::lock_guard lock(mu_);
-    if (auto r = intel::check_multicast_groups(groups, intel::kMaxMulticastGroups); !r) return r;
-    if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": set_multicast: the device was removed")};
-    multicast_.assign(groups.begin(), groups.end());
-    intel::write_multicast_table(*bar_, reg::MTA, multicast_);
-    return {};
+    return intel::set_pf_multicast(*bar_, reg::MTA, removed_, attr_.address, multicast_, groups);
 }
 
 }  // namespace vfab::e1000e

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "vfab/result.hpp"
 #include "vfab/types.hpp"
@@ -68,6 +69,17 @@ inline void write_multicast_table(vfio::Region& bar, uint32_t mta, std::span<con
         table[h >> 5] |= 1u << (h & 31);
     }
     for (uint32_t i = 0; i < kRegs; ++i) bar.write32(mta + 4 * i, table[i]);
+}
+
+// A PF driver's set_multicast: the groups checked, kept in `kept` (written again after a
+// reset) and the table written; ENODEV once the device is gone.
+inline Result<void> set_pf_multicast(vfio::Region& bar, uint32_t mta, bool removed, const PciAddress& addr,
+                                     std::vector<MacAddress>& kept, std::span<const MacAddress> groups) {
+    if (auto r = check_multicast_groups(groups, kMaxMulticastGroups); !r) return r;
+    if (removed) return Error{ENODEV, str_cat(addr.to_string(), ": set_multicast: the device was removed")};
+    kept.assign(groups.begin(), groups.end());
+    write_multicast_table(bar, mta, kept);
+    return {};
 }
 
 inline bool wait_until(auto&& done, std::chrono::milliseconds timeout) {

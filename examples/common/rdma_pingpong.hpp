@@ -53,6 +53,95 @@ inline uint32_t mtu_code(uint32_t bytes) {
     return 0;
 }
 
+// ---- what rc_pingpong, ud_pingpong and srq_pingpong share --------------------------------------
+
+// The device (-d) and an RDMA port on it answering for --ip; 0, or 1 with the reason printed.
+inline int open_port(const PingpongArgs& a, std::unique_ptr<vfab::Device>& dev, std::unique_ptr<rdma::Port>& port) {
+    in_addr ip{};
+    if (::inet_pton(AF_INET, a.ip.c_str(), &ip) != 1) return fail("--ip: '" + a.ip + "' is not an IPv4 address");
+    if (mtu_code(a.mtu) == 0) return fail("-m: the MTU is 256, 512, 1024, 2048 or 4096");
+    auto d = vfab::Device::open(a.device);
+    if (!d) return fail(d.error().message);
+    dev = std::move(*d);
+    rdma::PortConfig pc;
+    pc.ipv4 = ntohl(ip.s_addr);
+    auto p = rdma::Port::create(*dev, pc);
+    if (!p) return fail(p.error().message);
+    port = std::move(*p);
+    return 0;
+}
+
+// RTR and RTS towards `peer` with the pingpong tools' attributes (UD: no peer in the QP).
+inline int connect_qp(rdma::Qp* qp, const PingpongArgs& a, const rdma::Endpoint& peer, uint32_t my_psn, bool ud,
+                      const std::string& which = "QP") {
+    rdma::QpAttr at;
+    at.qp_state = rdma::QpState::rtr;
+    at.path_mtu = mtu_code(a.mtu);
+    at.dest_qp_num = peer.qpn;
+    at.rq_psn = peer.psn;
+    at.max_dest_rd_atomic = 1;
+    at.min_rnr_timer = 12;
+    at.ah_attr.dgid = peer.gid;
+    at.ah_attr.hop_limit = 1;
+    uint32_t mask = rdma::attr_state;
+    if (!ud)
+        mask |= rdma::attr_av | rdma::attr_path_mtu | rdma::attr_dest_qpn | rdma::attr_rq_psn |
+                rdma::attr_max_dest_rd_atomic | rdma::attr_min_rnr_timer;
+    if (auto r = qp->modify(at, mask); !r) return fail("Failed to modify " + which + " to RTR: " + r.error().message);
+    at.qp_state = rdma::QpState::rts;
+    at.timeout = 14;
+    at.retry_cnt = 7;
+    at.rnr_retry = 7;
+    at.sq_psn = my_psn;
+    at.max_rd_atomic = 1;
+    mask = rdma::attr_state | rdma::attr_sq_psn;
+    if (!ud) mask |= rdma::attr_timeout | rdma::attr_retry_cnt | rdma::attr_rnr_retry | rdma::attr_max_qp_rd_atomic;
+    if (auto r = qp->modify(at, mask); !r) return fail("Failed to modify " + which + " to RTS: " + r.error().message);
+    return 0;
+}
+
+// Completions: busy-polls, or with -e sleeps on the CQ's channel.
+inline int next_completions(rdma::Cq* cq, bool events, std::span<rdma::Wc> wc) {
+    int n = cq->poll(wc);
+    if (n || !events) return n;
+    if (auto r = cq->arm(); !r) return -1;
+    pollfd p{cq->channel_fd(), POLLIN, 0};
+    (void)::poll(&p, 1, 100);
+    cq->take_events();
+    return cq->poll(wc);
+}
+
+inline int failed_status(const rdma::Wc& wc) {
+    return fail(std::string("Failed status ") + rdma::to_string(wc.status) + " (" + std::to_string(uint32_t(wc.status)) +
+                ") for wr_id " + std::to_string(wc.wr_id));
+}
+
+// The tools' two result lines; then the port runs a while, so that the last acknowledgements
+// go out before the queue pairs go away.
+inline void print_results(const PingpongArgs& a, const timeval& start, const timeval& end, rdma::Port& port) {
+    const double usec = double(end.tv_sec - start.tv_sec) * 1e6 + double(end.tv_usec - start.tv_usec);
+    const long long bytes = (long long)a.size * a.iters * 2;
+    std::printf("%lld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1e6, double(bytes) * 8. / usec);
+    std::printf("%u iters in %.2f seconds = %.2f usec/iter\n", a.iters, usec / 1e6, usec / a.iters);
+    for (int i = 0; i < 1000; ++i) port.progress();
+}
+
+// The options the tools share, plus vfab's -d (a PCI address) and --ip.
+inline void add_common_options(CLI::App& app, PingpongArgs& a) {
+    app.add_option("-p,--port", a.port, "listen on / connect to TCP port (default 18515)");
+    app.add_option("-d,--ib-dev", a.device, "the NIC: its PCI address, bound to vfio-pci")->required();
+    app.add_option("--ip", a.ip, "the IPv4 address vfab answers for on that link")->required();
+    app.add_option("-i,--ib-port", a.ib_port, "port number (1)");
+    app.add_option("-s,--size", a.size, "size of message to exchange");
+    app.add_option("-m,--mtu", a.mtu, "path MTU (default 1024)");
+    app.add_option("-r,--rx-depth", a.rx_depth, "number of receives to post at a time (default 500)");
+    app.add_option("-n,--iters", a.iters, "number of exchanges (default 1000)");
+    app.add_option("-l,--sl", a.sl, "service level (default 0)");
+    app.add_option("-g,--gid-idx", a.gid_index, "local port GID index (vfab's port has one: 0)");
+    app.add_flag("-e,--events", a.events, "sleep on CQ events (default poll)");
+    app.add_option("servername", a.server, "the server (omit to be the server)");
+}
+
 // One side of the ping-pong: device, port, CQ, QP, the buffer and its registration.
 class Pingpong {
 public:
@@ -60,17 +149,7 @@ public:
 
     int run() {
         const bool ud = type_ == rdma::QpType::ud;
-        in_addr ip{};
-        if (::inet_pton(AF_INET, a_.ip.c_str(), &ip) != 1) return fail("--ip: '" + a_.ip + "' is not an IPv4 address");
-        if (mtu_code(a_.mtu) == 0) return fail("-m: the MTU is 256, 512, 1024, 2048 or 4096");
-        auto dev = vfab::Device::open(a_.device);
-        if (!dev) return fail(dev.error().message);
-        dev_ = std::move(*dev);
-        rdma::PortConfig pc;
-        pc.ipv4 = ntohl(ip.s_addr);
-        auto port = rdma::Port::create(*dev_, pc);
-        if (!port) return fail(port.error().message);
-        port_ = std::move(*port);
+        if (int r = open_port(a_, dev_, port_); r) return r;
         if (ud && a_.size > rdma::wire::mtu_bytes(port_->active_mtu()))
             return fail("Requested size larger than port MTU (" + std::to_string(rdma::wire::mtu_bytes(port_->active_mtu())) + ")");
         if (auto r = setup(); r) return r;
@@ -124,29 +203,7 @@ private:
 
     int connect(const rdma::Endpoint& peer) {
         const bool ud = type_ == rdma::QpType::ud;
-        rdma::QpAttr at;
-        at.qp_state = rdma::QpState::rtr;
-        at.path_mtu = mtu_code(a_.mtu);
-        at.dest_qp_num = peer.qpn;
-        at.rq_psn = peer.psn;
-        at.max_dest_rd_atomic = 1;
-        at.min_rnr_timer = 12;
-        at.ah_attr.dgid = peer.gid;
-        at.ah_attr.hop_limit = 1;
-        uint32_t mask = rdma::attr_state;
-        if (!ud)
-            mask |= rdma::attr_av | rdma::attr_path_mtu | rdma::attr_dest_qpn | rdma::attr_rq_psn |
-                    rdma::attr_max_dest_rd_atomic | rdma::attr_min_rnr_timer;
-        if (auto r = qp_->modify(at, mask); !r) return fail("Failed to modify QP to RTR: " + r.error().message);
-        at.qp_state = rdma::QpState::rts;
-        at.timeout = 14;
-        at.retry_cnt = 7;
-        at.rnr_retry = 7;
-        at.sq_psn = my_.psn;
-        at.max_rd_atomic = 1;
-        mask = rdma::attr_state | rdma::attr_sq_psn;
-        if (!ud) mask |= rdma::attr_timeout | rdma::attr_retry_cnt | rdma::attr_rnr_retry | rdma::attr_max_qp_rd_atomic;
-        if (auto r = qp_->modify(at, mask); !r) return fail("Failed to modify QP to RTS: " + r.error().message);
+        if (int r = connect_qp(qp_, a_, peer, my_.psn, ud); r) return r;
         if (ud) {
             rdma::AhAttr ah;
             ah.dgid = peer.gid;
@@ -201,18 +258,6 @@ private:
         return bool(qp_->post_send(std::span(&wr, 1)));
     }
 
-    // Waits for completions: busy-polls, or with -e sleeps on the CQ's channel.
-    int next(std::span<rdma::Wc> wc) {
-        if (!a_.events) return cq_->poll(wc);
-        int n = cq_->poll(wc);
-        if (n) return n;
-        if (auto r = cq_->arm(); !r) return -1;
-        pollfd p{cq_->channel_fd(), POLLIN, 0};
-        (void)::poll(&p, 1, 100);
-        cq_->take_events();
-        return cq_->poll(wc);
-    }
-
     int loop() {
         const bool client = !a_.server.empty();
         uint64_t pending = kRecvWrid;
@@ -225,12 +270,10 @@ private:
         uint32_t rcnt = 0, scnt = 0;
         rdma::Wc wc[2];
         while (rcnt < a_.iters || scnt < a_.iters) {
-            const int n = next(wc);
+            const int n = next_completions(cq_, a_.events, wc);
             if (n < 0) return fail("poll CQ failed " + std::to_string(n));
             for (int i = 0; i < n; ++i) {
-                if (wc[i].status != rdma::WcStatus::success)
-                    return fail(std::string("Failed status ") + rdma::to_string(wc[i].status) + " (" +
-                                std::to_string(uint32_t(wc[i].status)) + ") for wr_id " + std::to_string(wc[i].wr_id));
+                if (wc[i].status != rdma::WcStatus::success) return failed_status(wc[i]);
                 if (wc[i].wr_id == kSendWrid) {
                     ++scnt;
                 } else if (wc[i].wr_id == kRecvWrid) {
@@ -250,12 +293,7 @@ private:
             }
         }
         ::gettimeofday(&end, nullptr);
-        const double usec = double(end.tv_sec - start.tv_sec) * 1e6 + double(end.tv_usec - start.tv_usec);
-        const long long bytes = (long long)a_.size * a_.iters * 2;
-        std::printf("%lld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1e6, double(bytes) * 8. / usec);
-        std::printf("%u iters in %.2f seconds = %.2f usec/iter\n", a_.iters, usec / 1e6, usec / a_.iters);
-        // Let the last acknowledgements go out before the queue pair goes away.
-        for (int i = 0; i < 1000; ++i) port_->progress();
+        print_results(a_, start, end, *port_);
         return 0;
     }
 
@@ -287,19 +325,8 @@ inline int pingpong_main(int argc, char** argv, rdma::QpType type, uint32_t defa
     a.size = default_size;
     CLI::App app{type == rdma::QpType::rc ? "RC ping-pong on vfab's RDMA transport, wire-compatible with ibv_rc_pingpong"
                                           : "UD ping-pong on vfab's RDMA transport, wire-compatible with ibv_ud_pingpong"};
-    app.add_option("-p,--port", a.port, "listen on / connect to TCP port (default 18515)");
-    app.add_option("-d,--ib-dev", a.device, "the NIC: its PCI address, bound to vfio-pci")->required();
-    app.add_option("--ip", a.ip, "the IPv4 address vfab answers for on that link")->required();
-    app.add_option("-i,--ib-port", a.ib_port, "port number (1)");
-    app.add_option("-s,--size", a.size, "size of message to exchange");
-    app.add_option("-m,--mtu", a.mtu, "path MTU (default 1024)");
-    app.add_option("-r,--rx-depth", a.rx_depth, "number of receives to post at a time (default 500)");
-    app.add_option("-n,--iters", a.iters, "number of exchanges (default 1000)");
-    app.add_option("-l,--sl", a.sl, "service level (default 0)");
-    app.add_option("-g,--gid-idx", a.gid_index, "local port GID index (vfab's port has one: 0)");
-    app.add_flag("-e,--events", a.events, "sleep on CQ events (default poll)");
+    add_common_options(app, a);
     app.add_flag("-c,--chk", a.validate, "validate received buffer (accepted; the buffer holds zeros)");
-    app.add_option("servername", a.server, "the server (omit to be the server)");
     CLI11_PARSE(app, argc, argv);
     Pingpong p(a, type);
     return p.run();

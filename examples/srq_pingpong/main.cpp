@@ -30,17 +30,7 @@ public:
         if (num_qp_ > a_.rx_depth)
             return fail("rx_depth " + std::to_string(a_.rx_depth) + " is too small for " + std::to_string(num_qp_) +
                         " QPs -- must have at least one receive per QP.");
-        in_addr ip{};
-        if (::inet_pton(AF_INET, a_.ip.c_str(), &ip) != 1) return fail("--ip: '" + a_.ip + "' is not an IPv4 address");
-        if (mtu_code(a_.mtu) == 0) return fail("-m: the MTU is 256, 512, 1024, 2048 or 4096");
-        auto dev = vfab::Device::open(a_.device);
-        if (!dev) return fail(dev.error().message);
-        dev_ = std::move(*dev);
-        rdma::PortConfig pc;
-        pc.ipv4 = ntohl(ip.s_addr);
-        auto port = rdma::Port::create(*dev_, pc);
-        if (!port) return fail(port.error().message);
-        port_ = std::move(*port);
+        if (int r = open_port(a_, dev_, port_); r) return r;
         if (int r = setup(); r) return r;
         if (int r = exchange(); r) return r;
         return loop();
@@ -93,33 +83,8 @@ private:
     }
 
     int connect(std::span<const rdma::Endpoint> peer) {
-        for (uint32_t i = 0; i < num_qp_; ++i) {
-            rdma::QpAttr at;
-            at.qp_state = rdma::QpState::rtr;
-            at.path_mtu = mtu_code(a_.mtu);
-            at.dest_qp_num = peer[i].qpn;
-            at.rq_psn = peer[i].psn;
-            at.max_dest_rd_atomic = 1;
-            at.min_rnr_timer = 12;
-            at.ah_attr.dgid = peer[i].gid;
-            at.ah_attr.hop_limit = 1;
-            const std::string which = "QP[" + std::to_string(i) + "]";
-            if (auto r = qp_[i]->modify(at, rdma::attr_state | rdma::attr_av | rdma::attr_path_mtu | rdma::attr_dest_qpn |
-                                                rdma::attr_rq_psn | rdma::attr_max_dest_rd_atomic |
-                                                rdma::attr_min_rnr_timer);
-                !r)
-                return fail("Failed to modify " + which + " to RTR: " + r.error().message);
-            at.qp_state = rdma::QpState::rts;
-            at.timeout = 14;
-            at.retry_cnt = 7;
-            at.rnr_retry = 7;
-            at.sq_psn = mine_[i].psn;
-            at.max_rd_atomic = 1;
-            if (auto r = qp_[i]->modify(at, rdma::attr_state | rdma::attr_timeout | rdma::attr_retry_cnt |
-                                                rdma::attr_rnr_retry | rdma::attr_sq_psn | rdma::attr_max_qp_rd_atomic);
-                !r)
-                return fail("Failed to modify " + which + " to RTS: " + r.error().message);
-        }
+        for (uint32_t i = 0; i < num_qp_; ++i)
+            if (int r = connect_qp(qp_[i], a_, peer[i], mine_[i].psn, false, "QP[" + std::to_string(i) + "]"); r) return r;
         return 0;
     }
 
@@ -168,17 +133,6 @@ private:
         return bool(qp_[i]->post_send(std::span(&wr, 1)));
     }
 
-    int next(std::span<rdma::Wc> wc) {
-        if (!a_.events) return cq_->poll(wc);
-        int n = cq_->poll(wc);
-        if (n) return n;
-        if (auto r = cq_->arm(); !r) return -1;
-        pollfd p{cq_->channel_fd(), POLLIN, 0};
-        (void)::poll(&p, 1, 100);
-        cq_->take_events();
-        return cq_->poll(wc);
-    }
-
     int loop() {
         std::vector<uint64_t> pending(num_qp_, kRecvWrid);
         if (!a_.server.empty()) {
@@ -192,12 +146,10 @@ private:
         uint32_t rcnt = 0, scnt = 0;
         std::vector<rdma::Wc> wc(a_.rx_depth + num_qp_);
         while (rcnt < a_.iters || scnt < a_.iters) {
-            const int n = next(wc);
+            const int n = next_completions(cq_, a_.events, wc);
             if (n < 0) return fail("poll CQ failed " + std::to_string(n));
             for (int k = 0; k < n; ++k) {
-                if (wc[k].status != rdma::WcStatus::success)
-                    return fail(std::string("Failed status ") + rdma::to_string(wc[k].status) + " (" +
-                                std::to_string(uint32_t(wc[k].status)) + ") for wr_id " + std::to_string(wc[k].wr_id));
+                if (wc[k].status != rdma::WcStatus::success) return failed_status(wc[k]);
                 const uint32_t i = qp_index(wc[k].qp_num);
                 if (i == num_qp_) return fail("Couldn't find QPN " + std::to_string(wc[k].qp_num));
                 if (wc[k].wr_id == kSendWrid) {
@@ -219,12 +171,7 @@ private:
             }
         }
         ::gettimeofday(&end, nullptr);
-        const double usec = double(end.tv_sec - start.tv_sec) * 1e6 + double(end.tv_usec - start.tv_usec);
-        const long long bytes = (long long)a_.size * a_.iters * 2;
-        std::printf("%lld bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, usec / 1e6, double(bytes) * 8. / usec);
-        std::printf("%u iters in %.2f seconds = %.2f usec/iter\n", a_.iters, usec / 1e6, usec / a_.iters);
-        // Let the last acknowledgements go out before the queue pairs go away.
-        for (int i = 0; i < 1000; ++i) port_->progress();
+        print_results(a_, start, end, *port_);
         return 0;
     }
 
@@ -255,19 +202,8 @@ int main(int argc, char** argv) {
     examples::PingpongArgs a;
     uint32_t num_qp = 16;
     CLI::App app{"SRQ ping-pong on vfab's RDMA transport, wire-compatible with ibv_srq_pingpong"};
-    app.add_option("-p,--port", a.port, "listen on / connect to TCP port (default 18515)");
-    app.add_option("-d,--ib-dev", a.device, "the NIC: its PCI address, bound to vfio-pci")->required();
-    app.add_option("--ip", a.ip, "the IPv4 address vfab answers for on that link")->required();
-    app.add_option("-i,--ib-port", a.ib_port, "port number (1)");
-    app.add_option("-s,--size", a.size, "size of message to exchange (default 4096)");
-    app.add_option("-m,--mtu", a.mtu, "path MTU (default 1024)");
+    examples::add_common_options(app, a);
     app.add_option("-q,--num-qp", num_qp, "number of QPs to use (default 16)");
-    app.add_option("-r,--rx-depth", a.rx_depth, "number of receives to post at a time (default 500)");
-    app.add_option("-n,--iters", a.iters, "number of exchanges (default 1000)");
-    app.add_option("-l,--sl", a.sl, "service level (default 0)");
-    app.add_option("-g,--gid-idx", a.gid_index, "local port GID index (vfab's port has one: 0)");
-    app.add_flag("-e,--events", a.events, "sleep on CQ events (default poll)");
-    app.add_option("servername", a.server, "the server (omit to be the server)");
     CLI11_PARSE(app, argc, argv);
     examples::SrqPingpong p(a, num_qp);
     return p.run();

@@ -14,7 +14,7 @@
 
 #include "../unit/rdma_connect.hpp"
 #include "lab_env.hpp"
-#include "rxe_peer.hpp"
+#include "rxe_suite.hpp"
 #include "vfab/rdma/wire.hpp"
 
 namespace vfab::rdma::test {
@@ -30,26 +30,8 @@ constexpr uint32_t kGroup = 0xE0050607;   // 224.5.6.7
 constexpr uint32_t kQkey = 0x11111111;
 constexpr uint32_t kCount = 20;
 
-class RxeMulticast : public ::testing::Test {
+class RxeMulticast : public RxeSuite {
 protected:
-    static void SetUpTestSuite() {
-        if (!in_lab() || flavor() != "debian") return;
-        peer_ = new RxePeer();
-        error_ = peer_->start();
-    }
-    static void TearDownTestSuite() {
-        if (peer_) {
-            const std::string e = peer_->stop();
-            EXPECT_TRUE(e.empty()) << e;
-        }
-        delete peer_;
-        peer_ = nullptr;
-    }
-    void SetUp() override {
-        if (!in_lab()) GTEST_SKIP() << "needs the lab (scripts/lab)";
-        if (flavor() != "debian") GTEST_SKIP() << "the kernel's rxe is in the debian lab kernel only";
-        ASSERT_TRUE(error_.empty()) << error_;
-    }
     std::string read_line() {
         std::string s;
         char c;
@@ -59,12 +41,8 @@ protected:
     }
     void write_line(const std::string& s) { ASSERT_EQ(::write(fd_.get(), s.data(), s.size()), ssize_t(s.size())); }
 
-    static RxePeer* peer_;
-    static std::string error_;
     Fd fd_;
 };
-RxePeer* RxeMulticast::peer_ = nullptr;
-std::string RxeMulticast::error_;
 
 TEST_F(RxeMulticast, DatagramsToAGroupGoBothWays) {
     char group_text[16];

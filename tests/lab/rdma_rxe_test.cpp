@@ -17,7 +17,7 @@
 
 #include "../unit/rdma_connect.hpp"
 #include "lab_env.hpp"
-#include "rxe_peer.hpp"
+#include "rxe_suite.hpp"
 #include "vfab/rdma/exchange.hpp"
 
 namespace vfab::rdma::test {
@@ -31,26 +31,8 @@ constexpr const char* kVfabIp = "10.77.0.1";
 constexpr uint32_t kVfabIpv4 = 0x0a4d0001;
 constexpr uint16_t kVerbsPort = 18600;
 
-class RdmaRxe : public ::testing::Test {
+class RdmaRxe : public RxeSuite {
 protected:
-    static void SetUpTestSuite() {
-        if (!in_lab() || flavor() != "debian") return;
-        peer_ = new RxePeer();
-        error_ = peer_->start();
-    }
-    static void TearDownTestSuite() {
-        if (peer_) {
-            const std::string e = peer_->stop();
-            EXPECT_TRUE(e.empty()) << e;
-        }
-        delete peer_;
-        peer_ = nullptr;
-    }
-    void SetUp() override {
-        if (!in_lab()) GTEST_SKIP() << "needs the lab (scripts/lab)";
-        if (flavor() != "debian") GTEST_SKIP() << "the kernel's rxe is in the debian lab kernel only";
-        ASSERT_TRUE(error_.empty()) << error_;
-    }
     static std::vector<std::string> vfab_tool(const char* name, std::vector<std::string> extra) {
         std::vector<std::string> a = {std::string("/vfab/bin/") + name, "-d", kVfabNic, "--ip", kVfabIp};
         a.insert(a.end(), extra.begin(), extra.end());
@@ -62,11 +44,7 @@ protected:
         EXPECT_NE(r.server.out.find(iters_line), std::string::npos) << r.server.summary();
         EXPECT_NE(r.client.out.find(iters_line), std::string::npos) << r.client.summary();
     }
-    static RxePeer* peer_;
-    static std::string error_;
 };
-RxePeer* RdmaRxe::peer_ = nullptr;
-std::string RdmaRxe::error_;
 
 TEST_F(RdmaRxe, RcPingpongVfabServerRxeClient) {
     for (const char* size : {"1", "4096", "20000"}) {

@@ -20,24 +20,16 @@
 #include <cstring>
 #include <string>
 
+#include "verbs_peer_util.hpp"
+
 namespace {
 
 constexpr uint32_t kQkey = 0x11111111;
 constexpr uint32_t kRecvs = 64, kSlot = 2048, kGrh = 40;
 
-int die(const char* what) {
-    std::printf("FAIL %s: %s\n", what, std::strerror(errno));
-    return 1;
-}
-
-std::string read_line(int fd) {
-    std::string s;
-    char c;
-    while (::read(fd, &c, 1) == 1 && c != '\n') s += c;
-    return s;
-}
-
-void write_str(int fd, const std::string& s) { (void)!::write(fd, s.data(), s.size()); }
+using vfab::lab::peer::die;
+using vfab::lab::peer::read_line;
+using vfab::lab::peer::write_str;
 
 }  // namespace
 

@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "verbs_peer_util.hpp"
+
 namespace {
 
 constexpr size_t kBuf = 1 << 20;
@@ -43,19 +45,9 @@ struct Dest {
     ibv_gid gid{};
 };
 
-int die(const char* what) {
-    std::printf("FAIL %s: %s\n", what, std::strerror(errno));
-    return 1;
-}
-
-std::string read_line(int fd) {
-    std::string s;
-    char c;
-    while (::read(fd, &c, 1) == 1 && c != '\n') s += c;
-    return s;
-}
-
-void write_str(int fd, const std::string& s) { (void)!::write(fd, s.data(), s.size()); }
+using vfab::lab::peer::die;
+using vfab::lab::peer::read_line;
+using vfab::lab::peer::write_str;
 
 std::string format(const Dest& d) {
     char b[160];

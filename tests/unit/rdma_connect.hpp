@@ -74,6 +74,17 @@ inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t pee
     ASSERT_TRUE(r) << r.error().message;
 }
 
+// Both QPs through RESET and connected to each other again (after an error moved them to ERR).
+inline void reconnect_rc(Side& a, Side& b, uint32_t psn_a, uint32_t psn_b) {
+    for (Side* s : {&a, &b}) {
+        QpAttr x;
+        x.qp_state = QpState::reset;
+        ASSERT_TRUE(s->qp->modify(x, attr_state));
+    }
+    connect_rc(a, b, psn_a, psn_b);
+    connect_rc(b, a, psn_b, psn_a);
+}
+
 // Runs both ports until `cq` gave `n` completions (into `out`) or `limit` passed.
 inline std::vector<rdma::Wc> wait_wc(Side& waiter, Side& other, size_t n,
                                      std::chrono::milliseconds limit = std::chrono::seconds(10)) {

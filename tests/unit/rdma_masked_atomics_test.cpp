@@ -82,15 +82,7 @@ protected:
         b = make_side(*pair.b, QpType::rc, mb);
         reconnect(100, 200);
     }
-    void reconnect(uint32_t psn_a, uint32_t psn_b) {
-        for (Side* s : {&a, &b}) {
-            QpAttr x;
-            x.qp_state = QpState::reset;
-            ASSERT_TRUE(s->qp->modify(x, attr_state));
-        }
-        connect_rc(a, b, psn_a, psn_b);
-        connect_rc(b, a, psn_b, psn_a);
-    }
+    void reconnect(uint32_t psn_a, uint32_t psn_b) { reconnect_rc(a, b, psn_a, psn_b); }
     uint64_t& word_b(uint64_t off) { return *reinterpret_cast<uint64_t*>(mb.data() + off); }
     // A masked atomic from a on b's word at `off`: the completion; the old value in *old.
     Wc run(WrOpcode op, uint64_t off, uint64_t compare_add, uint64_t swap, uint64_t cmp_mask, uint64_t swap_mask,

@@ -27,15 +27,7 @@ protected:
         bindable = *mr;
     }
     // Both QPs through RESET and connected again (after an error moved them to ERR).
-    void reconnect(uint32_t psn_a, uint32_t psn_b) {
-        for (Side* s : {&a, &b}) {
-            QpAttr x;
-            x.qp_state = QpState::reset;
-            ASSERT_TRUE(s->qp->modify(x, attr_state));
-        }
-        connect_rc(a, b, psn_a, psn_b);
-        connect_rc(b, a, psn_b, psn_a);
-    }
+    void reconnect(uint32_t psn_a, uint32_t psn_b) { reconnect_rc(a, b, psn_a, psn_b); }
     Sge sge_a(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(ma.data() + off), len, a.mr.lkey}; }
     uint64_t addr_b(uint64_t off) { return reinterpret_cast<uint64_t>(mb.data() + off); }
 
