@@ -69,7 +69,9 @@ MrStatus MrTable::lookup(uint32_t key, uint32_t& index) const noexcept {
     return slots_[index].key == key_consumer(key) ? MrStatus::ok : MrStatus::stale_key;
 }
 
-Result<MrKeys> MrTable::add(const MrEntry& e) {
+Result<MrKeys> MrTable::add(const MrEntry& e) { return add(e, e.addr); }
+
+Result<MrKeys> MrTable::add(const MrEntry& e, uint64_t host) {
     if (e.length == 0) return Error{EINVAL, "memory registration: zero length — register at least one byte"};
     if (!has(Access::all, e.access))
         return Error{EINVAL, str_cat("memory registration: unknown access bits 0x", std::hex, uint32_t(e.access))};
@@ -81,7 +83,7 @@ Result<MrKeys> MrTable::add(const MrEntry& e) {
     if (free_count_ == 0) return full();
     const uint32_t key = take_slot(Kind::region, MrState::valid);
     slots_[key_index(key)].entry = e;
-    slots_[key_index(key)].host = e.addr;
+    slots_[key_index(key)].host = host;
     return MrKeys{key, key};
 }
 

@@ -118,7 +118,7 @@ Result<MemoryRegion> ProtectionDomain::register_locked(void* addr, uint64_t len,
         mr.pinned = true;
     }
     uint64_t base = has(access, Access::zero_based) ? 0 : start;
-    auto keys = table_.add(MrEntry{base, len, mr.iova, access});
+    auto keys = table_.add(MrEntry{base, len, mr.iova, access}, start);   // zero-based: base 0, memory at start
     if (!keys) {
         if (pages) unmap_user(*pages);
         return keys.take_error();

@@ -1,6 +1,7 @@
 // Peer-to-peer DMA into another device's memory (docs/rdma-p2p.md): QEMU's ivshmem-plain at
 // 0000:00:0b.0, whose BAR 2 is 16 MiB of memory, stands in for a GPU's BAR. Its BAR, mmapped
-// through VFIO, is registered in the e1000e NICs' protection domains (register_device_memory):
+// through VFIO, is registered in the protection domains of two NICs — e1000e and virtio-net,
+// through libvfab — (register_device_memory):
 //   - the NICs DMA a frame out of the BAR and into it, the CPU writing and checking both ends
 //     through the same mapping;
 //   - the RDMA transport takes a peer's WRITE, READ and FETCH_ADD on an MR in the BAR;
@@ -13,7 +14,7 @@
 #include "../unit/rdma_connect.hpp"
 #include "frames.hpp"
 #include "lab_env.hpp"
-#include "vfab/drivers/e1000e.hpp"
+#include "vfab/vfab.hpp"
 
 namespace vfab::lab {
 namespace {
@@ -26,7 +27,12 @@ constexpr uint64_t kMiB = 1 << 20;
 constexpr dma::Access kRw = dma::Access::local_write | dma::Access::remote_write | dma::Access::remote_read |
                             dma::Access::remote_atomic;
 
-class P2p : public ::testing::Test {
+struct NicPair {
+    const char* a;
+    const char* b;
+};
+
+class P2p : public ::testing::TestWithParam<NicPair> {
 protected:
     void SetUp() override {
         if (!in_lab()) GTEST_SKIP() << "needs the lab (scripts/lab)";
@@ -47,10 +53,10 @@ protected:
         ASSERT_EQ((*bar)->size(), 16 * kMiB);
         bar_ = const_cast<uint8_t*>((*bar)->base());
     }
-    std::unique_ptr<e1000e::Device> open_nic(const char* name, vfio::IommuBackend backend) {
-        e1000e::DeviceOptions o;
-        o.vfio.backend = backend;
-        auto d = e1000e::Device::open(address_of(name), o);
+    std::unique_ptr<vfab::Device> open_nic(const char* name, vfio::IommuBackend backend) {
+        OpenOptions o;
+        o.backend = backend;
+        auto d = vfab::Device::open(address_of(name).to_string(), o);
         EXPECT_TRUE(d) << d.error().message;
         return d ? std::move(*d) : nullptr;
     }
@@ -58,10 +64,10 @@ protected:
     uint8_t* bar_ = nullptr;
 };
 
-TEST_F(P2p, NicsSendFromAndReceiveIntoAnotherDevicesBar) {
+TEST_P(P2p, NicsSendFromAndReceiveIntoAnotherDevicesBar) {
     ASSERT_NO_FATAL_FAILURE(open_memory());
-    auto a = open_nic("e1000e-0", vfio::IommuBackend::legacy);
-    auto b = open_nic("e1000e-1", vfio::IommuBackend::legacy);
+    auto a = open_nic(GetParam().a, vfio::IommuBackend::legacy);
+    auto b = open_nic(GetParam().b, vfio::IommuBackend::legacy);
     ASSERT_TRUE(a && b);
     auto tx_mr = a->pd().register_device_memory(memdev_, kBar, 0, kMiB, dma::Access::local_write);
     ASSERT_TRUE(tx_mr) << tx_mr.error().message;
@@ -72,7 +78,7 @@ TEST_F(P2p, NicsSendFromAndReceiveIntoAnotherDevicesBar) {
 
     auto acq = a->create_cq(64), bcq = b->create_cq(64);
     ASSERT_TRUE(acq && bcq);
-    e1000e::QpInitAttr qa;
+    QpInitAttr qa;
     qa.send_cq = qa.recv_cq = *acq;
     auto aqp = a->create_qp(qa);
     qa.send_cq = qa.recv_cq = *bcq;
@@ -116,16 +122,16 @@ TEST_F(P2p, NicsSendFromAndReceiveIntoAnotherDevicesBar) {
     ASSERT_TRUE(b->pd().deregister(*rx_mr));
 }
 
-TEST_F(P2p, RdmaWritesReadsAndAtomicsOnAnMrInTheBar) {
+TEST_P(P2p, RdmaWritesReadsAndAtomicsOnAnMrInTheBar) {
     ASSERT_NO_FATAL_FAILURE(open_memory());
-    auto da = open_nic("e1000e-0", vfio::IommuBackend::legacy);
-    auto db = open_nic("e1000e-1", vfio::IommuBackend::legacy);
+    auto da = open_nic(GetParam().a, vfio::IommuBackend::legacy);
+    auto db = open_nic(GetParam().b, vfio::IommuBackend::legacy);
     ASSERT_TRUE(da && db);
     rdma::PortConfig ca, cb;
     ca.ipv4 = 0x0a630001;
     cb.ipv4 = 0x0a630002;
-    auto pa = rdma::create_port(*da, ca);
-    auto pb = rdma::create_port(*db, cb);
+    auto pa = rdma::Port::create(*da, ca);
+    auto pb = rdma::Port::create(*db, cb);
     ASSERT_TRUE(pa && pb);
     EXPECT_TRUE((*pb)->query_device().vfab_caps & rdma::vfab_cap_p2p_memory);
     std::vector<uint8_t> ma(1 << 20), mb(4096);
@@ -176,10 +182,10 @@ TEST_F(P2p, RdmaWritesReadsAndAtomicsOnAnMrInTheBar) {
     pb->reset();
 }
 
-TEST_F(P2p, IommufdSaysWhatDeviceMemoryNeeds) {
+TEST_P(P2p, IommufdSaysWhatDeviceMemoryNeeds) {
     if (flavor() != "iommufd") GTEST_SKIP() << "iommufd is in the iommufd lab kernel";
     ASSERT_NO_FATAL_FAILURE(open_memory());
-    auto nic = open_nic("e1000e-0", vfio::IommuBackend::iommufd);
+    auto nic = open_nic(GetParam().a, vfio::IommuBackend::iommufd);
     ASSERT_TRUE(nic);
     EXPECT_FALSE(nic->pd().maps_device_memory());
     auto r = nic->pd().register_device_memory(memdev_, kBar, 0, kMiB, dma::Access::local_write);
@@ -187,10 +193,14 @@ TEST_F(P2p, IommufdSaysWhatDeviceMemoryNeeds) {
     EXPECT_EQ(r.error().code, ENOTSUP);
     EXPECT_NE(r.error().message.find("dma-buf"), std::string::npos) << r.error().message;
     EXPECT_NE(r.error().message.find("VFAB_IOMMU_BACKEND=legacy"), std::string::npos) << r.error().message;
-    auto port = rdma::create_port(*nic, rdma::PortConfig{.ipv4 = 0x0a630003});
+    auto port = rdma::Port::create(*nic, rdma::PortConfig{.ipv4 = 0x0a630003});
     ASSERT_TRUE(port);
     EXPECT_FALSE((*port)->query_device().vfab_caps & rdma::vfab_cap_p2p_memory);
 }
+
+INSTANTIATE_TEST_SUITE_P(Lab, P2p,
+                         ::testing::Values(NicPair{"e1000e-0", "e1000e-1"}, NicPair{"virtio-net", "virtio-net-1"}),
+                         [](const auto& info) { return std::string(info.param.a[0] == 'e' ? "e1000e" : "virtio_net"); });
 
 }  // namespace
 }  // namespace vfab::lab

@@ -85,6 +85,20 @@ protected:
     std::vector<uint64_t> blocks;
 };
 
+// register_memory with ZERO_BASED: a peer names offsets from 0, and the bytes land at the
+// memory's own CPU address (the MR table keeps it apart from the entry's base of 0).
+TEST_F(MemoryTest, ZeroBasedRegistrationWritesWhereTheMemoryIs) {
+    auto mr = pair.b->pd().register_memory(mb.data() + 8192, 4096, Access(kRemoteRw) | Access::zero_based);
+    ASSERT_TRUE(mr) << mr.error().message;
+    const dma::Translation t = pair.b->pd().translate(mr->rkey, 100, 8, Access::remote_write);
+    ASSERT_EQ(t.status, dma::MrStatus::ok);
+    EXPECT_EQ(t.host, reinterpret_cast<uint64_t>(mb.data() + 8192 + 100));
+    EXPECT_EQ(write_from_a(mr->rkey, 100), WcStatus::success);
+    EXPECT_EQ(mb[8192 + 100], 0xAB);
+    EXPECT_EQ(mb[8192 + 163], 0xAB);
+    EXPECT_EQ(mb[100], 0);
+}
+
 TEST_F(MemoryTest, FastRegisteredMrTakesRemoteWritesUntilInvalidated) {
     const uint32_t key = *pair.b->pd().alloc_mr(1 << 16);
     EXPECT_EQ(pair.b->pd().table().state(key), dma::MrState::invalid);   // an L_Key with no memory

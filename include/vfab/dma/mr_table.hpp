@@ -101,6 +101,9 @@ public:
     // Registers `e` (ibv_reg_mr). Errors: zero length, a range that wraps, REMOTE_WRITE or
     // REMOTE_ATOMIC without LOCAL_WRITE (as verbs requires), unknown bits, a full table.
     Result<MrKeys> add(const MrEntry& e);
+    // The same with the CPU address of the entry's first byte given apart (a zero-based entry's
+    // addr is 0, its memory is not).
+    Result<MrKeys> add(const MrEntry& e, uint64_t host);
     // Deregisters an MR or deallocates a fast-register MR or window; its keys fail from now
     // on. Windows bound to a removed MR fail with invalid_state.
     MrStatus remove(uint32_t key) noexcept;

@@ -262,10 +262,11 @@ private:
 // ---- fast path -------------------------------------------------------------------------------
 
 inline int QueuePair::prepare_checksum(const Sge& first, TxContext& ctx) noexcept {
-    // The headers must be in the first SGE; the CPU reads them at their virtual address.
-    const dma::MrEntry* mr = mrs_->find(first.lkey);
-    if (!mr) return EINVAL;
-    auto* frame = reinterpret_cast<uint8_t*>(mr->zero_based() ? mr->addr + first.addr : first.addr);
+    // The headers must be in the first SGE; the CPU reads them at their CPU address (for a
+    // zero-based MR not its SGE address, an offset).
+    const dma::Translation t = mrs_->translate(first.lkey, first.addr, first.length, dma::Access::none);
+    if (t.status != dma::MrStatus::ok) return EINVAL;
+    auto* frame = reinterpret_cast<uint8_t*>(t.host);
     net::L4Offsets o;
     if (!net::parse_l4(frame, first.length, o) || o.l4 > 255) return EINVAL;
     net::seed_for_offload(frame, o);   // what the 82574L does not compute (§7.2.5.2)
