@@ -79,11 +79,13 @@ TEST_P(P2p, NicsSendFromAndReceiveIntoAnotherDevicesBar) {
     auto acq = a->create_cq(64), bcq = b->create_cq(64);
     ASSERT_TRUE(acq && bcq);
     QpInitAttr qa;
+    qa.caps = {64, 64, 1, 1};   // a virtqueue needs a descriptor more per WR
     qa.send_cq = qa.recv_cq = *acq;
     auto aqp = a->create_qp(qa);
     qa.send_cq = qa.recv_cq = *bcq;
     auto bqp = b->create_qp(qa);
-    ASSERT_TRUE(aqp && bqp);
+    ASSERT_TRUE(aqp) << aqp.error().message;
+    ASSERT_TRUE(bqp) << bqp.error().message;
     std::memset(bar_ + kMiB, 0, 4096);
     Sge r{reinterpret_cast<uint64_t>(bar_ + kMiB), 2048, rx_mr->lkey};
     RecvWr rw{1, &r, 1, 0};
