@@ -203,6 +203,9 @@ void QpImpl::on_aeth(const Packet& p) noexcept {
     case aeth::kRnrNak:
         acked_through(before);
         if (complete_through(before)) return;
+        // A copy of the request already RNR-NAKed (sent again by the ACK timer before the first
+        // NAK came) is NAKed too: the wait it asks for is running, and it is no new retry.
+        if (rnr_deadline_ && p.psn == rnr_psn_) return;
         if (attr_.rnr_retry != 7) {
             if (rnr_left_ == 0) {
                 fail_head(WcStatus::rnr_retry_exc_err, syn);

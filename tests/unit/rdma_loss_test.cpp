@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <deque>
 #include <random>
+#include <thread>
 
 #include "../../transport/engine.hpp"
 #include "rdma_connect.hpp"
@@ -319,9 +320,10 @@ protected:
         a = make_side(*pair.a, QpType::rc, ma);
         b = make_side(*pair.b, QpType::rc, mb);
     }
-    // a's retry_cnt and rnr_retry as given; both sides' ARP done by one exchange.
-    void connect(uint8_t retry_cnt, uint8_t rnr_retry) {
-        connect_rc(a, b, 100, 200, 3, /*timeout=*/4, retry_cnt, rnr_retry);   // 65 us
+    // a's retry_cnt, rnr_retry and ACK timeout (4: 65 us) as given; both sides' ARP done by one
+    // exchange.
+    void connect(uint8_t retry_cnt, uint8_t rnr_retry, uint8_t timeout = 4) {
+        connect_rc(a, b, 100, 200, 3, timeout, retry_cnt, rnr_retry);
         connect_rc(b, a, 200, 100, 3, 4);
         Sge s = sge_a(0, 4);
         SendWr w = wr_of(WrOpcode::rdma_write, 999, &s);
@@ -399,10 +401,35 @@ TEST_F(GiveUpTest, RnrRetryExhaustedWithNoReceivePosted) {
     pair.a->set_rx_drop_hook(nullptr, nullptr);
 }
 
+// A copy of a SEND that the ACK timer sent again before the first RNR NAK came back is NAKed
+// too; that second RNR NAK (the same PSN, the wait already running) spends no RNR retry, so
+// with rnr_retry 1 the message still succeeds once a receive is posted.
+TEST_F(GiveUpTest, AnRnrNakForACopyOfTheRequestIsNoNewRetry) {
+    ASSERT_NO_FATAL_FAILURE(connect(7, /*rnr_retry=*/1));   // ACK timeout 65 us
+    uint32_t rnr_naks = 0;
+    pair.a->set_rx_drop_hook(count_rnr_naks, &rnr_naks);
+    post_sends(1, 1);
+    pair.a->progress();                                          // the SEND goes out
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));   // past the timer, coarse clock and all
+    pair.a->progress();                                          // its ACK timer: a copy goes out
+    pair.b->progress();                                          // no receive: two RNR NAKs
+    for (int i = 0; i < 10 && rnr_naks < 2; ++i) pair.a->progress();
+    ASSERT_EQ(rnr_naks, 2u) << "the copy was NAKed too";
+    Sge r{reinterpret_cast<uint64_t>(mb.data()), 4096, b.mr.lkey};
+    RecvWr rw{1, &r, 1, 0};
+    ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
+    auto tx = wait_wc(a, b, 1);
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
+    pair.a->set_rx_drop_hook(nullptr, nullptr);
+}
+
 // The RNR retry count is per message (as the transport retry count): messages that each meet
 // one RNR NAK all succeed with rnr_retry 1.
 TEST_F(GiveUpTest, RnrRetryCountIsPerMessage) {
-    ASSERT_NO_FATAL_FAILURE(connect(7, /*rnr_retry=*/1));
+    // An ACK timeout of 67 ms: no copy of a SEND goes out before its RNR NAK comes back, however
+    // slow the build (a sanitizer's is), so each message meets exactly one RNR NAK.
+    ASSERT_NO_FATAL_FAILURE(connect(7, /*rnr_retry=*/1, /*timeout=*/14));
     uint32_t rnr_naks = 0;
     pair.a->set_rx_drop_hook(count_rnr_naks, &rnr_naks);
     for (uint64_t id = 1; id <= 5; ++id) {
