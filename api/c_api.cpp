@@ -90,15 +90,20 @@ Result<vfio::IommuBackend> backend_of(int b) {
 }
 
 // Registers [addr, addr + len) and keeps the handle with the device.
-vfab_mr* register_mr(vfab_device* dev, void* addr, size_t len, uint32_t access, const char* function) {
-    std::lock_guard lock(dev->mu);
-    auto mr = dev->dev->pd().register_memory(addr, len, dma::Access(access));
+// The handle of a registration, kept by the device until vfab_close(); null (errno, the
+// message) when the registration failed. The caller holds dev->mu.
+vfab_mr* adopt_mr(vfab_device* dev, Result<dma::MemoryRegion> mr, const char* function) {
     if (!mr) {
         errno = fail(mr.error().code, str_cat(function, ": ", mr.error().message));
         return nullptr;
     }
     dev->mrs.push_back(std::make_unique<vfab_mr>(vfab_mr{dev, *mr, true}));
     return dev->mrs.back().get();
+}
+
+vfab_mr* register_mr(vfab_device* dev, void* addr, size_t len, uint32_t access, const char* function) {
+    std::lock_guard lock(dev->mu);
+    return adopt_mr(dev, dev->dev->pd().register_memory(addr, len, dma::Access(access)), function);
 }
 
 }  // namespace
@@ -291,9 +296,8 @@ vfab_mr* vfab_reg_device_mr(vfab_device* dev, const char* memory_device, uint32_
         return nullptr;
     }
     std::lock_guard lock(dev->mu);
-    if (!dev->dev->pd().maps_device_memory()) {   // say why before opening anything
-        auto r = dev->dev->pd().register_device_memory(nullptr, bar, offset, length, dma::Access(access));
-        errno = fail(r.error().code, str_cat("vfab_reg_device_mr: ", r.error().message));
+    if (const char* why = dev->dev->pd().iommu().device_memory_refusal()) {   // say why before opening anything
+        errno = fail(ENOTSUP, str_cat("vfab_reg_device_mr: device memory registration: ", why));
         return nullptr;
     }
     vfio::DeviceOptions o;
@@ -303,14 +307,10 @@ vfab_mr* vfab_reg_device_mr(vfab_device* dev, const char* memory_device, uint32_
         errno = fail(mem.error().code, str_cat("vfab_reg_device_mr: ", mem.error().message));
         return nullptr;
     }
-    auto mr = dev->dev->pd().register_device_memory(std::shared_ptr<vfio::Device>(std::move(*mem)), bar, offset, length,
-                                                    dma::Access(access));
-    if (!mr) {
-        errno = fail(mr.error().code, str_cat("vfab_reg_device_mr: ", mr.error().message));
-        return nullptr;
-    }
-    dev->mrs.push_back(std::make_unique<vfab_mr>(vfab_mr{dev, *mr, true}));
-    return dev->mrs.back().get();
+    return capi::adopt_mr(dev,
+                          dev->dev->pd().register_device_memory(std::shared_ptr<vfio::Device>(std::move(*mem)), bar,
+                                                                offset, length, dma::Access(access)),
+                          "vfab_reg_device_mr");
 }
 
 int vfab_query_mr(const vfab_mr* mr, vfab_mr_attr* out) {

@@ -10,19 +10,8 @@ bool ProtectionDomain::maps_device_memory() const noexcept { return ctx_->maps_d
 
 Result<MemoryRegion> ProtectionDomain::register_device_memory(std::shared_ptr<vfio::Device> dev, uint32_t bar,
                                                               uint64_t offset, uint64_t len, Access access) {
-    switch (ctx_->backend()) {   // first: what the IOMMU can do, whatever else is asked
-    case vfio::IommuBackend::legacy:
-        if (ctx_->maps_device_memory()) break;
-        return Error{ENOTSUP, "device memory registration: this domain's memory is shared with a vhost-user "
-                              "back-end, which maps only vfab's DMA arenas"};
-    case vfio::IommuBackend::iommufd:
-        return Error{ENOTSUP, "device memory registration: iommufd maps only host memory it can pin; another device's "
-                              "memory needs a dma-buf of it (register_dmabuf, IOMMU_IOAS_MAP_FILE). Open the NIC with "
-                              "the legacy VFIO container (VFAB_IOMMU_BACKEND=legacy), which maps a BAR's mmap"};
-    default:
-        return Error{ENOTSUP, "device memory registration: without an IOMMU the NIC needs the memory's bus address, "
-                              "which vfab does not look up for a BAR yet: use an IOMMU (legacy backend)"};
-    }
+    if (const char* why = ctx_->device_memory_refusal())   // first: what the IOMMU can do, whatever is asked
+        return Error{ENOTSUP, str_cat("device memory registration: ", why)};
     if (!dev) return Error{EINVAL, "device memory registration: no device"};
     auto region = dev->region(bar);
     if (!region) return region.take_error();

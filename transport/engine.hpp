@@ -5,6 +5,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -61,6 +62,11 @@ uint32_t live(const List& list) noexcept {
     uint32_t n = 0;
     for (auto& x : list) n += !x->destroyed;
     return n;
+}
+// Whether `x` is a live object of a port's list: a handle the application got from this port.
+template <class List, class T>
+bool owns(const List& list, const T* x) noexcept {
+    return x && std::any_of(list.begin(), list.end(), [&](auto& o) { return o.get() == x && !o->destroyed; });
 }
 
 // Copies between a WR's segments (at byte `offset` of their concatenation) and a flat buffer.
@@ -435,6 +441,7 @@ private:
         std::vector<QpImpl*> qps;
     };
     std::vector<McastGroup> mcast_;
+    std::vector<McastGroup>::iterator find_group(uint32_t ip) noexcept;   // mcast_.end() when none
     Result<void> update_multicast_filter(const std::vector<McastGroup>& groups);
     std::vector<AsyncEvent> events_;        // a ring of kMaxAsyncEvents
     uint32_t events_head_ = 0, events_tail_ = 0;

@@ -49,8 +49,12 @@ Result<void> PortImpl::update_multicast_filter(const std::vector<McastGroup>& gr
     return {};
 }
 
+std::vector<PortImpl::McastGroup>::iterator PortImpl::find_group(uint32_t ip) noexcept {
+    return std::find_if(mcast_.begin(), mcast_.end(), [&](const McastGroup& x) { return x.ip == ip; });
+}
+
 Result<void> PortImpl::join(QpImpl* qp, uint32_t ip) {
-    auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McastGroup& x) { return x.ip == ip; });
+    auto g = find_group(ip);
     if (g != mcast_.end()) {
         if (std::find(g->qps.begin(), g->qps.end(), qp) != g->qps.end()) return {};   // already in: as ibv
         if (g->qps.size() >= kMaxMcastQpAttach)
@@ -68,7 +72,7 @@ Result<void> PortImpl::join(QpImpl* qp, uint32_t ip) {
 }
 
 Result<void> PortImpl::leave(QpImpl* qp, uint32_t ip) {
-    auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McastGroup& x) { return x.ip == ip; });
+    auto g = find_group(ip);
     if (g == mcast_.end() || std::find(g->qps.begin(), g->qps.end(), qp) == g->qps.end())
         return Error{EINVAL, "detach_mcast: the queue pair is not in that group"};
     std::erase(g->qps, qp);
@@ -87,7 +91,7 @@ void PortImpl::leave_all(QpImpl* qp) noexcept {
 }
 
 void PortImpl::deliver_multicast(const Packet& p, const QpImpl* sender) noexcept {
-    auto g = std::find_if(mcast_.begin(), mcast_.end(), [&](const McastGroup& x) { return x.ip == p.dst_ip; });
+    auto g = find_group(p.dst_ip);
     if (g == mcast_.end() || p.dest_qp != kMulticastQpn || !p.info.has(has_deth)) {
         if (!sender) ++stats_.rx_dropped;   // a group no one here is in (the filter hashes)
         return;

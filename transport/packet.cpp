@@ -78,14 +78,10 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
     if (p.info.has(has_deth)) { p.qkey = load32(x); p.src_qp = load24(x + 5); x += kDeth; }
     if (p.info.has(has_xrceth)) { p.xrc_srqn = load24(x + 1); x += kXrcEth; }
     if (p.info.has(has_reth)) { p.va = load64(x); p.rkey = load32(x + 8); p.dma_len = load32(x + 12); x += kReth; }
-    if (p.info.has(has_atomic_eth)) {
+    if (p.info.has(has_atomic_eth) || p.info.has(has_masked_atomic_eth)) {   // the masked one: AtomicETH + 2 masks
         p.va = load64(x); p.rkey = load32(x + 8); p.swap_add = load64(x + 12); p.compare = load64(x + 20);
-        x += kAtomicEth;
-    }
-    if (p.info.has(has_masked_atomic_eth)) {
-        p.va = load64(x); p.rkey = load32(x + 8); p.swap_add = load64(x + 12); p.compare = load64(x + 20);
-        p.swap_mask = load64(x + 28); p.compare_mask = load64(x + 36);
-        x += kMaskedAtomicEth;
+        if (p.info.has(has_masked_atomic_eth)) { p.swap_mask = load64(x + 28); p.compare_mask = load64(x + 36); }
+        x += p.info.has(has_masked_atomic_eth) ? kMaskedAtomicEth : kAtomicEth;
     }
     if (p.info.has(has_aeth)) { p.syndrome = x[0]; p.msn = load24(x + 1); x += kAeth; }
     if (p.info.has(has_atomic_ack_eth)) { p.atomic_orig = load64(x); x += kAtomicAckEth; }
@@ -146,14 +142,10 @@ uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) 
     if (info.has(has_deth)) { store32(x, h.qkey); x[4] = 0; store24(x + 5, h.src_qp); x += kDeth; }
     if (info.has(has_xrceth)) { x[0] = 0; store24(x + 1, h.xrc_srqn); x += kXrcEth; }
     if (info.has(has_reth)) { store64(x, h.va); store32(x + 8, h.rkey); store32(x + 12, h.dma_len); x += kReth; }
-    if (info.has(has_atomic_eth)) {
+    if (info.has(has_atomic_eth) || info.has(has_masked_atomic_eth)) {
         store64(x, h.va); store32(x + 8, h.rkey); store64(x + 12, h.swap_add); store64(x + 20, h.compare);
-        x += kAtomicEth;
-    }
-    if (info.has(has_masked_atomic_eth)) {
-        store64(x, h.va); store32(x + 8, h.rkey); store64(x + 12, h.swap_add); store64(x + 20, h.compare);
-        store64(x + 28, h.swap_mask); store64(x + 36, h.compare_mask);
-        x += kMaskedAtomicEth;
+        if (info.has(has_masked_atomic_eth)) { store64(x + 28, h.swap_mask); store64(x + 36, h.compare_mask); }
+        x += info.has(has_masked_atomic_eth) ? kMaskedAtomicEth : kAtomicEth;
     }
     if (info.has(has_aeth)) { x[0] = h.syndrome; store24(x + 1, h.msn); x += kAeth; }
     if (info.has(has_atomic_ack_eth)) { store64(x, h.atomic_orig); x += kAtomicAckEth; }

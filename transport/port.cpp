@@ -401,24 +401,21 @@ Result<Cq*> PortImpl::create_cq(uint32_t cqe) {
 
 Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
     Guard g(*this);
-    auto mine = [&](Cq* c) {
-        return std::any_of(cqs_.begin(), cqs_.end(), [&](auto& x) { return x.get() == c && !x->destroyed; });
-    };
+    auto mine = [&](Cq* c) { return owns(cqs_, c); };
     const bool ini = a.qp_type == QpType::xrc_send, tgt = a.qp_type == QpType::xrc_recv;
     if (a.qp_type != QpType::rc && a.qp_type != QpType::ud && !ini && !tgt)
         return Error{EINVAL, "create_qp: this transport has RC, UD, XRC send and XRC receive queue pairs"};
     if (tgt) {   // an XRC receiver: a domain, no CQs or queues of its own
-        auto* d = static_cast<XrcdImpl*>(a.xrcd);
-        if (!d || std::none_of(xrcds_.begin(), xrcds_.end(), [&](auto& x) { return x.get() == d && !d->destroyed; }))
+        if (!owns(xrcds_, a.xrcd))
             return Error{EINVAL, "create_qp: an XRC receive queue pair needs xrcd, an XRC domain of this port"};
         if (a.srq || a.send_cq || a.recv_cq)
             return Error{EINVAL, "create_qp: an XRC receive queue pair has no CQs or SRQ of its own (its XRC SRQs have)"};
     } else {
-        if (!a.send_cq || !mine(a.send_cq) || (!ini && (!a.recv_cq || !mine(a.recv_cq))) || (ini && a.recv_cq && !mine(a.recv_cq)))
+        if (!mine(a.send_cq) || (!ini && !mine(a.recv_cq)) || (ini && a.recv_cq && !mine(a.recv_cq)))
             return Error{EINVAL, "create_qp: send_cq and recv_cq must be completion queues of this port"};
         if (ini && a.srq) return Error{EINVAL, "create_qp: an XRC send queue pair receives nothing (no srq)"};
     }
-    if (a.srq && std::none_of(srqs_.begin(), srqs_.end(), [&](auto& x) { return x.get() == a.srq && !x->destroyed; }))
+    if (a.srq && !owns(srqs_, a.srq))
         return Error{EINVAL, "create_qp: srq must be a shared receive queue of this port"};
     if (a.srq && static_cast<SrqImpl*>(a.srq)->xrcd)
         return Error{EINVAL, "create_qp: an XRC SRQ is reached through an XRC receive queue pair, not attached to a QP"};

@@ -1,7 +1,7 @@
+// The receive queue (recv_queue.hpp): a FIFO of posted slots and a free list of slots.
 #include "recv_queue.hpp"
 
 #include <bit>
-
 
 namespace vfab::rdma::detail {
 

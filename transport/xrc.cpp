@@ -2,8 +2,6 @@
 // their own, and the receive queue pair that puts each message in the XRC SRQ its XRCETH names
 // — one of its own domain, or the message is NAKed (docs/rdma-xrc.md). The sending queue pair
 // is an RC requester whose requests carry XRC opcodes and the XRCETH (requester.cpp).
-#include <algorithm>
-
 #include "engine.hpp"
 
 namespace vfab::rdma::detail {
@@ -24,11 +22,10 @@ Result<XrcDomain*> PortImpl::create_xrcd() {
 
 Result<Srq*> PortImpl::create_xrc_srq(const SrqAttr& a, XrcDomain* xrcd, Cq* cq) {
     Guard g(*this);
+    if (!owns(xrcds_, xrcd) || !owns(cqs_, cq))
+        return Error{EINVAL, "create_xrc_srq: xrcd and cq must be an XRC domain and a CQ of this port"};
     auto* d = static_cast<XrcdImpl*>(xrcd);
     auto* c = static_cast<CqImpl*>(cq);
-    const bool our_xrcd = std::any_of(xrcds_.begin(), xrcds_.end(), [&](auto& x) { return x.get() == d && !d->destroyed; });
-    const bool our_cq = std::any_of(cqs_.begin(), cqs_.end(), [&](auto& x) { return x.get() == c && !c->destroyed; });
-    if (!our_xrcd || !our_cq) return Error{EINVAL, "create_xrc_srq: xrcd and cq must be an XRC domain and a CQ of this port"};
     auto srq = new_srq(a);
     if (!srq) return srq.take_error();
     SrqImpl* s = *srq;

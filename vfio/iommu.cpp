@@ -112,6 +112,19 @@ void IommuContext::unmap_all() {
     mappings_.clear();
 }
 
+const char* IommuContext::device_memory_refusal() const {
+    switch (backend_) {
+    case IommuBackend::legacy: return nullptr;
+    case IommuBackend::iommufd:
+        return "iommufd maps only host memory it can pin; another device's memory needs a dma-buf of it "
+               "(register_dmabuf, IOMMU_IOAS_MAP_FILE). Open the NIC with the legacy VFIO container "
+               "(VFAB_IOMMU_BACKEND=legacy), which maps a BAR's mmap";
+    default:
+        return "without an IOMMU the NIC needs the memory's bus address, which vfab does not look up for a BAR "
+               "yet: use an IOMMU (legacy backend)";
+    }
+}
+
 Error IommuContext::explain_map_failure(int err, size_t len, Iova iova) const {
     std::string what = str_cat("mapping ", len, " bytes for DMA at IOVA 0x", std::hex, iova.value, std::dec,
                                " (", to_string(backend_), " backend)");

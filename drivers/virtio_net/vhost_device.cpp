@@ -36,7 +36,9 @@ public:
         info_.iova_ranges = {vfio::IovaRange{0x1000, (1ull << 57) - 1}};
         devices_ = 1;
     }
-    bool maps_device_memory() const override { return false; }   // only memfd-backed arenas
+    const char* device_memory_refusal() const override {
+        return "this domain's memory is shared with a vhost-user back-end, which maps only vfab's DMA arenas";
+    }
     // The device is closing: later unmaps only forget their regions.
     void detach() {
         std::lock_guard lock(mutex_);

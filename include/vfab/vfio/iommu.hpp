@@ -70,9 +70,11 @@ public:
     // physically contiguous, e.g. within one hugepage).
     Result<Iova> map_dma(void* va, size_t len, Iova iova, unsigned access = kDmaReadWrite);
     Result<void> unmap_dma(Iova iova, size_t len);
-    // Whether map_dma takes another device's memory (a BAR's mmap): the legacy type1 container
-    // does; iommufd pins host memory only; no-IOMMU mode has no bus address for it.
-    virtual bool maps_device_memory() const { return backend_ == IommuBackend::legacy; }
+    // Why map_dma cannot take another device's memory (a BAR's mmap), with what to do; null when
+    // it can. The legacy type1 container maps it; iommufd pins host memory only; no-IOMMU mode
+    // has no bus address for it.
+    virtual const char* device_memory_refusal() const;
+    bool maps_device_memory() const { return device_memory_refusal() == nullptr; }
 
     // Live mappings made through this context (iova -> length). Not to be read while another
     // thread maps or unmaps.
