@@ -100,7 +100,9 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
 }
 
 uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) noexcept {
-    const uint8_t opcode = h.xrc ? uint8_t(op::kXrcBase | (h.opcode & 0x1F)) : h.opcode;
+    // XRC: RC's opcodes under XRC's transport bits (vfab's manufacturer-specific ones have none).
+    const bool rc_opcode = (h.opcode & 0xE0) == op::kRcBase;
+    const uint8_t opcode = h.xrc && rc_opcode ? uint8_t(op::kXrcBase | h.opcode) : h.opcode;
     const OpInfo info = op_info(opcode);
     const uint32_t ext = uint32_t(ext_header_size(info));
     const uint32_t pad = pad_of(payload_len);

@@ -104,10 +104,12 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     case WrOpcode::rdma_read:
     case WrOpcode::atomic_cmp_and_swp:
     case WrOpcode::atomic_fetch_and_add:
-    case WrOpcode::masked_atomic_cmp_and_swp:
-    case WrOpcode::masked_atomic_fetch_and_add:
     case WrOpcode::send_with_inv:
         if (ud) return {EINVAL, 0};
+        break;
+    case WrOpcode::masked_atomic_cmp_and_swp:   // RC only: their opcodes have no XRC form
+    case WrOpcode::masked_atomic_fetch_and_add:
+        if (type_ != QpType::rc) return {EINVAL, 0};
         break;
     case WrOpcode::local_inv:
     case WrOpcode::bind_mw:

@@ -206,6 +206,11 @@ TEST_F(XrcTest, BadInputIsRefused) {
     EXPECT_EQ(ini->post_recv(std::span(&rw, 1)).error, EINVAL);
     SendWr w = wr_of(WrOpcode::send, 1, &s);
     EXPECT_EQ(tgt->post_send(std::span(&w, 1)).error, EINVAL);
+    Sge res{reinterpret_cast<uint64_t>(ma.data()), 8, mr_a.lkey};   // masked atomics are RC's only
+    SendWr m = wr_of(WrOpcode::masked_atomic_fetch_and_add, 2, &res);
+    m.remote_addr = reinterpret_cast<uint64_t>(mb.data());
+    m.rkey = mr_b.rkey;
+    EXPECT_EQ(ini->post_send(std::span(&m, 1)).error, EINVAL);
     auto busy = xrcd->destroy();
     ASSERT_FALSE(busy);
     EXPECT_EQ(busy.error().code, EBUSY);
