@@ -232,12 +232,16 @@ int vfab_rdma_post_recv(vfab_rdma_qp* qp, const vfab_recv_wr* wrs, uint32_t n, u
     return r.error;
 }
 
-int vfab_rdma_alloc_mr(vfab_rdma_port* port, uint64_t max_len, uint32_t* key) {
+int vfab_rdma_alloc_mr_blocks(vfab_rdma_port* port, uint64_t max_len, uint32_t max_blocks, uint32_t* key) {
     if (!port || !key) return null_arg("vfab_rdma_alloc_mr", port ? "key" : "port");
-    auto k = port->port->pd().alloc_mr(max_len);
+    auto k = port->port->pd().alloc_mr(max_len, max_blocks);
     if (!k) return fail(k.error());
     *key = *k;
     return 0;
+}
+
+int vfab_rdma_alloc_mr(vfab_rdma_port* port, uint64_t max_len, uint32_t* key) {
+    return vfab_rdma_alloc_mr_blocks(port, max_len, dma::MrTable::kDefaultMaxBlocks, key);
 }
 
 int vfab_rdma_alloc_mw(vfab_rdma_port* port, int type, uint32_t* key) {

@@ -2,6 +2,7 @@
 #include "vfab/dma/mr_table.hpp"
 
 #include <cerrno>
+#include <cstring>
 
 namespace vfab::dma {
 
@@ -22,6 +23,26 @@ bool fits(const MrEntry& e) {
 
 }  // namespace
 
+void copy_to(const BlockMap& map, uint64_t pos, const void* from, uint64_t len) noexcept {
+    const auto* src = static_cast<const uint8_t*>(from);
+    while (len) {
+        const uint64_t b = pos / map.block_size, in = pos - b * map.block_size;
+        const uint64_t n = std::min(len, map.block_size - in);
+        std::memcpy(reinterpret_cast<void*>(map.blocks[b].host + in), src, n);
+        src += n, pos += n, len -= n;
+    }
+}
+
+void copy_from(const BlockMap& map, uint64_t pos, void* to, uint64_t len) noexcept {
+    auto* dst = static_cast<uint8_t*>(to);
+    while (len) {
+        const uint64_t b = pos / map.block_size, in = pos - b * map.block_size;
+        const uint64_t n = std::min(len, map.block_size - in);
+        std::memcpy(dst, reinterpret_cast<const void*>(map.blocks[b].host + in), n);
+        dst += n, pos += n, len -= n;
+    }
+}
+
 const char* to_string(MrStatus s) noexcept {
     switch (s) {
     case MrStatus::ok: return "ok";
@@ -30,6 +51,7 @@ const char* to_string(MrStatus s) noexcept {
     case MrStatus::out_of_bounds: return "out of bounds";
     case MrStatus::access_denied: return "access denied";
     case MrStatus::invalid_state: return "invalid state";
+    case MrStatus::discontiguous: return "not one run of memory";
     }
     return "?";
 }
@@ -41,7 +63,7 @@ Result<MrTable> MrTable::create(uint32_t capacity) {
     return MrTable(capacity);
 }
 
-MrTable::MrTable(uint32_t capacity) : slots_(capacity), free_ring_(capacity), free_count_(capacity) {
+MrTable::MrTable(uint32_t capacity) : slots_(capacity), free_ring_(capacity), free_count_(capacity), maps_(capacity) {
     for (uint32_t i = 0; i < capacity; ++i) free_ring_[i] = i;
 }
 
@@ -104,12 +126,55 @@ MrStatus MrTable::remove_allocated(uint32_t key) noexcept {
     return slots_[index].kind == Kind::region ? MrStatus::invalid_state : remove(key);
 }
 
-Result<uint32_t> MrTable::alloc_unbound(uint64_t max_len) {
+Result<uint32_t> MrTable::alloc_unbound(uint64_t max_len, uint32_t max_blocks) {
     if (max_len == 0) return Error{EINVAL, "fast-register MR: zero maximum length"};
+    if (max_blocks == 0 || max_blocks > kMaxBlocks)
+        return Error{EINVAL, str_cat("fast-register MR: ", max_blocks, " blocks; allow 1 to ", kMaxBlocks)};
     if (free_count_ == 0) return full();
     const uint32_t key = take_slot(Kind::fast_reg, MrState::invalid);
-    slots_[key_index(key)].max_len = max_len;
+    const uint32_t index = key_index(key);
+    slots_[index].max_len = max_len;
+    // Sized here, not when bound: fast registration comes through the send queue.
+    if (!maps_[index]) maps_[index] = std::make_unique<BlockMap>();
+    if (maps_[index]->blocks.size() < max_blocks) maps_[index]->blocks.resize(max_blocks);
+    maps_[index]->count = 0;
+    slots_[index].max_blocks = max_blocks;
     return key;
+}
+
+uint32_t MrTable::max_blocks(uint32_t key) const noexcept {
+    uint32_t index = 0;
+    if (lookup(key, index) != MrStatus::ok || slots_[index].kind != Kind::fast_reg) return 0;
+    return slots_[index].max_blocks;
+}
+
+std::span<Block> MrTable::blocks(uint32_t key, uint32_t n) noexcept {
+    uint32_t index = 0;
+    if (lookup(key, index) != MrStatus::ok) return {};
+    const Slot& s = slots_[index];
+    if (s.kind != Kind::fast_reg || s.state != MrState::invalid || n == 0 || n > s.max_blocks) return {};
+    return {maps_[index]->blocks.data(), n};
+}
+
+MrStatus MrTable::bind_blocks(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t block_size,
+                              uint64_t first_offset, uint32_t n) noexcept {
+    uint32_t index = 0;
+    if (MrStatus st = lookup(key, index); st != MrStatus::ok) return st;
+    Slot& s = slots_[index];
+    if (s.kind != Kind::fast_reg || s.state != MrState::invalid) return MrStatus::invalid_state;
+    if (e.length == 0 || e.length > s.max_len || (!e.zero_based() && e.addr > UINT64_MAX - (e.length - 1)))
+        return MrStatus::out_of_bounds;
+    if (n == 0 || n > s.max_blocks || block_size == 0 || first_offset >= block_size ||
+        e.length > n * block_size - first_offset)
+        return MrStatus::out_of_bounds;
+    if (!has(Access::all, e.access) || !remote_write_needs_local(e.access)) return MrStatus::access_denied;
+    BlockMap& m = *maps_[index];
+    m.block_size = block_size;
+    m.first_offset = first_offset;
+    m.count = n;
+    make_valid(s, e, new_key);
+    s.map = &m;
+    return MrStatus::ok;
 }
 
 MrStatus MrTable::bind(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t host) noexcept {
@@ -121,6 +186,7 @@ MrStatus MrTable::bind(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t
     if (!has(Access::all, e.access) || !remote_write_needs_local(e.access)) return MrStatus::access_denied;
     make_valid(s, e, new_key);
     s.host = host;
+    s.map = nullptr;
     return MrStatus::ok;
 }
 
@@ -150,14 +216,15 @@ MrStatus MrTable::bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_
     if (slots_[m].kind == Kind::window) return MrStatus::invalid_state;
     if (len == 0) return MrStatus::out_of_bounds;
     // Checks the MR's state, bounds and MW_BIND at once, and gives the window's IOVA.
-    const Translation t = translate(mr_key, addr, len, Access::mw_bind);
+    const Translation t = translate_span(mr_key, addr, len, Access::mw_bind);
     if (t.status != MrStatus::ok) return t.status;
     if (!has(kRemote | Access::zero_based, access)) return MrStatus::access_denied;
     if (!has(slots_[m].entry.access, access & kRemote)) return MrStatus::access_denied;
+    const MrEntry& mr = slots_[m].entry;
     slots_[w].parent_key = mr_key;
+    slots_[w].parent_offset = mr.zero_based() ? addr : addr - mr.addr;
     slots_[w].owner_qpn = type1 ? 0 : owner_qpn;
     make_valid(slots_[w], MrEntry{addr, len, t.iova, access}, new_key);
-    slots_[w].host = t.host;
     return MrStatus::ok;
 }
 

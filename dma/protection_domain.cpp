@@ -142,9 +142,9 @@ Result<void> ProtectionDomain::deregister(const MemoryRegion& mr) {
     return {};
 }
 
-Result<uint32_t> ProtectionDomain::alloc_mr(uint64_t max_len) {
+Result<uint32_t> ProtectionDomain::alloc_mr(uint64_t max_len, uint32_t max_blocks) {
     std::lock_guard lock(mu_);
-    return table_.alloc_unbound(max_len);
+    return table_.alloc_unbound(max_len, max_blocks);
 }
 
 Result<uint32_t> ProtectionDomain::alloc_mw(WindowType type) {
@@ -180,6 +180,30 @@ MrStatus ProtectionDomain::fast_register(uint32_t key, uint32_t new_key, const v
     if (!iova) return MrStatus::out_of_bounds;   // memory the device cannot reach
     const uint64_t base = has(access, Access::zero_based) ? 0 : va;
     return table_.bind(key, key_consumer(new_key), MrEntry{base, len, *iova, access}, reinterpret_cast<uint64_t>(host));
+}
+
+MrStatus ProtectionDomain::fast_register_blocks(uint32_t key, uint32_t new_key, const uint64_t* blocks, uint32_t n,
+                                                uint64_t block_size, uint64_t first_offset, uint64_t len, uint64_t va,
+                                                Access access) {
+    if (key_index(new_key) != key_index(key)) return MrStatus::bad_key;
+    if (block_size == 0 || first_offset >= block_size || len == 0 || n == 0 ||
+        len > n * block_size - first_offset)
+        return MrStatus::out_of_bounds;
+    n = uint32_t((first_offset + len + block_size - 1) / block_size);   // the blocks it uses
+    std::lock_guard lock(mu_);
+    const std::span<Block> to = table_.blocks(key, n);
+    if (to.empty()) return table_.max_blocks(key) ? MrStatus::out_of_bounds : MrStatus::invalid_state;
+    for (uint32_t i = 0; i < n; ++i) {
+        // Only the bytes the MR uses must be mapped: from first_offset in the first block, up
+        // to its end in the last.
+        const uint64_t from = i == 0 ? first_offset : 0;
+        const uint64_t end = std::min<uint64_t>(block_size, first_offset + len - uint64_t(i) * block_size);
+        const std::optional<Iova> iova = iova_of(reinterpret_cast<const void*>(blocks[i] + from), end - from);
+        if (!iova) return MrStatus::out_of_bounds;   // memory the device cannot reach
+        to[i] = {blocks[i], Iova(iova->value - from)};
+    }
+    const uint64_t base = has(access, Access::zero_based) ? 0 : va;
+    return table_.bind_blocks(key, key_consumer(new_key), MrEntry{base, len, {}, access}, block_size, first_offset, n);
 }
 
 MrStatus ProtectionDomain::bind_window(uint32_t mr_key, uint32_t window_key, uint32_t new_key, uint64_t addr,

@@ -69,10 +69,6 @@ bool owns(const List& list, const T* x) noexcept {
     return x && std::any_of(list.begin(), list.end(), [&](auto& o) { return o.get() == x && !o->destroyed; });
 }
 
-// Copies between a WR's segments (at byte `offset` of their concatenation) and a flat buffer.
-void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
-void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept;
-
 class CqImpl final : public Cq {
 public:
     CqImpl(PortImpl& port, uint32_t capacity);
@@ -169,7 +165,7 @@ struct Resource {
     uint32_t last_psn = 0;     // of its last response
     uint64_t va = 0;
     uint32_t length = 0;
-    uint8_t* host = nullptr;   // READ: the CPU address of va
+    Segment mem;               // READ: the memory at va
     uint64_t orig = 0;         // atomic: the value before it ran
     // Responses still to send: from next_psn / next_offset through last_psn.
     bool sending = false;
@@ -309,7 +305,7 @@ private:
     bool in_send_ = false;         // a multi-packet SEND is being received into cur_recv_
     uint32_t recv_offset_ = 0;
     bool in_write_ = false;        // a multi-packet WRITE is being received
-    uint8_t* write_host_ = nullptr;
+    Segment write_mem_;            // where it lands
     uint32_t write_len_ = 0, write_offset_ = 0;
     std::vector<Resource> res_;
     uint32_t res_next_ = 0;

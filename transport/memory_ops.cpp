@@ -55,8 +55,9 @@ void QpImpl::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind) no
     if (st != dma::MrStatus::ok) w.vendor_err = kVendorErrMemory | uint32_t(st);
 }
 
-// The block list must describe one run of memory the domain maps: blocks that follow each
-// other. A list of scattered pages is refused (kVendorErrDiscontiguousBlocks), not guessed at.
+// Blocks that follow each other make one run of memory, whatever their number; scattered ones
+// are kept in the MR's block map, at most the max_blocks it was allocated with
+// (kVendorErrTooManyBlocks). Every byte the MR covers must lie in memory the domain maps.
 void QpImpl::fast_register(SendWqe& w, const SendWr& wr) noexcept {
     const RegMrInfo* r = wr.reg;
     auto fail = [&](uint32_t why) {
@@ -66,11 +67,21 @@ void QpImpl::fast_register(SendWqe& w, const SendWr& wr) noexcept {
     if (!r || !r->blocks || r->num_blocks == 0 || r->block_size == 0 || r->first_offset >= r->block_size ||
         r->length == 0 || r->length > uint64_t(r->num_blocks) * r->block_size - r->first_offset)
         return fail(kVendorErrBadBlockList);
-    const uint64_t used = (r->first_offset + r->length + r->block_size - 1) / r->block_size;
-    for (uint64_t i = 1; i < used; ++i)
-        if (r->blocks[i] != r->blocks[0] + i * r->block_size) return fail(kVendorErrDiscontiguousBlocks);
-    const auto* host = reinterpret_cast<const void*>(r->blocks[0] + r->first_offset);
-    const dma::MrStatus st = port_.pd().fast_register(wr.mem_key, wr.new_key, host, r->length, r->iova, dma::Access(r->access));
+    const uint32_t used = uint32_t((r->first_offset + r->length + r->block_size - 1) / r->block_size);
+    uint32_t i = 1;
+    while (i < used && r->blocks[i] == r->blocks[0] + uint64_t(i) * r->block_size) ++i;
+    dma::ProtectionDomain& pd = port_.pd();
+    const auto access = dma::Access(r->access);
+    dma::MrStatus st;
+    if (i == used) {   // one run
+        const auto* host = reinterpret_cast<const void*>(r->blocks[0] + r->first_offset);
+        st = pd.fast_register(wr.mem_key, wr.new_key, host, r->length, r->iova, access);
+    } else {
+        const uint32_t max = pd.table().max_blocks(wr.mem_key);
+        if (max && used > max) return fail(kVendorErrTooManyBlocks);
+        st = pd.fast_register_blocks(wr.mem_key, wr.new_key, r->blocks, used, r->block_size, r->first_offset,
+                                     r->length, r->iova, access);
+    }
     if (st != dma::MrStatus::ok) fail(kVendorErrMemory | uint32_t(st));
 }
 

@@ -64,13 +64,14 @@ bool RawQp::deliver(const uint8_t* frame, uint32_t len) noexcept {
     const RecvWr& r = rq_[rq_head_++ & uint32_t(rq_.size() - 1)];
     const Sge& s = r.sg_list[0];
     Completion c{r.wr_id, vfab::WcStatus::success, vfab::WcOpcode::recv, 0, len, 0, 0};
-    const dma::Translation t = port_.mrs().translate(s.lkey, s.addr, s.length, dma::Access::local_write);
+    const dma::Translation t = port_.mrs().translate_span(s.lkey, s.addr, s.length, dma::Access::local_write);
     if (t.status != dma::MrStatus::ok) {
         c.status = vfab::WcStatus::local_protection_error;
     } else if (len > s.length) {
         c.status = vfab::WcStatus::local_length_error;
     } else {
-        std::memcpy(reinterpret_cast<void*>(t.host), frame, len);
+        const Segment seg = Segment::of(t, s.length);
+        copy_to_segments(&seg, 1, 0, frame, len);
         ++stats_.rx_packets;
         stats_.rx_bytes += len;
     }
@@ -94,9 +95,14 @@ PostResult RawQp::post_send(std::span<const vfab::SendWr> wrs) noexcept {
         uint32_t at = 0;
         for (uint32_t s = 0; s < wr.num_sge && c.status == vfab::WcStatus::success; ++s) {
             const Sge& sge = wr.sg_list[s];
-            const dma::Translation t = port_.mrs().translate(sge.lkey, sge.addr, sge.length, dma::Access::none);
-            if (t.status != dma::MrStatus::ok) c.status = vfab::WcStatus::local_protection_error;
-            else std::memcpy(buf + at, reinterpret_cast<const void*>(t.host), sge.length), at += sge.length;
+            const dma::Translation t = port_.mrs().translate_span(sge.lkey, sge.addr, sge.length, dma::Access::none);
+            if (t.status != dma::MrStatus::ok) {
+                c.status = vfab::WcStatus::local_protection_error;
+            } else {
+                const Segment seg = Segment::of(t, sge.length);
+                copy_from_segments(&seg, 1, 0, buf + at, sge.length);
+                at += sge.length;
+            }
         }
         if (c.status == vfab::WcStatus::success) {
             port_.tx_queue(buf, at);

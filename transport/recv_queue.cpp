@@ -43,9 +43,9 @@ RecvQueue::Post RecvQueue::post(const RecvWr& wr, dma::MrTable& mrs) noexcept {
     Segment* seg = &segs_[size_t(slot) * max_sge_];
     for (uint32_t s = 0; s < wr.num_sge; ++s) {
         const Sge& sge = wr.sg_list[s];
-        const dma::Translation t = mrs.translate(sge.lkey, sge.addr, sge.length, dma::Access::local_write);
+        const dma::Translation t = mrs.translate_span(sge.lkey, sge.addr, sge.length, dma::Access::local_write);
         if (t.status != dma::MrStatus::ok) return Post::bad_key;
-        seg[s] = {reinterpret_cast<uint8_t*>(t.host), sge.length};
+        seg[s] = Segment::of(t, sge.length);
         q.length += sge.length;
     }
     free_.pop_back();

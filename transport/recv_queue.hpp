@@ -9,16 +9,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "vfab/dma/mr_table.hpp"
+#include "segment.hpp"
 #include "vfab/types.hpp"
 
 namespace vfab::rdma::detail {
 
-// A piece of local memory a WR names, its key already checked: the CPU copies to and from it.
-struct Segment {
-    uint8_t* host = nullptr;
-    uint32_t len = 0;
-};
 
 struct RecvWqe {
     uint64_t wr_id = 0;

@@ -10,34 +10,6 @@ namespace vfab::rdma::detail {
 
 using namespace wire;
 
-void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept {
-    for (uint32_t i = 0; i < n && len; ++i) {
-        if (offset >= s[i].len) {
-            offset -= s[i].len;
-            continue;
-        }
-        const uint32_t k = std::min(len, s[i].len - offset);
-        std::memcpy(s[i].host + offset, from, k);
-        from += k;
-        len -= k;
-        offset = 0;
-    }
-}
-
-void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept {
-    for (uint32_t i = 0; i < n && len; ++i) {
-        if (offset >= s[i].len) {
-            offset -= s[i].len;
-            continue;
-        }
-        const uint32_t k = std::min(len, s[i].len - offset);
-        std::memcpy(to, s[i].host + offset, k);
-        to += k;
-        len -= k;
-        offset = 0;
-    }
-}
-
 namespace {
 
 // The opcode of packet `first`/`last` of a SEND or WRITE message (9.2.1, table 38).
@@ -142,9 +114,9 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
         uint64_t total = 0;
         for (uint32_t s = 0; s < wr.num_sge; ++s) {
             const Sge& sge = wr.sg_list[s];
-            const dma::Translation t = port_.mrs().translate(sge.lkey, sge.addr, sge.length, need);
+            const dma::Translation t = port_.mrs().translate_span(sge.lkey, sge.addr, sge.length, need);
             bad |= t.status != dma::MrStatus::ok;
-            seg[s] = {reinterpret_cast<uint8_t*>(t.host), sge.length};
+            seg[s] = Segment::of(t, sge.length);
             total += sge.length;
         }
         if (total > (1u << 31)) return {EINVAL, 0};

@@ -109,7 +109,7 @@ bool QpImpl::send_read_responses() noexcept {
             h.syndrome = aeth::kAckNoCredits;
             h.msn = msn_;
             uint8_t* data = write_headers(buf, h, payload);
-            if (payload) std::memcpy(data, r.host + r.next_offset, payload);
+            if (payload) copy_from_segments(&r.mem, 1, r.next_offset, data, payload);
             port_.tx_queue(buf, finish_frame(buf, payload));
             r.restart = false;
             r.next_psn = psn_add(r.next_psn, 1);
@@ -179,13 +179,14 @@ void QpImpl::on_request(const Packet& p) noexcept {
         }
     } else if (i.has(is_write)) {
         if (first) {
-            write_host_ = nullptr;
+            write_mem_ = {};
             if (!granted(attr_.qp_access_flags, dma::Access::remote_write))
                 return respond_error(p, aeth::kNakRemoteAccessError);
             if (p.dma_len) {
-                const dma::Translation t = port_.mrs().translate(p.rkey, p.va, p.dma_len, dma::Access::remote_write, qpn_);
+                const dma::Translation t =
+                    port_.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_write, qpn_);
                 if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
-                write_host_ = reinterpret_cast<uint8_t*>(t.host);
+                write_mem_ = Segment::of(t, p.dma_len);
             }
             write_len_ = p.dma_len;
             write_offset_ = 0;
@@ -199,7 +200,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
             send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
             return;
         }
-        if (p.payload_len) std::memcpy(write_host_ + write_offset_, p.payload, p.payload_len);
+        if (p.payload_len) copy_to_segments(&write_mem_, 1, write_offset_, p.payload, p.payload_len);
         write_offset_ += p.payload_len;
         in_write_ = !last;
         if (last) {
@@ -211,11 +212,12 @@ void QpImpl::on_request(const Packet& p) noexcept {
     } else if (i.has(is_read)) {
         if (!granted(attr_.qp_access_flags, dma::Access::remote_read))
             return respond_error(p, aeth::kNakRemoteAccessError);
-        uint8_t* host = nullptr;
+        Segment mem;
         if (p.dma_len) {
-            const dma::Translation t = port_.mrs().translate(p.rkey, p.va, p.dma_len, dma::Access::remote_read, qpn_);
+            const dma::Translation t =
+                port_.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_read, qpn_);
             if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
-            host = reinterpret_cast<uint8_t*>(t.host);
+            mem = Segment::of(t, p.dma_len);
         }
         const uint32_t npkts = std::max<uint32_t>(1, (p.dma_len + mtu_ - 1) / mtu_);
         Resource* r = new_resource();
@@ -224,7 +226,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
         r->last_psn = psn_add(p.psn, npkts - 1);
         r->va = p.va;
         r->length = p.dma_len;
-        r->host = host;
+        r->mem = mem;
         set_sending(*r, true);
         r->restart = true;
         r->next_psn = p.psn;
@@ -237,6 +239,9 @@ void QpImpl::on_request(const Packet& p) noexcept {
             return respond_error(p, aeth::kNakRemoteAccessError);
         if (p.va & 7) return respond_error(p, aeth::kNakInvalidRequest);   // atomics are 8-byte aligned (9.4.5)
         const dma::Translation t = port_.mrs().translate(p.rkey, p.va, 8, dma::Access::remote_atomic, qpn_);
+        if (t.status == dma::MrStatus::discontiguous || (t.status == dma::MrStatus::ok && t.host & 7))
+            // across two scattered blocks, or memory registered at an odd offset: not one word
+            return respond_error(p, aeth::kNakInvalidRequest);
         if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
         std::atomic_ref<uint64_t> target(*reinterpret_cast<uint64_t*>(t.host));
         uint64_t orig;

@@ -226,8 +226,11 @@ int vfab_rdma_post_send(vfab_rdma_qp *qp, const struct vfab_rdma_send_wr *wrs, u
 int vfab_rdma_post_recv(vfab_rdma_qp *qp, const struct vfab_recv_wr *wrs, uint32_t n, uint32_t *posted);
 
 /* Memory management (docs/rdma-memory.md): an MR key with no memory, bound by a REG_MR work
- * request; a memory window (enum vfab_rdma_mw_type); freeing either. The key goes to *key. */
+ * request; a memory window (enum vfab_rdma_mw_type); freeing either. The key goes to *key.
+ * vfab_rdma_alloc_mr allows 256 scattered blocks; _blocks sets the number (ibv_alloc_mr's
+ * max_num_sg; blocks that follow each other count as one). */
 int vfab_rdma_alloc_mr(vfab_rdma_port *port, uint64_t max_len, uint32_t *key);
+int vfab_rdma_alloc_mr_blocks(vfab_rdma_port *port, uint64_t max_len, uint32_t max_blocks, uint32_t *key);
 int vfab_rdma_alloc_mw(vfab_rdma_port *port, int type, uint32_t *key);
 int vfab_rdma_dealloc(vfab_rdma_port *port, uint32_t key);
 /* ibv_bind_mw for type 1 windows; the window's new key goes to *new_key. */

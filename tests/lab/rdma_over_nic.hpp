@@ -179,7 +179,7 @@ TEST_P(RdmaOverNic, AtomicsAndWriteWithImmediate) {
 }
 
 // Fast registration, a type 2B window and both invalidations over the NIC (docs/rdma-memory.md):
-// b registers 64 KiB through its send queue and binds a window on it; a writes through both,
+// b registers 64 KiB of scattered pages through its send queue and binds a window on it; a writes through both,
 // invalidates the window with SEND_WITH_INV, and its next write through it is refused.
 TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
     dma::ProtectionDomain& pd = port_b->pd();
@@ -188,8 +188,8 @@ TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
     ASSERT_TRUE(bindable) << bindable.error().message;
     const uint32_t key = *pd.alloc_mr(1 << 16);
     const uint64_t base = reinterpret_cast<uint64_t>(mb.data() + (1 << 20)) & ~uint64_t(4095);
-    uint64_t pages[16];
-    for (int i = 0; i < 16; ++i) pages[i] = base + uint64_t(i) * 4096;
+    uint64_t pages[16];   // scattered: the MR's page i is page (i * 5) % 16 of the memory
+    for (int i = 0; i < 16; ++i) pages[i] = base + uint64_t(i * 5 % 16) * 4096;
     RegMrInfo info{pages, 16, 4096, 0, kAllRemote, 1 << 16, 0x40000000};
     SendWr reg = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
     reg.mem_key = key;
@@ -219,7 +219,9 @@ TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
     auto tx = wait_wc(a, b, 2, std::chrono::seconds(60));
     ASSERT_EQ(tx.size(), 2u);
     for (const Wc& c : tx) EXPECT_EQ(c.status, WcStatus::success) << c.wr_id << ": " << to_string(c.status);
-    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + (1 << 16), reinterpret_cast<uint8_t*>(base)));
+    for (int i = 0; i < 16; ++i)
+        EXPECT_TRUE(std::equal(ma.begin() + i * 4096, ma.begin() + (i + 1) * 4096, reinterpret_cast<uint8_t*>(pages[i])))
+            << "page " << i;
     EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + (1 << 16), mb.begin() + 8192));
 
     Sge r = sge_b(2 << 20, 64);

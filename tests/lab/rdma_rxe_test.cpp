@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include <deque>
+#include <functional>
 #include <random>
 
 #include "../unit/rdma_connect.hpp"
@@ -320,10 +321,11 @@ protected:
         const Wc wc = complete_one();
         ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status) << " vendor_err " << std::hex << wc.vendor_err;
     }
+    // 8 KiB at `iova`: two 4 KiB blocks from `off`, listed second first (scattered).
     uint32_t fast_register(uint64_t off, uint64_t iova) {
         const uint32_t key = *port_->pd().alloc_mr(1 << 16);
         const uint64_t start = reinterpret_cast<uint64_t>(mem_.data() + off);
-        const uint64_t blocks[2] = {start, start + 4096};
+        const uint64_t blocks[2] = {start + 4096, start};
         RegMrInfo info{blocks, 2, 4096, 0, kAllRemote, 8192, iova};
         SendWr w = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
         w.mem_key = key;
@@ -344,8 +346,9 @@ protected:
         return w.new_key;
     }
     void send_line(const std::string& s) { ASSERT_EQ(::write(fd_.get(), s.data(), s.size()), ssize_t(s.size())); }
-    // rxe writes through `rkey` at `addr`, then invalidates it with SEND_WITH_INV, then fails.
-    void rxe_invalidates(uint32_t rkey, uint64_t addr, uint64_t off) {
+    // rxe writes 4 KiB through `rkey` at `addr`, then invalidates it with SEND_WITH_INV, then
+    // fails; byte i lands at mem_[where(i)].
+    void rxe_invalidates(uint32_t rkey, uint64_t addr, const std::function<size_t(size_t)>& where) {
         Sge r{reinterpret_cast<uint64_t>(mem_.data() + 900000), 64, me_.mr.lkey};
         RecvWr rw{77, &r, 1, 0};
         ASSERT_TRUE(me_.qp->post_recv(std::span(&rw, 1)));
@@ -355,7 +358,7 @@ protected:
         port_->stop_progress_thread();
         EXPECT_EQ(o.rc, 0) << o.summary();
         EXPECT_EQ(o.out.find("FAIL"), std::string::npos) << o.out;
-        for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(mem_[off + i], pattern(i, 5)) << i;
+        for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(mem_[where(i)], pattern(i, 5)) << i;
         const Wc wc = complete_one();
         EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
         EXPECT_EQ(wc.wr_id, 77u);
@@ -366,12 +369,17 @@ protected:
 
 TEST_F(RxeAndVfabKeys, RxeInvalidatesAFastRegisteredMr) {
     const uint32_t rkey = fast_register(65536, 0x7000000);
-    ASSERT_NO_FATAL_FAILURE(rxe_invalidates(rkey, 0x7000000, 65536));
+    // From the MR's byte 2048: the second half of its first block (mem_ 65536 + 4096 + 2048),
+    // then the start of its second (mem_ 65536).
+    ASSERT_NO_FATAL_FAILURE(rxe_invalidates(rkey, 0x7000000 + 2048, [](size_t i) {
+        return i < 2048 ? 65536 + 4096 + 2048 + i : 65536 + (i - 2048);
+    }));
 }
 
 TEST_F(RxeAndVfabKeys, RxeInvalidatesAType2BWindow) {
     const uint32_t rkey = bind_window(65536);
-    ASSERT_NO_FATAL_FAILURE(rxe_invalidates(rkey, reinterpret_cast<uint64_t>(mem_.data() + 65536), 65536));
+    ASSERT_NO_FATAL_FAILURE(
+        rxe_invalidates(rkey, reinterpret_cast<uint64_t>(mem_.data() + 65536), [](size_t i) { return 65536 + i; }));
 }
 
 TEST_F(RxeAndVfabKeys, VfabInvalidatesAWindowRxeWroteThrough) {

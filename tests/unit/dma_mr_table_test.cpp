@@ -429,3 +429,78 @@ TEST_F(MrWindows, Type1WindowsAreReboundAndUnboundWithZeroLength) {
 
 }  // namespace
 }  // namespace vfab::dma
+
+namespace vfab::dma {
+namespace {
+
+// A fast-register MR over scattered blocks: each byte where its block is, one run for a device,
+// copies across blocks, windows through it, the block limit.
+TEST(MrTableBlocks, ScatteredBlocksTranslateInListOrder) {
+    MrTable t = make(8);
+    std::vector<uint8_t> mem(4 * 256);
+    const auto at = [&](uint32_t block) { return reinterpret_cast<uint64_t>(mem.data()) + block * 256; };
+    EXPECT_EQ(t.alloc_unbound(4096, 0).error().code, EINVAL);
+    EXPECT_EQ(t.alloc_unbound(4096, MrTable::kMaxBlocks + 1).error().code, EINVAL);
+    const uint32_t key = *t.alloc_unbound(4096, 3);
+    EXPECT_EQ(t.max_blocks(key), 3u);
+    EXPECT_TRUE(t.blocks(key, 4).empty()) << "more than max_blocks";
+    std::span<Block> b = t.blocks(key, 3);
+    ASSERT_EQ(b.size(), 3u);
+    const uint32_t order[3] = {3, 0, 2};   // blocks of mem, out of order
+    for (uint32_t i = 0; i < 3; ++i) b[i] = {at(order[i]), Iova(0x10000 + order[i] * 0x1000)};
+    // 600 bytes from offset 16 of the first block, answering to 0x5000.
+    ASSERT_EQ(t.bind_blocks(key, 7, MrEntry{0x5000, 600, {}, kLW | kRW | kBind}, 256, 16, 3), MrStatus::ok);
+    const uint32_t k = make_key(key_index(key), 7);
+    const Translation one = t.translate(k, 0x5000 + 10, 8, kRW);
+    ASSERT_EQ(one.status, MrStatus::ok);
+    EXPECT_EQ(one.host, at(3) + 26);
+    EXPECT_EQ(one.iova.value, 0x13000u + 26);
+    EXPECT_EQ(t.translate(k, 0x5000 + 236, 8, kRW).status, MrStatus::discontiguous) << "across blocks 0 and 1";
+    EXPECT_EQ(t.translate(k, 0x5000 + 595, 8, kRW).status, MrStatus::out_of_bounds);
+    const Translation span = t.translate_span(k, 0x5000 + 236, 300, kRW);
+    ASSERT_EQ(span.status, MrStatus::ok);
+    EXPECT_EQ(span.run, 4u);
+    EXPECT_EQ(span.host, at(3) + 252);
+    ASSERT_NE(span.map, nullptr);
+    std::vector<uint8_t> from(300);
+    for (uint32_t i = 0; i < 300; ++i) from[i] = uint8_t(i + 1);
+    copy_to(*span.map, span.pos, from.data(), from.size());
+    EXPECT_EQ(mem[3 * 256 + 252], 1);
+    EXPECT_EQ(mem[3 * 256 + 255], 4);
+    EXPECT_EQ(mem[0], 5);                  // block 1 of the list is mem's block 0
+    EXPECT_EQ(mem[255], uint8_t(4 + 256));
+    EXPECT_EQ(mem[2 * 256 + 0], uint8_t(4 + 256 + 1));
+    std::vector<uint8_t> back(300);
+    copy_from(*span.map, span.pos, back.data(), back.size());
+    EXPECT_EQ(back, from);
+    // A window over bytes 200..400 of the MR translates through it.
+    const uint32_t w = *t.alloc_window();
+    ASSERT_EQ(t.bind_window(k, w, 1, 0x5000 + 200, 200, kRW), MrStatus::ok);
+    const Translation through = t.translate_span(make_key(key_index(w), 1), 0x5000 + 250, 20, kRW, kQp);
+    ASSERT_EQ(through.status, MrStatus::ok);
+    EXPECT_EQ(through.host, at(0) + (16 + 250 - 256));
+    // Invalidated, then bound again to one run: no map.
+    ASSERT_EQ(t.local_invalidate(k), MrStatus::ok);
+    ASSERT_EQ(t.bind(k, 8, MrEntry{0x5000, 100, Iova(0x20000), kLW}, at(1)), MrStatus::ok);
+    EXPECT_EQ(t.translate_span(make_key(key_index(key), 8), 0x5000, 100, kLW).map, nullptr);
+}
+
+TEST(MrTableBlocks, BindBlocksChecksItsList) {
+    MrTable t = make(4);
+    const uint32_t key = *t.alloc_unbound(1000, 2);
+    ASSERT_EQ(t.blocks(key, 2).size(), 2u);
+    const MrEntry e{0, 500, {}, kLW | kZero};
+    EXPECT_EQ(t.bind_blocks(key, 1, e, 256, 16, 2), MrStatus::out_of_bounds)
+        << "500 bytes from offset 16 need 3 blocks of 256";
+    EXPECT_EQ(t.bind_blocks(key, 1, e, 256, 256, 2), MrStatus::out_of_bounds) << "offset past the first block";
+    EXPECT_EQ(t.bind_blocks(key, 1, MrEntry{0, 2000, {}, kLW}, 1024, 0, 2), MrStatus::out_of_bounds)
+        << "longer than the MR's max_len";
+    EXPECT_EQ(t.bind_blocks(key, 1, MrEntry{0, 300, {}, kRW}, 256, 0, 2), MrStatus::access_denied)
+        << "REMOTE_WRITE without LOCAL_WRITE";
+    const uint32_t region = must_add(t, MrEntry{0x1000, 64, Iova(0x1000), kLW});
+    EXPECT_TRUE(t.blocks(region, 1).empty()) << "a region has no block map";
+    EXPECT_EQ(t.max_blocks(region), 0u);
+}
+
+}  // namespace
+}  // namespace vfab::dma

@@ -163,7 +163,9 @@ TEST_F(MemoryTest, BadRegistrationsEndInAnErrorCompletionAndLeaveTheKeyInvalid) 
         {"offset past the first block", kVendorErrBadBlockList, [&](SendWr&) { info.first_offset = 4096; }},
         {"longer than its blocks", kVendorErrBadBlockList, [&](SendWr&) { info.length = 3 * 4096; }},
         {"no blocks", kVendorErrBadBlockList, [&](SendWr&) { info.num_blocks = 0; }},
-        {"scattered blocks", kVendorErrDiscontiguousBlocks, [&](SendWr&) { blocks[1] += 8192; }},
+        {"more scattered blocks than the MR allows", kVendorErrTooManyBlocks, [&](SendWr&) { blocks[1] += 8192; }},
+        {"a scattered block the domain does not map", kVendorErrMemory | uint32_t(dma::MrStatus::out_of_bounds),
+         [&](SendWr&) { blocks[1] = far[1]; }},
         {"memory the domain does not map", kVendorErrMemory | uint32_t(dma::MrStatus::out_of_bounds),
          [&](SendWr&) { info.blocks = far, info.first_offset = 0; }},
         {"a new key of another index", kVendorErrMemory | uint32_t(dma::MrStatus::bad_key),
@@ -174,7 +176,7 @@ TEST_F(MemoryTest, BadRegistrationsEndInAnErrorCompletionAndLeaveTheKeyInvalid) 
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
         reconnect(700, 800);
-        const uint32_t key = *pair.b->pd().alloc_mr(1 << 16);
+        const uint32_t key = *pair.b->pd().alloc_mr(1 << 16, c.vendor_err == kVendorErrTooManyBlocks ? 1 : 4);
         SendWr w = reg_mr_b(key, 0, 8192, 4096, kRemoteRw, addr_b(0));
         c.spoil(w);
         const Wc wc = run(b, a, w);
@@ -359,6 +361,92 @@ TEST_F(MemoryTest, MemoryWorkRequestsDoNotWaitForThePeer) {
     ASSERT_EQ(c.cq->poll(std::span(&wc, 1)), 1);
     EXPECT_EQ(wc.status, WcStatus::success);
     EXPECT_EQ(wc.opcode, WcOpcode::reg_mr);
+}
+
+// A page list of scattered pages (IB spec 10.6.3.6): the MR's bytes run through them in list
+// order, for WRITE, READ, atomics, receives and sends, and a window over it.
+TEST_F(MemoryTest, ScatteredPagesMakeOneRegionInListOrder) {
+    constexpr uint32_t kPage = 4096, kFirst = 104, kLen = 3 * kPage - kFirst - 50;
+    const uint32_t pages[3] = {7, 2, 5};   // pages of mb, out of order and apart
+    const uint64_t base = (addr_b(0) + kPage - 1) & ~uint64_t(kPage - 1);   // mb's first whole page
+    const uint64_t skip = base - addr_b(0);
+    auto mb_at = [&](uint32_t off) -> uint8_t& {   // the byte `off` into the MR
+        const uint32_t pos = kFirst + off;
+        return mb[skip + pages[pos / kPage] * kPage + pos % kPage];
+    };
+    const uint32_t key = *pair.b->pd().alloc_mr(1 << 16, 4);
+    blocks = {base + pages[0] * kPage, base + pages[1] * kPage, base + pages[2] * kPage};
+    info = {blocks.data(), 3, kPage, kFirst,
+            kRemoteRw | uint32_t(Access::remote_atomic | Access::mw_bind | Access::zero_based), kLen, 0};
+    SendWr reg = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
+    reg.mem_key = key;
+    reg.new_key = next_key(key);
+    reg.reg = &info;
+    const Wc done = run(b, a, reg);
+    ASSERT_EQ(done.status, WcStatus::success) << std::hex << done.vendor_err;
+    const uint32_t k = next_key(key);
+    const dma::MrTable& table = pair.b->pd().table();
+    EXPECT_EQ(table.translate(k, kPage - kFirst - 8, 8, Access::remote_write, 1).status, dma::MrStatus::ok);
+    EXPECT_EQ(table.translate(k, kPage - kFirst - 8, 16, Access::none).status, dma::MrStatus::discontiguous)
+        << "a device gets one run of memory";
+
+    // WRITE the whole MR (several packets), from its offset 0.
+    for (uint32_t i = 0; i < kLen; ++i) ma[i] = uint8_t(i * 7 + 1);
+    Sge s = sge_a(0, kLen);
+    SendWr w = wr_of(WrOpcode::rdma_write, 2, &s);
+    w.rkey = k;
+    w.remote_addr = 0;
+    ASSERT_EQ(run(a, b, w).status, WcStatus::success);
+    for (uint32_t i = 0; i < kLen; ++i) ASSERT_EQ(mb_at(i), uint8_t(i * 7 + 1)) << i;
+    EXPECT_TRUE(untouched(0, skip + 2 * kPage) && untouched(skip + 3 * kPage, 2 * kPage)) << "pages not in the list";
+    EXPECT_EQ(mb[skip + 7 * kPage + kFirst - 1], 0) << "before the first offset";
+
+    // READ it back, across blocks.
+    Sge back = sge_a(1 << 16, kLen);
+    SendWr rd = wr_of(WrOpcode::rdma_read, 3, &back);
+    rd.rkey = k;
+    rd.remote_addr = 0;
+    ASSERT_EQ(run(a, b, rd).status, WcStatus::success);
+    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + kLen, ma.begin() + (1 << 16)));
+
+    // Fetch-and-add in the third block.
+    const uint32_t at = 2 * kPage - kFirst + 64;
+    uint64_t before;
+    std::memcpy(&before, &mb_at(at), 8);
+    Sge orig = sge_a(1 << 17, 8);
+    SendWr fa = wr_of(WrOpcode::atomic_fetch_and_add, 4, &orig);
+    fa.rkey = k;
+    fa.remote_addr = at;
+    fa.compare_add = 5;
+    ASSERT_EQ(run(a, b, fa).status, WcStatus::success);
+    uint64_t after, got;
+    std::memcpy(&after, &mb_at(at), 8);
+    std::memcpy(&got, ma.data() + (1 << 17), 8);
+    EXPECT_EQ(got, before);
+    EXPECT_EQ(after, before + 5);
+
+    // b receives a SEND into the scattered MR (its lkey), across the first two blocks.
+    Sge r{kPage - kFirst - 300, 600, k};
+    RecvWr rw{9, &r, 1, 0};
+    ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
+    for (uint32_t i = 0; i < 600; ++i) ma[i] = uint8_t(255 - i);
+    Sge snd = sge_a(0, 600);
+    ASSERT_EQ(run(a, b, wr_of(WrOpcode::send, 5, &snd)).status, WcStatus::success);
+    for (uint32_t i = 0; i < 600; ++i) ASSERT_EQ(mb_at(kPage - kFirst - 300 + i), uint8_t(255 - i)) << i;
+
+    // A window over the last 5000 bytes (zero-based, as its MR): its offset 0 is the MR's
+    // kLen - 5000, across the last two blocks.
+    const uint32_t mw = *pair.b->pd().alloc_mw(dma::WindowType::type2);
+    const Wc bound =
+        run(b, a, bind_wr(mw, {k, uint32_t(Access::remote_write | Access::zero_based), kLen - 5000, 5000}));
+    ASSERT_EQ(bound.status, WcStatus::success) << std::hex << bound.vendor_err;
+    for (uint32_t i = 0; i < 5000; ++i) ma[i] = uint8_t(i * 3);
+    Sge ws = sge_a(0, 5000);
+    SendWr ww = wr_of(WrOpcode::rdma_write, 6, &ws);
+    ww.rkey = next_key(mw);
+    ww.remote_addr = 0;
+    ASSERT_EQ(run(a, b, ww).status, WcStatus::success);
+    for (uint32_t i = 0; i < 5000; ++i) ASSERT_EQ(mb_at(kLen - 5000 + i), uint8_t(i * 3)) << i;
 }
 
 TEST_F(MemoryTest, DeallocRefusesRegionsAndFreedKeys) {

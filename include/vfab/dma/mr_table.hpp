@@ -16,7 +16,15 @@
 //     queue pair (its number, when the binder gives one) and invalidated (invalidate(),
 //     invalidate_window()); type 1 windows are rebound, a zero length unbinding them.
 // Windows name memory for remote access only: translate() through a window needs the number
-// of the queue pair the request came in on.
+// of the queue pair the request came in on. A window translates through its MR, so it covers
+// what the MR covers, blocks and all.
+//
+// A fast-register MR bound to blocks that do not follow each other in memory (a page list of
+// scattered pages, IB spec 10.6.3.6) keeps their addresses in a BlockMap the table allocated
+// with the MR (alloc_unbound's max_blocks). translate() gives a device one run of memory, so a
+// range across two such blocks is `discontiguous`; translate_span() gives its first run and
+// where it lies in the map, and copy_to() / copy_from() move bytes across the blocks (the RDMA
+// transport copies with the CPU).
 // lkey and rkey are the same number for now (one slot per registration); callers keep both so
 // that this can change.
 //
@@ -24,7 +32,10 @@
 // the fast path (O(1), inline, noexcept). Not thread-safe: control-path callers serialise.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "vfab/iova.hpp"
@@ -60,6 +71,8 @@ enum class MrStatus : uint8_t {
     access_denied,   // the registration lacks a required right
     invalid_state,   // allocated but not bound, invalidated, of the wrong kind, or a window
                      // whose MR has gone
+    discontiguous,   // translate(): the range spans blocks of a fast-register MR that do not
+                     // follow each other (translate_span() and copy_to() handle it)
 };
 const char* to_string(MrStatus s) noexcept;
 
@@ -82,11 +95,33 @@ struct MrKeys {
     uint32_t rkey = 0;
 };
 
+// One block of a fast-register MR bound to scattered blocks.
+struct Block {
+    uint64_t host = 0;   // the CPU's address of the block's first byte
+    Iova iova;
+};
+
+// The blocks of a fast-register MR; `pos` in it counts from the first byte of blocks[0].
+struct BlockMap {
+    uint64_t block_size = 0;
+    uint64_t first_offset = 0;   // where the MR starts in blocks[0]
+    std::vector<Block> blocks;   // sized once, by alloc_unbound
+    uint32_t count = 0;          // blocks in use
+};
+
 struct Translation {
     MrStatus status = MrStatus::bad_key;
     Iova iova;           // meaningful only when status == ok
     uint64_t host = 0;   // the CPU's address of the same byte (the RDMA transport copies there)
+    uint64_t run = 0;    // bytes from iova / host that follow each other (the length asked for,
+                         // unless the MR is scattered and the range crosses a block)
+    const BlockMap* map = nullptr;   // translate_span() of a scattered MR: its blocks,
+    uint64_t pos = 0;                // and where the first byte lies in them
 };
+
+// Copies across the blocks of a scattered MR, from position `pos` (Translation::pos).
+void copy_to(const BlockMap& map, uint64_t pos, const void* from, uint64_t len) noexcept;
+void copy_from(const BlockMap& map, uint64_t pos, void* to, uint64_t len) noexcept;
 
 constexpr uint32_t make_key(uint32_t index, uint8_t consumer_key) noexcept { return index << 8 | consumer_key; }
 constexpr uint32_t key_index(uint32_t key) noexcept { return key >> 8; }
@@ -114,16 +149,33 @@ public:
     // it grants `required`. Through a window (remote accesses only: `remote_qpn` is the queue
     // pair the request came in on, 0 for a local use, which windows refuse): the window's
     // bounds and rights, its queue pair for type 2B, then its MR's liveness.
+    // A range that is not one run of memory is `discontiguous` (see translate_span).
     Translation translate(uint32_t key, uint64_t addr, uint64_t len, Access required,
                           uint32_t remote_qpn = 0) const noexcept;
+    // translate() for those who copy with the CPU: a range across scattered blocks is ok, with
+    // its first run in iova / host / run and the rest through map and pos (copy_to, copy_from).
+    Translation translate_span(uint32_t key, uint64_t addr, uint64_t len, Access required,
+                               uint32_t remote_qpn = 0) const noexcept;
 
-    // Fast registration: a slot of at most `max_len` bytes, invalid until bound.
-    Result<uint32_t> alloc_unbound(uint64_t max_len);
+    // Fast registration: a slot of at most `max_len` bytes, invalid until bound, which may be
+    // bound to up to `max_blocks` scattered blocks (blocks that follow each other count as one
+    // run, whatever their number).
+    static constexpr uint32_t kDefaultMaxBlocks = 256;
+    static constexpr uint32_t kMaxBlocks = 1u << 20;
+    Result<uint32_t> alloc_unbound(uint64_t max_len, uint32_t max_blocks = kDefaultMaxBlocks);
     // Binds the unbound MR `key` to `e` under the new consumer key `new_key` (the application
     // picks it, usually key + 1); the MR's key is then make_key(key_index(key), new_key). `host`
     // is the CPU's address of the first byte (e.addr unless the MR's addresses are not its own).
     MrStatus bind(uint32_t key, uint8_t new_key, const MrEntry& e) noexcept { return bind(key, new_key, e, e.addr); }
     MrStatus bind(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t host) noexcept;
+    // The same for scattered blocks: the caller fills blocks(key, n) (each block's CPU address
+    // and IOVA), then binds the MR to e.length bytes from `first_offset` of them (e.iova is
+    // unused). blocks() is empty when `key` is not an unbound fast-register MR or n exceeds
+    // its max_blocks.
+    std::span<Block> blocks(uint32_t key, uint32_t n) noexcept;
+    MrStatus bind_blocks(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t block_size, uint64_t first_offset,
+                         uint32_t n) noexcept;
+    uint32_t max_blocks(uint32_t key) const noexcept;   // of a fast-register MR; 0 otherwise
     // Valid -> invalid for fast-register MRs and windows (idempotent); invalid_state for
     // MRs from add(), which only remove() ends.
     MrStatus local_invalidate(uint32_t key) noexcept;
@@ -155,11 +207,14 @@ private:
     enum class Kind : uint8_t { region, fast_reg, window };
     struct Slot {
         MrEntry entry;
-        uint64_t max_len = 0;     // fast-register MRs: the most bind() may cover
+        uint64_t max_len = 0;     // fast-register MRs: the most bind() may cover,
+        uint32_t max_blocks = 0;  // in at most this many scattered blocks
         uint32_t parent_key = 0;  // windows: the MR they are bound to
         uint32_t owner_qpn = 0;   // type 2B windows: the queue pair bound to (0: none)
+        uint64_t parent_offset = 0;   // windows: where they start in their MR's range
         WindowType window_type = WindowType::type2;
         uint64_t host = 0;        // the CPU's address of the entry's first byte
+        const BlockMap* map = nullptr;   // fast-register MRs bound to scattered blocks
         uint8_t key = 0;          // the current consumer key
         MrState state = MrState::free;
         Kind kind = Kind::region;
@@ -171,8 +226,8 @@ private:
     Error full() const;
     MrStatus set_invalid(uint32_t key, bool windows_only) noexcept;
     static void make_valid(Slot& s, const MrEntry& e, uint8_t new_key) noexcept;
-    bool window_parent_alive(const Slot& window) const noexcept;
     static Translation resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept;
+    static Translation at(const Slot& s, uint64_t off, uint64_t len) noexcept;
 
     std::vector<Slot> slots_;
     // Free slot indices as a FIFO ring: reusing the oldest-freed slot keeps stale keys
@@ -180,9 +235,22 @@ private:
     std::vector<uint32_t> free_ring_;
     uint32_t free_head_ = 0;
     uint32_t free_count_ = 0;
+    // By slot index: the blocks of fast-register MRs, allocated by alloc_unbound and kept for
+    // the table's life (a WR in flight may still walk them after the MR is freed).
+    std::vector<std::unique_ptr<BlockMap>> maps_;
 };
 
 // ---- fast path ---------------------------------------------------------------------------
+
+// The memory `off` bytes into the slot's range, `len` bytes long.
+inline Translation MrTable::at(const Slot& s, uint64_t off, uint64_t len) noexcept {
+    if (!s.map) return {MrStatus::ok, s.entry.iova + off, s.host + off, len};
+    const BlockMap& m = *s.map;
+    const uint64_t pos = m.first_offset + off;
+    if (len == 0) return {MrStatus::ok, {}, 0, 0, &m, pos};
+    const uint64_t b = pos / m.block_size, in = pos - b * m.block_size;
+    return {MrStatus::ok, m.blocks[b].iova + in, m.blocks[b].host + in, std::min(len, m.block_size - in), &m, pos};
+}
 
 inline Translation MrTable::resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept {
     const MrEntry& e = s.entry;
@@ -191,26 +259,34 @@ inline Translation MrTable::resolve(const Slot& s, uint64_t addr, uint64_t len, 
     // Written so that no sum can wrap: off <= length, then len <= what is left.
     if (off > e.length || len > e.length - off) return {MrStatus::out_of_bounds, {}};
     if (!has(e.access, required)) return {MrStatus::access_denied, {}};
-    return {MrStatus::ok, e.iova + off, s.host + off};
+    return at(s, off, len);
 }
 
-inline bool MrTable::window_parent_alive(const Slot& window) const noexcept {
-    const Slot& mr = slots_[key_index(window.parent_key)];
-    return mr.state == MrState::valid && mr.key == key_consumer(window.parent_key);
-}
-
-inline Translation MrTable::translate(uint32_t key, uint64_t addr, uint64_t len, Access required,
-                                     uint32_t remote_qpn) const noexcept {
+inline Translation MrTable::translate_span(uint32_t key, uint64_t addr, uint64_t len, Access required,
+                                          uint32_t remote_qpn) const noexcept {
     const uint32_t index = key_index(key);
     if (index >= slots_.size()) return {MrStatus::bad_key, {}};
     const Slot& s = slots_[index];
     if (s.state == MrState::free) return {MrStatus::bad_key, {}};
     if (s.key != key_consumer(key)) return {MrStatus::stale_key, {}};
     if (s.state != MrState::valid) return {MrStatus::invalid_state, {}};
-    const Translation t = resolve(s, addr, len, required);
-    if (t.status == MrStatus::ok && s.kind == Kind::window &&
-        (remote_qpn == 0 || (s.owner_qpn && s.owner_qpn != remote_qpn) || !window_parent_alive(s)))
-        return {MrStatus::invalid_state, {}};
+    if (s.kind != Kind::window) return resolve(s, addr, len, required);
+    // A window: its bounds and rights, its queue pair, then the same bytes of its MR.
+    const MrEntry& w = s.entry;
+    if (!w.zero_based() && addr < w.addr) return {MrStatus::out_of_bounds, {}};
+    const uint64_t off = w.zero_based() ? addr : addr - w.addr;
+    if (off > w.length || len > w.length - off) return {MrStatus::out_of_bounds, {}};
+    if (!has(w.access, required)) return {MrStatus::access_denied, {}};
+    if (remote_qpn == 0 || (s.owner_qpn && s.owner_qpn != remote_qpn)) return {MrStatus::invalid_state, {}};
+    const Slot& mr = slots_[key_index(s.parent_key)];
+    if (mr.state != MrState::valid || mr.key != key_consumer(s.parent_key)) return {MrStatus::invalid_state, {}};
+    return at(mr, s.parent_offset + off, len);
+}
+
+inline Translation MrTable::translate(uint32_t key, uint64_t addr, uint64_t len, Access required,
+                                     uint32_t remote_qpn) const noexcept {
+    Translation t = translate_span(key, addr, len, required, remote_qpn);
+    if (t.run < len && t.status == MrStatus::ok) t.status = MrStatus::discontiguous;
     return t;
 }
 

@@ -85,7 +85,8 @@ public:
     // The memory-management verbs, serialised with registration (the RDMA transport's work
     // requests and a peer's SEND_WITH_INV come here from the queue pair's thread).
     // An MR with no memory, invalid until fast_register() (ibv_alloc_mr); a memory window.
-    Result<uint32_t> alloc_mr(uint64_t max_len);
+    // It may be bound to up to `max_blocks` scattered blocks (ibv_alloc_mr's max_num_sg).
+    Result<uint32_t> alloc_mr(uint64_t max_len, uint32_t max_blocks = MrTable::kDefaultMaxBlocks);
     Result<uint32_t> alloc_mw(WindowType type);
     // Frees what alloc_mr / alloc_mw gave (register_memory's regions: deregister()).
     Result<void> dealloc(uint32_t key);
@@ -93,6 +94,11 @@ public:
     // domain maps: an arena or registered memory), answering to addresses from `va` (0 and
     // ZERO_BASED: offsets), under key `new_key` (the same index, a new consumer key).
     MrStatus fast_register(uint32_t key, uint32_t new_key, const void* host, uint64_t len, uint64_t va, Access access);
+    // The same for `n` scattered blocks of `block_size` bytes at the CPU addresses `blocks`,
+    // the MR starting `first_offset` into the first (each block must lie in memory this domain
+    // maps; at most the MR's max_blocks).
+    MrStatus fast_register_blocks(uint32_t key, uint32_t new_key, const uint64_t* blocks, uint32_t n,
+                                  uint64_t block_size, uint64_t first_offset, uint64_t len, uint64_t va, Access access);
     MrStatus bind_window(uint32_t mr_key, uint32_t window_key, uint32_t new_key, uint64_t addr, uint64_t len,
                          Access access, uint32_t owner_qpn);
     MrStatus invalidate(uint32_t key, uint32_t qpn);

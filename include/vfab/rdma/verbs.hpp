@@ -198,7 +198,7 @@ struct SendWr {
 // the MR table gave (the key's state, bounds, rights), or one of the block-list errors.
 inline constexpr uint32_t kVendorErrMemory = 0x20000;
 inline constexpr uint32_t kVendorErrBadBlockList = 0x20100;         // none, offset past a block, too short
-inline constexpr uint32_t kVendorErrDiscontiguousBlocks = 0x20101;  // not one run of memory (not yet)
+inline constexpr uint32_t kVendorErrTooManyBlocks = 0x20101;  // more scattered blocks than alloc_mr's max_blocks
 
 // ibv_inc_rkey: the key of the next binding of the MR or window `key`.
 constexpr uint32_t next_key(uint32_t key) noexcept { return (key & 0xFFFFFF00u) | ((key + 1) & 0xFFu); }

@@ -1,0 +1,29 @@
+// A piece of local memory a WR names, its key already checked: the CPU copies to and from it.
+// Most are one run of memory (host); a range across the scattered blocks of a fast-registered
+// MR (dma::BlockMap) is walked block by block.
+#pragma once
+
+#include <cstdint>
+
+#include "vfab/dma/mr_table.hpp"
+
+namespace vfab::rdma::detail {
+
+struct Segment {
+    uint8_t* host = nullptr;
+    uint32_t len = 0;
+    const dma::BlockMap* map = nullptr;   // set when the bytes do not follow each other,
+    uint64_t pos = 0;                     // from this position in the map
+
+    // The segment a translate_span() of `len` bytes gave (its status ok).
+    static Segment of(const dma::Translation& t, uint32_t len) noexcept {
+        if (t.run >= len) return {reinterpret_cast<uint8_t*>(t.host), len};
+        return {nullptr, len, t.map, t.pos};
+    }
+};
+
+// Copies between segments (at byte `offset` of their concatenation) and a flat buffer.
+void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
+void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept;
+
+}  // namespace vfab::rdma::detail
