@@ -10,7 +10,8 @@
 # tables; never auto, which under valgrind would time valgrind's emulation of PCLMULQDQ.
 # Two shapes each: one message at a time (window 1, each signalled) and a window of 32 with
 # a completion every 8. Last, a fast-registration cycle (REG_MR of 64 KiB + LOCAL_INV, one
-# post_send call, the LOCAL_INV's completion polled): post_send and the poll, per cycle.
+# post_send call, the LOCAL_INV's completion polled; its 16 blocks one run, then scattered):
+# post_send and the poll, per cycle.
 set -eu
 build=${1:-build/release}
 messages=${2:-10000}
@@ -51,14 +52,17 @@ for op in write send; do
         done
     done
 done
-# Fast registration: a REG_MR of 64 KiB (16 blocks) and a LOCAL_INV, posted together, per cycle.
-out=$tmp/cg.regmr
-valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='counted_*' \
-    "$exe" regmr 65536 "$messages" >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
-total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
-post=$(inclusive "$out" 'counted_post_send_list')
-rpoll=$(inclusive "$out" 'counted_requester_poll')
-printf '%-5s %6s %-10s %8d | %9d %9d\n' regmr 65536 cycle $((total / messages)) $((post / messages)) $((rpoll / messages))
+# Fast registration: a REG_MR of 64 KiB (16 blocks, one run or scattered) and a LOCAL_INV,
+# posted together, per cycle.
+for op in regmr regmr-scattered; do
+    out=$tmp/cg.$op
+    valgrind --tool=callgrind --callgrind-out-file="$out" --toggle-collect='counted_*' \
+        "$exe" "$op" 65536 "$messages" >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
+    total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
+    post=$(inclusive "$out" 'counted_post_send_list')
+    rpoll=$(inclusive "$out" 'counted_requester_poll')
+    printf '%-5s %6s %-10s %8d | %9d %9d\n' "$op" 65536 cycle $((total / messages)) $((post / messages)) $((rpoll / messages))
+done
 echo "Ir/msg = post_send + req_poll + responder (instructions per message, $messages messages after a warm-up);"
 echo "icrc and memcpy: the part of Ir/msg spent computing or checking ICRCs and copying payloads, both sides."
 echo "wN/sK: N messages outstanding at most, a completion every K. regmr: per REG_MR + LOCAL_INV cycle."

@@ -9,10 +9,11 @@
 //     SIZE bytes a message (path MTU 1024, as in the lab), WINDOW messages outstanding at most,
 //     a completion every SIGNAL messages (and for the last). Defaults: 20000 messages, window 1,
 //     every message signalled.
-//   rdma_fastpath regmr SIZE [CYCLES]
+//   rdma_fastpath regmr|regmr-scattered SIZE [CYCLES]
 //     fast registration cycles on A's queue pair (docs/rdma-memory.md): a REG_MR of SIZE bytes
 //     in 4 KiB blocks, unsignalled, and a signalled LOCAL_INV of the new key, posted in one call;
-//     then A's CQ polled for the LOCAL_INV's completion. Nothing goes on the wire.
+//     then A's CQ polled for the LOCAL_INV's completion. Nothing goes on the wire. The blocks
+//     follow each other (one run), or are listed last first (scattered: the MR's block map).
 //
 // Every call into the transport goes through the counted_* functions below, so that callgrind
 // can collect inside them only (--toggle-collect='*counted_*') and leave out the fake devices'
@@ -132,6 +133,7 @@ namespace {
 struct Run {
     bool send = false;
     bool regmr = false;
+    bool scattered = false;   // regmr: blocks listed last first
     uint32_t size = 64;
     uint64_t messages = 20000;
     uint32_t window = 1, signal = 1;
@@ -199,13 +201,13 @@ uint64_t transfer(const Run& r, Side& a, Side& b, uint64_t n) {
 uint64_t regmr_cycles(const Run& r, Side& a, uint64_t n) {
     static uint32_t key = 0;
     if (!key) {
-        auto k = a.port->pd().alloc_mr(r.size);
+        auto k = a.port->pd().alloc_mr(r.size, uint32_t((r.size + 4095) / 4096));
         if (!k) die(k.error().message);
         key = *k;
     }
     const uint64_t base = (reinterpret_cast<uint64_t>(a.mem.data()) + 4095) & ~uint64_t(4095);
     std::vector<uint64_t> blocks((r.size + 4095) / 4096);
-    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = base + i * 4096;
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = base + (r.scattered ? blocks.size() - 1 - i : i) * 4096;
     RegMrInfo info{blocks.data(), uint32_t(blocks.size()), 4096, 0, kAllRemote, r.size, 0x10000000};
     SendWr w[2];
     w[0].opcode = WrOpcode::reg_mr;
@@ -233,17 +235,18 @@ uint64_t regmr_cycles(const Run& r, Side& a, uint64_t n) {
 int main(int argc, char** argv) {
     if (argc < 3) {
         std::fprintf(stderr, "usage: rdma_fastpath write|send SIZE [MESSAGES] [WINDOW] [SIGNAL] [auto|tables|clmul]\n"
-                             "       rdma_fastpath regmr SIZE [CYCLES]\n");
+                             "       rdma_fastpath regmr|regmr-scattered SIZE [CYCLES]\n");
         return 2;
     }
     Run r;
     const std::string op = argv[1];
-    if (op != "write" && op != "send" && op != "regmr") {
-        std::fprintf(stderr, "rdma_fastpath: the operation is write, send or regmr\n");
+    if (op != "write" && op != "send" && op != "regmr" && op != "regmr-scattered") {
+        std::fprintf(stderr, "rdma_fastpath: the operation is write, send, regmr or regmr-scattered\n");
         return 2;
     }
     r.send = op == "send";
-    r.regmr = op == "regmr";
+    r.scattered = op == "regmr-scattered";
+    r.regmr = op == "regmr" || r.scattered;
     r.size = uint32_t(std::atoi(argv[2]));
     if (argc > 3) r.messages = uint64_t(std::atoll(argv[3]));
     if (argc > 4) r.window = uint32_t(std::atoi(argv[4]));

@@ -70,8 +70,7 @@ bool RawQp::deliver(const uint8_t* frame, uint32_t len) noexcept {
     } else if (len > s.length) {
         c.status = vfab::WcStatus::local_length_error;
     } else {
-        const Segment seg = Segment::of(t, s.length);
-        copy_to_segments(&seg, 1, 0, frame, len);
+        copy_to(Segment::of(t, s.length), 0, frame, len);
         ++stats_.rx_packets;
         stats_.rx_bytes += len;
     }
@@ -99,8 +98,7 @@ PostResult RawQp::post_send(std::span<const vfab::SendWr> wrs) noexcept {
             if (t.status != dma::MrStatus::ok) {
                 c.status = vfab::WcStatus::local_protection_error;
             } else {
-                const Segment seg = Segment::of(t, sge.length);
-                copy_from_segments(&seg, 1, 0, buf + at, sge.length);
+                copy_from(Segment::of(t, sge.length), 0, buf + at, sge.length);
                 at += sge.length;
             }
         }

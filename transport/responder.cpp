@@ -109,7 +109,7 @@ bool QpImpl::send_read_responses() noexcept {
             h.syndrome = aeth::kAckNoCredits;
             h.msn = msn_;
             uint8_t* data = write_headers(buf, h, payload);
-            if (payload) copy_from_segments(&r.mem, 1, r.next_offset, data, payload);
+            if (payload) copy_from(r.mem, r.next_offset, data, payload);
             port_.tx_queue(buf, finish_frame(buf, payload));
             r.restart = false;
             r.next_psn = psn_add(r.next_psn, 1);
@@ -200,7 +200,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
             send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
             return;
         }
-        if (p.payload_len) copy_to_segments(&write_mem_, 1, write_offset_, p.payload, p.payload_len);
+        if (p.payload_len) copy_to(write_mem_, write_offset_, p.payload, p.payload_len);
         write_offset_ += p.payload_len;
         in_write_ = !last;
         if (last) {

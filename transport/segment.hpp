@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "vfab/dma/mr_table.hpp"
 
@@ -21,6 +22,17 @@ struct Segment {
         return {nullptr, len, t.map, t.pos};
     }
 };
+
+// Copies between one segment (from byte `offset` of it) and a flat buffer: inline, for the
+// responder's per-packet copies.
+inline void copy_to(const Segment& s, uint32_t offset, const uint8_t* from, uint32_t len) noexcept {
+    if (!s.map) [[likely]] std::memcpy(s.host + offset, from, len);
+    else dma::copy_to(*s.map, s.pos + offset, from, len);
+}
+inline void copy_from(const Segment& s, uint32_t offset, uint8_t* to, uint32_t len) noexcept {
+    if (!s.map) [[likely]] std::memcpy(to, s.host + offset, len);
+    else dma::copy_from(*s.map, s.pos + offset, to, len);
+}
 
 // Copies between segments (at byte `offset` of their concatenation) and a flat buffer.
 void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
