@@ -156,6 +156,17 @@ Result<std::vector<pci::Capability>> Device::capabilities() const {
     return pci::parse_capabilities(cfg);
 }
 
+Result<PciId> Device::pci_id() const {
+    auto vendor = config_read(pci::kVendorId, 2), device = config_read(pci::kDeviceId, 2);
+    if (!vendor || !device)
+        return Error{EIO, str_cat(addr_.to_string(), ": cannot read the PCI IDs from config space")};
+    return PciId{uint16_t(*vendor), uint16_t(*device)};
+}
+
+void Device::disable_bus_master() noexcept {
+    if (auto cmd = config_read(pci::kCommand, 2)) (void)config_write(pci::kCommand, 2, *cmd & ~pci::kCommandBusMaster);
+}
+
 Result<void> Device::enable_bus_master() {
     auto cmd = config_read(pci::kCommand, 2);
     if (!cmd) return cmd.take_error();

@@ -9,11 +9,7 @@ namespace vfab::providers {
 
 using E1000e = provider::Adapter<e1000e::Device, e1000e::CompletionQueue, e1000e::QueuePair, e1000e::QpInitAttr>;
 
-// The driver's own list (e1000e::kDeviceIds), which it also checks when it opens a device.
-inline constexpr provider::PciId kE1000eIds[] = {{e1000e::kVendorId, e1000e::kDeviceIds[0]},
-                                                 {e1000e::kVendorId, e1000e::kDeviceIds[1]}};
-static_assert(std::size(e1000e::kDeviceIds) == 2, "list every e1000e device ID here");
-
-inline constexpr provider::Record kE1000eRecord = provider::make_record<E1000e>("e1000e", kE1000eIds);
+// The driver's own list (e1000e::kPciIds), which it also checks when it opens a device.
+inline constexpr provider::Record kE1000eRecord = provider::make_record<E1000e>("e1000e", e1000e::kPciIds);
 
 }  // namespace vfab::providers

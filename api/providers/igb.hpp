@@ -9,12 +9,6 @@ namespace vfab::providers {
 
 using Igb = provider::Adapter<igb::Device, igb::CompletionQueue, igb::QueuePair, igb::QpInitAttr>;
 
-inline constexpr provider::PciId kIgbIds[] = {
-    {igb::kVendorId, igb::kDeviceIds[0]}, {igb::kVendorId, igb::kDeviceIds[1]}, {igb::kVendorId, igb::kDeviceIds[2]},
-    {igb::kVendorId, igb::kDeviceIds[3]}, {igb::kVendorId, igb::kDeviceIds[4]}, {igb::kVendorId, igb::kDeviceIds[5]},
-    {igb::kVendorId, igb::kDeviceIds[6]}, {igb::kVendorId, igb::kDeviceIds[7]}};
-static_assert(std::size(igb::kDeviceIds) == 8, "list every igb device ID here");
-
-inline constexpr provider::Record kIgbRecord = provider::make_record<Igb>("igb", kIgbIds);
+inline constexpr provider::Record kIgbRecord = provider::make_record<Igb>("igb", igb::kPciIds);
 
 }  // namespace vfab::providers

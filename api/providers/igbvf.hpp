@@ -9,10 +9,6 @@ namespace vfab::providers {
 
 using Igbvf = provider::Adapter<igbvf::Device, igbvf::CompletionQueue, igbvf::QueuePair, igbvf::QpInitAttr>;
 
-inline constexpr provider::PciId kIgbvfIds[] = {{igbvf::kVendorId, igbvf::kDeviceIds[0]},
-                                                {igbvf::kVendorId, igbvf::kDeviceIds[1]}};
-static_assert(std::size(igbvf::kDeviceIds) == 2, "list every igbvf device ID here");
-
-inline constexpr provider::Record kIgbvfRecord = provider::make_record<Igbvf>("igbvf", kIgbvfIds);
+inline constexpr provider::Record kIgbvfRecord = provider::make_record<Igbvf>("igbvf", igbvf::kPciIds);
 
 }  // namespace vfab::providers

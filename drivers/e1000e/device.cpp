@@ -14,7 +14,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr uint16_t kIntel = kVendorId;
 
 // Event tags in the device's epoll set.
 enum : uint64_t { kTagOther = 1, kTagReq = 2, kTagErr = 3 };
@@ -24,7 +23,7 @@ using intel::wait_until;
 }  // namespace
 
 Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
-    auto f = intel::open_function(addr, opts.vfio, kDeviceIds, "an Intel 82574L (8086:10d3)", 0x10000, [](uint16_t) {
+    auto f = intel::open_function(addr, opts.vfio, kPciIds, "an Intel 82574L (8086:10d3)", 0x10000, [](PciId) {
         return ": open it with vfab::Device::open(), which picks the driver for its IDs";
     });
     if (!f) return f.take_error();
@@ -61,8 +60,10 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.provider = "e1000e";
     attr_.name = "Intel 82574L";
     attr_.address = vfio_->address();
-    attr_.vendor_id = kIntel;
-    attr_.device_id = uint16_t(*vfio_->config_read(0x02, 2));
+    auto id = vfio_->pci_id();
+    if (!id) return id.take_error();
+    attr_.vendor_id = id->vendor;
+    attr_.device_id = id->device;
     const uint32_t ral = bar_->read32(reg::RAL0), rah = bar_->read32(reg::RAH0);
     for (int i = 0; i < 4; ++i) attr_.mac[i] = uint8_t(ral >> (8 * i));
     for (int i = 0; i < 2; ++i) attr_.mac[4 + i] = uint8_t(rah >> (8 * i));
@@ -190,7 +191,7 @@ void Device::enter_error_state() {
         }
 }
 
-void Device::disable_bus_master() { intel::disable_bus_master(*vfio_); }
+void Device::disable_bus_master() { vfio_->disable_bus_master(); }
 
 Result<void> Device::reset() {
     std::lock_guard lock(mu_);

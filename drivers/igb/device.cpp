@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../intel/intel_common.hpp"
+#include "vfab/drivers/igbvf.hpp"
 #include "vfab/drivers/igb.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
@@ -17,14 +18,13 @@ using namespace std::chrono_literals;
 
 enum : uint64_t { kTagOther = 1, kTagReq = 2 };
 
-using intel::disable_bus_master;
 using intel::wait_until;
 
 }  // namespace
 
 Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
-    auto f = intel::open_function(addr, opts.vfio, kDeviceIds, "an Intel 82576 physical function (8086:10c9)", 0x20000,
-                                  [](uint16_t id) { return id == 0x10ca ? ": it is an 82576 virtual function (igbvf)" : ""; });
+    auto f = intel::open_function(addr, opts.vfio, kPciIds, "an Intel 82576 physical function (8086:10c9)", 0x20000,
+                                  [](PciId id) { return contains(igbvf::kPciIds, id) ? ": it is a virtual function (igbvf)" : ""; });
     if (!f) return f.take_error();
     std::unique_ptr<Device> dev(new Device(std::move(f->dev), f->bar, std::move(*f->events)));
     if (auto r = dev->init(opts); !r) return r.take_error();
@@ -60,8 +60,10 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.provider = "igb";
     attr_.name = "Intel 82576";
     attr_.address = vfio_->address();
-    attr_.vendor_id = kVendorId;
-    attr_.device_id = uint16_t(*vfio_->config_read(0x02, 2));
+    auto id = vfio_->pci_id();
+    if (!id) return id.take_error();
+    attr_.vendor_id = id->vendor;
+    attr_.device_id = id->device;
     const uint32_t ral = bar_->read32(reg::RAL0), rah = bar_->read32(reg::RAH0);
     for (int i = 0; i < 4; ++i) attr_.mac[i] = uint8_t(ral >> (8 * i));
     for (int i = 0; i < 2; ++i) attr_.mac[4 + i] = uint8_t(rah >> (8 * i));
@@ -208,7 +210,7 @@ Device::~Device() {
         (void)hw_reset();
         bar_->write32(reg::CTRL_EXT, bar_->read32(reg::CTRL_EXT) & ~reg::CTRL_EXT_DRV_LOAD);
     }
-    disable_bus_master(*vfio_);
+    vfio_->disable_bus_master();
     (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
     release_all();
 }

@@ -9,6 +9,7 @@
 
 #include "../intel/intel_common.hpp"
 #include "mailbox.hpp"
+#include "vfab/drivers/igb.hpp"
 #include "vfab/drivers/igbvf.hpp"
 #include "vfab/drivers/igbvf/regs.hpp"
 
@@ -46,8 +47,8 @@ Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const Devic
     if (opts.mac && !valid_unicast(*opts.mac))
         return Error{EINVAL, str_cat("igbvf: ", mac_string(*opts.mac), " is not a unicast address")};
     if (opts.pf_timeout_ms <= 0) return Error{EINVAL, "igbvf: pf_timeout_ms must be positive"};
-    auto f = intel::open_function(addr, opts.vfio, kDeviceIds, "an Intel 82576 or I350 virtual function (8086:10ca, 8086:1520)",
-                                  0x4000, [](uint16_t id) { return id == 0x10c9 ? ": it is an 82576 physical function (igb)" : ""; });
+    auto f = intel::open_function(addr, opts.vfio, kPciIds, "an Intel 82576 or I350 virtual function (8086:10ca, 8086:1520)",
+                                  0x4000, [](PciId id) { return contains(igb::kPciIds, id) ? ": it is an 82576 physical function (igb)" : ""; });
     if (!f) return f.take_error();
     std::unique_ptr<Device> dev(new Device(std::move(f->dev), f->bar, std::move(*f->events)));
     if (auto r = dev->init(opts); !r) return r.take_error();
@@ -77,8 +78,10 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.provider = "igbvf";
     attr_.name = "Intel 82576 virtual function";
     attr_.address = vfio_->address();
-    attr_.vendor_id = kVendorId;
-    attr_.device_id = uint16_t(*vfio_->config_read(0x02, 2));
+    auto id = vfio_->pci_id();
+    if (!id) return id.take_error();
+    attr_.vendor_id = id->vendor;
+    attr_.device_id = id->device;
     attr_.mtu = 1500;
     attr_.max_cq = 1;
     attr_.max_qp = 1;
@@ -329,7 +332,7 @@ Device::~Device() {
         bar_->write32(reg::VTEIMC, (1u << reg::kVectors) - 1);
         bar_->write32(reg::VTCTRL, reg::VTCTRL_RST);
     }
-    intel::disable_bus_master(*vfio_);
+    vfio_->disable_bus_master();
     (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
     release_all();
 }

@@ -91,11 +91,6 @@ inline bool wait_until(auto&& done, std::chrono::milliseconds timeout) {
     return true;
 }
 
-inline void disable_bus_master(vfio::Device& dev) {
-    constexpr uint16_t kCommand = 0x04, kBusMaster = 0x4;
-    if (auto cmd = dev.config_read(kCommand, 2)) (void)dev.config_write(kCommand, 2, *cmd & ~kBusMaster);
-}
-
 inline LinkState link_from_status(uint32_t status) {
     LinkState l;
     if (status == 0xffffffffu) return l;   // the device is gone
@@ -147,18 +142,15 @@ struct OpenedFunction {
     std::optional<vfio::EventWaiter> events;
 };
 template <class Hint>
-Result<OpenedFunction> open_function(const PciAddress& addr, const vfio::DeviceOptions& opts, std::span<const uint16_t> ids,
+Result<OpenedFunction> open_function(const PciAddress& addr, const vfio::DeviceOptions& opts, std::span<const PciId> ids,
                                      const char* what, uint64_t min_bar, Hint&& hint) {
-    constexpr uint16_t kIntel = 0x8086;
     auto vdev = vfio::Device::open(addr, opts);
     if (!vdev) return vdev.take_error();
-    auto vendor = (*vdev)->config_read(0x00, 2), device = (*vdev)->config_read(0x02, 2);
-    if (!vendor || !device) return Error{EIO, str_cat(addr.to_string(), ": cannot read the PCI IDs from config space")};
-    bool known = false;
-    for (uint16_t id : ids) known |= *vendor == kIntel && *device == id;
-    if (!known)
-        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, *vendor, ":", *device, std::dec, ", not ", what,
-                                     hint(uint16_t(*device)))};
+    auto id = (*vdev)->pci_id();
+    if (!id) return id.take_error();
+    if (!contains(ids, *id))
+        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, id->vendor, ":", id->device, std::dec, ", not ",
+                                     what, hint(*id))};
     auto bar = (*vdev)->region(0);
     if (!bar) return bar.take_error();
     if (!(*bar)->base() || (*bar)->mapped_length() < min_bar)

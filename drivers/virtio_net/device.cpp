@@ -36,12 +36,12 @@ Device::Device(virtio::VhostUserFrontend fe, vfio::EventWaiter ev) : vhost_(std:
 Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
     auto vdev = vfio::Device::open(addr, opts.vfio);
     if (!vdev) return vdev.take_error();
-    auto vendor = (*vdev)->config_read(0x00, 2), device = (*vdev)->config_read(0x02, 2);
-    if (!vendor || !device) return Error{EIO, str_cat(addr.to_string(), ": cannot read the PCI IDs")};
-    if (*vendor != kVendorId || *device != kDeviceIds[0])
-        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, *vendor, ":", *device,
+    auto id = (*vdev)->pci_id();
+    if (!id) return id.take_error();
+    if (!contains(kPciIds, *id))
+        return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, id->vendor, ":", id->device,
                                      ", not a modern virtio-net device (1af4:1041)",
-                                     *device == 0x1000 ? ": it is legacy-only; in QEMU add disable-legacy=on" : "")};
+                                     *id == PciId{0x1af4, 0x1000} ? ": it is transitional; in QEMU add disable-legacy=on" : "")};
     auto transport = virtio::PciTransport::attach(**vdev);
     if (!transport) return transport.take_error();
     auto events = vfio::EventWaiter::create();
@@ -91,8 +91,8 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.provider = "virtio-net";
     attr_.name = "virtio-net (virtio 1.x)";
     attr_.address = vfio_->address();
-    attr_.vendor_id = kVendorId;
-    attr_.device_id = kDeviceIds[0];
+    attr_.vendor_id = kPciIds[0].vendor;
+    attr_.device_id = kPciIds[0].device;
     std::copy(cfg.mac, cfg.mac + 6, attr_.mac);
     attr_.mtu = opts.mtu ? opts.mtu : kDefaultMtu;
     attr_.max_qp = pairs;
@@ -247,7 +247,7 @@ Device::~Device() {
         return;
     }
     if (!removed_) (void)transport_->reset();
-    if (auto cmd = vfio_->config_read(0x04, 2)) (void)vfio_->config_write(0x04, 2, *cmd & ~0x4u);
+    vfio_->disable_bus_master();
     (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
     qps_.clear();
     dead_qps_.clear();

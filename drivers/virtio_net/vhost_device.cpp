@@ -132,8 +132,8 @@ Result<void> Device::init_vhost(const DeviceOptions& opts) {
     const std::array<uint8_t, 6> mac = opts.mac.value_or(kDefaultVhostMac);
     attr_.provider = "virtio-net";
     attr_.name = "virtio-net (vhost-user)";
-    attr_.vendor_id = kVendorId;
-    attr_.device_id = kDeviceIds[0];
+    attr_.vendor_id = kPciIds[0].vendor;   // what a virtio-net device over PCI would be
+    attr_.device_id = kPciIds[0].device;
     std::copy(mac.begin(), mac.end(), attr_.mac);
     attr_.mtu = opts.mtu ? opts.mtu : kDefaultMtu;
     attr_.max_qp = 1;

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "vfab/pci_id.hpp"
 #include "vfab/vfab.hpp"
 
 namespace vfab::provider {
@@ -43,11 +44,7 @@ inline constexpr uint32_t kAbiVersion = 5;   // 2: queue(), stats(), configure_r
                                              // 4: dma::Translation and MrTable's slots carry the CPU address, OpenOptions::mtu;
                                              // 5: set_multicast(), IommuContext::maps_device_memory()
 
-struct PciId {
-    uint16_t vendor = 0;
-    uint16_t device = 0;
-    bool operator==(const PciId&) const = default;
-};
+using vfab::PciId;   // vfab/pci_id.hpp
 
 using OpenFn = Result<std::unique_ptr<vfab::Device>> (*)(const PciAddress& addr, const OpenOptions& opts);
 

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "lab_env.hpp"
+#include "vfab/provider.hpp"
 
 extern char** environ;
 
@@ -113,14 +114,19 @@ TEST_F(Devctl, ListShowsTheLabDevicesWithTheirGroups) {
         ASSERT_TRUE((*it)["iommu_group"].is_number()) << it->dump();
         EXPECT_TRUE((*it)["group_members"].empty()) << "each lab device is alone in its group";
         EXPECT_TRUE((*it)["group_viable"].get<bool>());
-        // "e1000e-1" is vfab's "e1000e", "virtio-net-1" its "virtio-net"; edu and ivshmem have
-        // no vfab driver.
-        std::string name = d.name;
-        if (name == "edu" || name == "ivshmem") EXPECT_TRUE((*it)["vfab_driver"].is_null());
-        else if (name.starts_with("e1000e")) EXPECT_EQ((*it)["vfab_driver"], "e1000e");
-        else if (name.starts_with("virtio-net")) EXPECT_EQ((*it)["vfab_driver"], "virtio-net");
-        else if (name.starts_with("igb")) EXPECT_EQ((*it)["vfab_driver"], "igb");
-        else EXPECT_EQ((*it)["vfab_driver"], name);
+        // Exactly the driver vfab::Device::open picks (the provider registry, each driver's own
+        // ID table): "e1000e-1" is vfab's "e1000e", "virtio-net-1" its "virtio-net"; edu and
+        // ivshmem have none.
+        const std::string name = d.name;
+        const auto provider = provider::find_provider(d.vendor, d.device);
+        if (name == "edu" || name == "ivshmem") {
+            EXPECT_FALSE(provider);
+            EXPECT_TRUE((*it)["vfab_driver"].is_null());
+        } else {
+            ASSERT_TRUE(provider) << provider.error().message;
+            EXPECT_EQ((*it)["vfab_driver"], provider->name);
+            EXPECT_TRUE(name.starts_with(provider->name)) << provider->name;
+        }
     }
     auto e1000e = std::find_if(j.begin(), j.end(), [](const json& e) { return e["bdf"] == "0000:00:02.0"; });
     EXPECT_EQ((*e1000e)["vendor"], "Intel Corporation") << "pci.ids is in the guest";

@@ -2,9 +2,15 @@
 // the IOMMU backend choice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "devctl_devices.hpp"
 #include "devctl_fake_host.hpp"
 #include "devctl_render.hpp"
+#include "vfab/drivers/e1000e.hpp"
+#include "vfab/drivers/igb.hpp"
+#include "vfab/drivers/igbvf.hpp"
+#include "vfab/drivers/virtio_net.hpp"
 #include "vfab_drivers.hpp"
 
 namespace vfab::devctl::testing {
@@ -158,12 +164,25 @@ TEST_F(Devices, OddSysfsIsAnErrorNotAnExit) {
     EXPECT_NE(none.error().message.find("no PCI bus in sysfs"), std::string::npos) << none.error().message;
 }
 
-TEST(VfabDrivers, OneTableForEveryCommand) {
-    EXPECT_EQ(vfab_driver_for(0x8086, 0x10d3), "e1000e");
-    EXPECT_EQ(vfab_driver_for(0x1af4, 0x1041), "virtio-net");
-    EXPECT_EQ(vfab_driver_for(0x1af4, 0x1000), "virtio-net");
-    EXPECT_EQ(vfab_driver_for(0x8086, 0x10c9), "igb");
-    EXPECT_EQ(vfab_driver_for(0x8086, 0x10ca), "igbvf");
+// One table of IDs per driver: the registry's record points at the driver's own table (the one
+// its open() checks), and vfio-devctl names each of its IDs with that driver — so the three
+// cannot disagree.
+TEST(VfabDrivers, DevctlTheRegistryAndTheDriversShareOneTable) {
+    const std::pair<std::string_view, std::span<const PciId>> drivers[] = {
+        {"e1000e", e1000e::kPciIds}, {"virtio-net", virtio_net::kPciIds}, {"igb", igb::kPciIds}, {"igbvf", igbvf::kPciIds}};
+    const auto builtin = provider::builtin_providers();
+    ASSERT_EQ(builtin.size(), std::size(drivers));
+    for (const auto& [name, ids] : drivers) {
+        SCOPED_TRACE(name);
+        auto rec = std::find_if(builtin.begin(), builtin.end(), [&](const provider::Record& r) { return r.name == name; });
+        ASSERT_NE(rec, builtin.end());
+        EXPECT_EQ(rec->ids, ids.data()) << "the record lists the driver's own table";
+        EXPECT_EQ(rec->num_ids, ids.size());
+        for (const PciId& id : ids) EXPECT_EQ(vfab_driver_for(id.vendor, id.device), name) << std::hex << id.device;
+    }
+    EXPECT_EQ(vfab_driver_for(0x8086, 0x10f6), "e1000e");
+    EXPECT_EQ(vfab_driver_for(0x8086, 0x1520), "igbvf");
+    EXPECT_TRUE(vfab_driver_for(0x1af4, 0x1000).empty()) << "transitional virtio-net: the driver refuses it";
     EXPECT_TRUE(vfab_driver_for(0x1234, 0x11e8).empty());
 }
 

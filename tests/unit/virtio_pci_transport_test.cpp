@@ -322,7 +322,7 @@ TEST_F(VirtioPciFake, DriverRefusesALegacyDeviceId) {
     ASSERT_FALSE(dev.ok());
     EXPECT_EQ(dev.error().code, ENODEV);
     expect_mentions(dev.error(), "not a modern virtio-net device (1af4:1041)");
-    expect_mentions(dev.error(), "legacy-only");
+    expect_mentions(dev.error(), "transitional");
     EXPECT_TRUE(statuses().empty());   // never touched
 }
 

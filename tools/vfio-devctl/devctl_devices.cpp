@@ -80,7 +80,7 @@ Result<DeviceInfo> describe(const Context& ctx, PciDatabase& db, const PciAddres
     // Only a cdev that exists: 6.1 kernels show vfio-dev/vfioN in sysfs with no /dev node.
     if (auto cdev = sysfs.vfio_cdev(addr); cdev && *cdev && is_char_device(str_cat(ctx.paths.dev, "/vfio/devices/", **cdev)))
         info.vfio_cdev = *cdev;
-    info.vfab_driver = std::string(vfab_driver_for(info.vendor, info.device));
+    info.vfab_driver = vfab_driver_for(info.vendor, info.device);
     info.interfaces = net_interfaces(ctx, addr);
     return info;
 }

@@ -1,31 +1,19 @@
-// The PCI devices vfab has a driver for: the one table every vfio-devctl command consults.
+// The PCI devices vfab has a driver for, as vfab::Device::open finds them: the provider
+// registry (the built-in providers, each with its driver's own ID table, and the plugins of the
+// provider directory). vfio-devctl keeps no list of its own.
 #pragma once
 
-#include <array>
 #include <cstdint>
-#include <string_view>
+#include <string>
+
+#include "vfab/provider.hpp"
 
 namespace vfab::devctl {
 
-struct VfabDriver {
-    uint16_t vendor;
-    uint16_t device;
-    std::string_view driver;   // vfab's driver (folder under drivers/)
-};
-
-inline constexpr std::array<VfabDriver, 5> kVfabDrivers = {{
-    {0x8086, 0x10d3, "e1000e"},       // Intel 82574L
-    {0x1af4, 0x1041, "virtio-net"},   // virtio-net, modern
-    {0x1af4, 0x1000, "virtio-net"},   // virtio-net, transitional
-    {0x8086, 0x10c9, "igb"},          // Intel 82576
-    {0x8086, 0x10ca, "igbvf"},        // Intel 82576 virtual function
-}};
-
-// vfab's driver for vendor:device; empty when vfab has none.
-constexpr std::string_view vfab_driver_for(uint16_t vendor, uint16_t device) {
-    for (const VfabDriver& d : kVfabDrivers)
-        if (d.vendor == vendor && d.device == device) return d.driver;
-    return {};
+// vfab's driver (provider name) for vendor:device; empty when vfab has none.
+inline std::string vfab_driver_for(uint16_t vendor, uint16_t device) {
+    auto p = provider::find_provider(vendor, device);
+    return p ? p->name : std::string();
 }
 
 }  // namespace vfab::devctl

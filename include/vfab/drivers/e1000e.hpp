@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "vfab/pci_id.hpp"
 #include "vfab/dma/dma_arena.hpp"
 #include "vfab/dma/protection_domain.hpp"
 #include "vfab/drivers/e1000e/descriptors.hpp"
@@ -40,9 +41,12 @@
 
 namespace vfab::e1000e {
 
-// The 82574 family this driver follows (datasheet §5.6: 82574L, 82574LA).
-inline constexpr uint16_t kVendorId = 0x8086;
-inline constexpr uint16_t kDeviceIds[] = {0x10d3, 0x10f6};
+// The devices this driver drives: the 82574 family it follows (datasheet §5.6). The one list:
+// the driver's check, the provider registry and vfio-devctl read it.
+inline constexpr PciId kPciIds[] = {
+    {0x8086, 0x10d3},   // 82574L
+    {0x8086, 0x10f6},   // 82574LA
+};
 
 inline constexpr uint32_t kMaxSendSge = 8;
 inline constexpr uint32_t kMaxQueueDepth = 4096;

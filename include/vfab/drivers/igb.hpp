@@ -19,15 +19,25 @@
 #include <optional>
 #include <vector>
 
+#include "vfab/pci_id.hpp"
 #include "vfab/drivers/igb/queues.hpp"
 #include "vfab/drivers/igb/regs.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::igb {
 
-// The 82576 family (datasheet §1.1): copper, fiber, serdes, quad-port variants.
-inline constexpr uint16_t kVendorId = 0x8086;
-inline constexpr uint16_t kDeviceIds[] = {0x10c9, 0x10e6, 0x10e7, 0x10e8, 0x1526, 0x150a, 0x1518, 0x150d};
+// The devices this driver drives: the 82576 family (datasheet §1.1). The one list: the
+// driver's check, the provider registry and vfio-devctl read it.
+inline constexpr PciId kPciIds[] = {
+    {0x8086, 0x10c9},   // 82576 copper
+    {0x8086, 0x10e6},   // 82576 fiber
+    {0x8086, 0x10e7},   // 82576 serdes
+    {0x8086, 0x10e8},   // 82576 quad copper
+    {0x8086, 0x1526},   // 82576 quad copper ET2
+    {0x8086, 0x150a},   // 82576 NS
+    {0x8086, 0x1518},   // 82576 NS serdes
+    {0x8086, 0x150d},   // 82576 serdes quad
+};
 
 struct DeviceOptions {
     vfio::DeviceOptions vfio;

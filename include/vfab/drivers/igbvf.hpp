@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "vfab/pci_id.hpp"
 #include "vfab/drivers/igb/queues.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
@@ -35,8 +36,12 @@ using igb::CompletionQueue;
 using igb::QpInitAttr;
 using igb::QueuePair;
 
-inline constexpr uint16_t kVendorId = 0x8086;
-inline constexpr uint16_t kDeviceIds[] = {0x10ca, 0x1520};   // 82576 VF, I350 VF
+// The devices this driver drives (the one list: the driver's check, the provider registry and
+// vfio-devctl read it).
+inline constexpr PciId kPciIds[] = {
+    {0x8086, 0x10ca},   // 82576 virtual function
+    {0x8086, 0x1520},   // I350 virtual function
+};
 
 using vfab::MacAddress;
 class Mailbox;

@@ -22,6 +22,7 @@
 
 #include <unistd.h>
 
+#include "vfab/pci_id.hpp"
 #include "vfab/dma/dma_arena.hpp"
 #include "vfab/dma/protection_domain.hpp"
 #include "vfab/drivers/virtio/packed_queue.hpp"
@@ -37,8 +38,10 @@
 
 namespace vfab::virtio_net {
 
-inline constexpr uint16_t kVendorId = 0x1af4;
-inline constexpr uint16_t kDeviceIds[] = {0x1041};   // modern virtio-net (§4.1.2.1)
+// The devices this driver drives: modern virtio-net only (virtio 1.2 §4.1.2.1, 0x1040 + 1);
+// transitional 0x1000 is refused. The one list: the driver's check, the provider registry and
+// vfio-devctl read it.
+inline constexpr PciId kPciIds[] = {{0x1af4, 0x1041}};
 inline constexpr uint32_t kMaxSendSge = 8;
 inline constexpr uint32_t kMaxRecvSge = 4;
 inline constexpr uint32_t kEthHeader = 14;

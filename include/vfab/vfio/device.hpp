@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "vfab/pci_address.hpp"
+#include "vfab/pci_id.hpp"
 #include "vfab/result.hpp"
 #include "vfab/vfio/info.hpp"
 #include "vfab/vfio/iommu.hpp"
@@ -96,8 +97,12 @@ public:
     Result<uint32_t> config_read(uint16_t offset, unsigned width) const;
     Result<void> config_write(uint16_t offset, unsigned width, uint32_t value);
     Result<std::vector<pci::Capability>> capabilities() const;
+    // The vendor and device IDs (config space 0x00, 0x02).
+    Result<PciId> pci_id() const;
     // vfio-pci leaves Bus Master Enable off: without it the device's DMA goes nowhere.
     Result<void> enable_bus_master();
+    // Bus Master Enable off: the device's DMA stops (a driver's last step when it closes).
+    void disable_bus_master() noexcept;
 
     Result<IrqInfo> irq_info(IrqIndex index) const;
     // Enables `vectors` of `index`, each with a new non-blocking eventfd, replacing whatever
