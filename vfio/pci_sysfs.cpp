@@ -80,6 +80,26 @@ Result<std::optional<std::string>> PciSysfs::driver(const PciAddress& addr) cons
     return link_basename(*dir + "/driver");
 }
 
+Result<std::optional<PciAddress>> PciSysfs::physfn(const PciAddress& addr) const {
+    auto dir = device_dir(addr);
+    if (!dir) return dir.take_error();
+    const std::optional<std::string> pf = link_basename(*dir + "/physfn");
+    if (!pf) return std::optional<PciAddress>();
+    auto parsed = PciAddress::parse(*pf);
+    if (!parsed) return Error{EIO, str_cat(addr.to_string(), ": its physfn link names '", *pf, "'")};
+    return std::optional<PciAddress>(*parsed);
+}
+
+Result<std::vector<std::string>> PciSysfs::net_interfaces(const PciAddress& addr) const {
+    auto dir = device_dir(addr);
+    if (!dir) return dir.take_error();
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(*dir + "/net", ec)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 Result<unsigned> PciSysfs::iommu_group(const PciAddress& addr) const {
     auto dir = device_dir(addr);
     if (!dir) return dir.take_error();

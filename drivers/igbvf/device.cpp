@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -12,11 +11,11 @@
 #include "vfab/drivers/igb.hpp"
 #include "vfab/drivers/igbvf.hpp"
 #include "vfab/drivers/igbvf/regs.hpp"
+#include "vfab/vfio/pci_sysfs.hpp"
 
 namespace vfab::igbvf {
 namespace {
 
-namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 enum : uint64_t { kTagMailbox = 1, kTagReq = 2 };
@@ -30,12 +29,6 @@ using intel::mac_string;
 
 bool valid_unicast(const MacAddress& m) {
     return !(m[0] & 1) && (m[0] | m[1] | m[2] | m[3] | m[4] | m[5]) != 0;
-}
-
-std::string link_name(const fs::path& p) {
-    std::error_code ec;
-    const fs::path target = fs::read_symlink(p, ec);
-    return ec ? std::string() : target.filename().string();
 }
 
 }  // namespace
@@ -58,7 +51,8 @@ Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const Devic
 Result<void> Device::init(const DeviceOptions& opts) {
     opts_ = opts;
     const std::string where = vfio_->address().to_string();
-    pf_ = link_name(fs::path(opts.vfio.sysfs_root) / "bus/pci/devices" / where / "physfn");
+    const vfio::PciSysfs sysfs(opts.vfio.sysfs_root);
+    if (auto pf = sysfs.physfn(vfio_->address()); pf && *pf) pf_ = (*pf)->to_string();
     if (auto r = vfio_->enable_bus_master(); !r) return r;
     auto info = vfio_->irq_info(vfio::IrqIndex::msix);
     if (!info || info->count < reg::kVectors)
@@ -105,13 +99,14 @@ Result<void> Device::init(const DeviceOptions& opts) {
 // What the PF's side looks like, for an error that says what to do about it.
 std::string Device::pf_state() const {
     if (pf_.empty()) return "this VF's PF is not visible here (a VF passed into a VM?): its driver must be running and its interface up";
-    const fs::path dir = fs::path(opts_.vfio.sysfs_root) / "bus/pci/devices" / pf_;
-    const std::string driver = link_name(dir / "driver");
+    const vfio::PciSysfs sysfs(opts_.vfio.sysfs_root);
+    const PciAddress pf = *PciAddress::parse(pf_);
+    auto bound = sysfs.driver(pf);
+    const std::string driver = bound && *bound ? **bound : std::string();
     if (driver.empty()) return str_cat("the PF ", pf_, " has no driver: load the kernel's igb (`modprobe igb`) — a VF needs its PF driven");
     if (driver == "vfio-pci") return str_cat("the PF ", pf_, " is bound to vfio-pci: a VF needs its PF driven by the kernel's igb");
-    std::string netdev;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir / "net", ec)) netdev = e.path().filename().string();
+    auto interfaces = sysfs.net_interfaces(pf);
+    const std::string netdev = interfaces && !interfaces->empty() ? interfaces->back() : std::string();
     return str_cat("the PF ", pf_, " is driven by ", driver, netdev.empty() ? "" : str_cat(" as ", netdev),
                    ": bring its interface up (`ip link set ", netdev.empty() ? "DEV" : netdev, " up`)");
 }

@@ -49,6 +49,15 @@ public:
         }
     }
 
+    // `vf` an SR-IOV virtual function of `pf` (both added already).
+    void add_vf(const std::string& pf, const std::string& vf) {
+        namespace fs = std::filesystem;
+        fs::create_directory_symlink(root_ / "devices/pci0000:00" / pf, root_ / "devices/pci0000:00" / vf / "physfn");
+    }
+    void add_net_interface(const std::string& bdf, const std::string& name) {
+        std::filesystem::create_directories(root_ / "bus/pci/devices" / bdf / "net" / name);
+    }
+
     void add_vfio_cdev(const std::string& bdf, const std::string& name) {
         std::filesystem::create_directories(root_ / "bus/pci/devices" / bdf / "vfio-dev" / name);
     }

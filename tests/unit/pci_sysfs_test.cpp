@@ -50,6 +50,22 @@ TEST_F(FakeSysfs, GroupAndItsMembers) {
     EXPECT_EQ((*members)[1].to_string(), "0000:00:03.0");
 }
 
+TEST_F(FakeSysfs, PhysfnOfAVirtualFunctionAndNetInterfaces) {
+    tree_.add_device("0000:00:10.0", "0x8086", "0x10ca", "vfio-pci", 9);
+    tree_.add_vf("0000:00:03.0", "0000:00:10.0");
+    tree_.add_net_interface("0000:00:03.0", "ens3");
+    tree_.add_net_interface("0000:00:03.0", "ens3d1");
+    PciSysfs sysfs(root_);
+    auto pf = sysfs.physfn(addr("0000:00:10.0"));
+    ASSERT_TRUE(pf.ok()) << pf.error().message;
+    ASSERT_TRUE(pf->has_value());
+    EXPECT_EQ((*pf)->to_string(), "0000:00:03.0");
+    EXPECT_FALSE(sysfs.physfn(addr("0000:00:02.0"))->has_value()) << "no VF";
+    EXPECT_FALSE(sysfs.physfn(addr("0000:00:09.0")).ok()) << "no such device";
+    EXPECT_EQ(*sysfs.net_interfaces(addr("0000:00:03.0")), (std::vector<std::string>{"ens3", "ens3d1"}));
+    EXPECT_TRUE(sysfs.net_interfaces(addr("0000:00:02.0"))->empty());
+}
+
 TEST_F(FakeSysfs, NoGroupSaysHowToTurnTheIommuOn) {
     PciSysfs sysfs(root_);
     auto g = sysfs.iommu_group(addr("0000:00:04.0"));

@@ -38,6 +38,14 @@ public:
     // Every device in IOMMU group `group`, sorted.
     Result<std::vector<PciAddress>> group_devices(unsigned group) const;
 
+    // The physical function of an SR-IOV virtual function (its `physfn` link); nullopt for a
+    // device that is no VF, or whose PF this system does not show (a VF passed into a VM).
+    Result<std::optional<PciAddress>> physfn(const PciAddress& addr) const;
+
+    // The kernel's network interfaces on the device (its net/ directory), sorted; none when
+    // no network driver is bound.
+    Result<std::vector<std::string>> net_interfaces(const PciAddress& addr) const;
+
     // The NUMA node the device is attached to; -1 when the platform does not say.
     Result<int> numa_node(const PciAddress& addr) const;
 
