@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "../common/queue_control.hpp"
 #include "../intel/intel_common.hpp"
 #include "vfab/drivers/e1000e.hpp"
 #include "vfab/vfio/event_wait.hpp"
@@ -34,6 +35,9 @@ Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const Devic
 
 Result<void> Device::init(const DeviceOptions& opts) {
     opts_ = opts;
+    chip_ = "the 82574L";
+    cq_vectors_ = kMaxCq;
+    qps_.resize(1);   // queue 0 (layout_ is the 82574L's)
     if (opts.mtu && (opts.mtu < 68 || opts.mtu > kMaxMtu))
         return Error{EINVAL, str_cat("e1000e: MTU ", opts.mtu, " is out of range: 68 to ", kMaxMtu, " (0: 1500)")};
     if (auto r = vfio_->enable_bus_master(); !r) return r;
@@ -53,20 +57,8 @@ Result<void> Device::init(const DeviceOptions& opts) {
     }
     if (auto r = hw_setup(); !r) return r;
 
-    auto pd = dma::ProtectionDomain::create(vfio_->iommu_shared(), opts.pd);
-    if (!pd) return pd.take_error();
-    pd_ = std::move(*pd);
-
-    attr_.provider = "e1000e";
-    attr_.name = "Intel 82574L";
-    attr_.address = vfio_->address();
-    auto id = vfio_->pci_id();
-    if (!id) return id.take_error();
-    attr_.vendor_id = id->vendor;
-    attr_.device_id = id->device;
-    const uint32_t ral = bar_->read32(reg::RAL0), rah = bar_->read32(reg::RAH0);
-    for (int i = 0; i < 4; ++i) attr_.mac[i] = uint8_t(ral >> (8 * i));
-    for (int i = 0; i < 2; ++i) attr_.mac[4 + i] = uint8_t(rah >> (8 * i));
+    if (auto r = init_common(opts.pd, "e1000e", "Intel 82574L"); !r) return r;
+    intel::read_station_address(*bar_, attr_.mac);
     attr_.mtu = opts.mtu ? opts.mtu : 1500;
     attr_.max_qp = 1;
     attr_.max_cq = kMaxCq;
@@ -102,11 +94,7 @@ Result<void> Device::hw_setup() {
     ctrl &= ~(reg::CTRL_FRCSPD | reg::CTRL_FRCDPX | reg::CTRL_PHY_RST | reg::CTRL_RST | reg::CTRL_GIO_MASTER_DISABLE |
               reg::CTRL_VME);
     bar_->write32(reg::CTRL, ctrl | reg::CTRL_SLU | reg::CTRL_ASDE);
-    if (opts_.mac) {
-        const auto& m = *opts_.mac;
-        bar_->write32(reg::RAL0, uint32_t(m[0]) | uint32_t(m[1]) << 8 | uint32_t(m[2]) << 16 | uint32_t(m[3]) << 24);
-        bar_->write32(reg::RAH0, uint32_t(m[4]) | uint32_t(m[5]) << 8 | reg::RAH_AV);
-    }
+    if (opts_.mac) intel::write_station_address(*bar_, *opts_.mac);
     intel::write_multicast_table(*bar_, reg::MTA, multicast_);   // set_multicast()'s, kept across resets
     // No interrupt moderation: completions are written back and signalled at once.
     bar_->write32(reg::ITR, 0);
@@ -117,7 +105,12 @@ Result<void> Device::hw_setup() {
     // Queue causes go to their CQ's vector (set when a QP starts), link changes to "other".
     // EIAC: a cause is cleared from ICR and IMS when its vector fires, which makes each arm()
     // good for one notification.
-    program_ivar();
+    if (qps_[0]) {
+        const QueueRegs q = queue_regs(*qps_[0]);
+        program_ivar(&q);
+    } else {
+        program_ivar(nullptr);
+    }
     bar_->write32(reg::EIAC, reg::ICR_RXQ0 | reg::ICR_TXQ0 | reg::ICR_OTHER);
     bar_->write32(reg::ICR, ~0u);
     bar_->write32(reg::IMS, reg::ICR_LSC | reg::ICR_OTHER);
@@ -125,11 +118,11 @@ Result<void> Device::hw_setup() {
     return {};
 }
 
-void Device::program_ivar() {
+void Device::program_ivar(const QueueRegs* q) {
     uint32_t ivar = (reg::IVAR_VALID | kOtherVector) << reg::IVAR_OTHER_SHIFT;
-    if (qp_) {
-        ivar |= (reg::IVAR_VALID | qp_->recv_cq_->vector_) << reg::IVAR_RXQ0_SHIFT;
-        ivar |= (reg::IVAR_VALID | qp_->send_cq_->vector_) << reg::IVAR_TXQ0_SHIFT;
+    if (q) {
+        ivar |= (reg::IVAR_VALID | q->rx_vector) << reg::IVAR_RXQ0_SHIFT;
+        ivar |= (reg::IVAR_VALID | q->tx_vector) << reg::IVAR_TXQ0_SHIFT;
     }
     bar_->write32(reg::IVAR, ivar);
 }
@@ -169,29 +162,15 @@ Event Device::next_event() {
         bar_->write32(reg::ICR, reg::ICR_LSC | reg::ICR_OTHER | reg::ICR_RXO | reg::ICR_RXDMT0);
         bar_->write32(reg::IMS, reg::ICR_LSC | reg::ICR_OTHER);
     }
-    const bool up = link().up;
-    if (up != link_up_) {
-        link_up_ = up;
-        return {up ? EventType::link_up : EventType::link_down};
-    }
-    return {};
+    return queue::link_change(link().up, link_up_);
 }
 
 // Stops the device's DMA and puts the queue pair in the error state: its outstanding WRs
 // complete with wr_flush_error (or success, for those the device had finished).
 void Device::enter_error_state() {
-    if (qp_ && qp_->state_ == QpState::ready) qp_->state_ = QpState::error;
-    if (!removed_) stop_queues();
-    disable_bus_master();
-    // Wake anyone sleeping on a completion channel: their queues will only flush now.
-    for (auto& cq : cqs_)
-        if (!cq->destroyed_) {
-            uint64_t one = 1;
-            (void)!::write(cq->efd_, &one, sizeof one);
-        }
+    QueueSet::enter_error_state();
+    vfio_->disable_bus_master();
 }
-
-void Device::disable_bus_master() { vfio_->disable_bus_master(); }
 
 Result<void> Device::reset() {
     std::lock_guard lock(mu_);
@@ -206,18 +185,15 @@ Device::~Device() {
     std::lock_guard lock(mu_);
     // Quiesce before anything is freed: the rings and registered memory must not be DMA
     // targets any more when their IOMMU mappings go.
+    stop_all_queues();
     if (!removed_) {
-        stop_queues();
         bar_->write32(reg::IMC, ~0u);
         (void)hw_reset();
         bar_->write32(reg::CTRL_EXT, bar_->read32(reg::CTRL_EXT) & ~reg::CTRL_EXT_DRV_LOAD);
     }
-    disable_bus_master();
+    vfio_->disable_bus_master();
     (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
-    qp_.reset();
-    dead_qps_.clear();
-    cqs_.clear();
-    pd_.reset();
+    release_all();
 }
 
 Result<void> Device::set_multicast(std::span<const MacAddress> groups) {

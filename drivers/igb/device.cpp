@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include "../common/queue_control.hpp"
 #include "../intel/intel_common.hpp"
 #include "vfab/drivers/igbvf.hpp"
 #include "vfab/drivers/igb.hpp"
@@ -53,20 +54,8 @@ Result<void> Device::init(const DeviceOptions& opts) {
     req_ = *req;
     hw_setup();
 
-    auto pd = dma::ProtectionDomain::create(vfio_->iommu_shared(), opts.pd);
-    if (!pd) return pd.take_error();
-    pd_ = std::move(*pd);
-
-    attr_.provider = "igb";
-    attr_.name = "Intel 82576";
-    attr_.address = vfio_->address();
-    auto id = vfio_->pci_id();
-    if (!id) return id.take_error();
-    attr_.vendor_id = id->vendor;
-    attr_.device_id = id->device;
-    const uint32_t ral = bar_->read32(reg::RAL0), rah = bar_->read32(reg::RAH0);
-    for (int i = 0; i < 4; ++i) attr_.mac[i] = uint8_t(ral >> (8 * i));
-    for (int i = 0; i < 2; ++i) attr_.mac[4 + i] = uint8_t(rah >> (8 * i));
+    if (auto r = init_common(opts.pd, "igb", "Intel 82576"); !r) return r;
+    intel::read_station_address(*bar_, attr_.mac);
     attr_.mtu = opts.mtu ? opts.mtu : 1500;
     attr_.max_cq = vectors_ - 1;
     attr_.max_qp = std::min(reg::kRssQueues, attr_.max_cq);
@@ -81,6 +70,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.rss_table_size = reg::kRetaEntries;
     attr_.rss_hash_types = rss_ipv4 | rss_tcp_ipv4 | rss_udp_ipv4 | rss_ipv6 | rss_tcp_ipv6 | rss_udp_ipv6;
     qps_.resize(attr_.max_qp);
+    layout_ = {0xc000, 0xe000, 0x40};   // the PF's queue blocks (§8.10)
 
     if (opts.link_timeout_ms > 0) wait_until([&] { return link().up; }, std::chrono::milliseconds(opts.link_timeout_ms));
     link_up_ = link().up;
@@ -114,11 +104,7 @@ void Device::hw_setup() {
                                  reg::MDIC_OP_WRITE | reg::BMCR_SPEED1000 | reg::BMCR_FULL_DUPLEX | reg::BMCR_AN_ENABLE |
                                  reg::BMCR_RESTART_AN);
     wait_until([&] { return bar_->read32(reg::MDIC) & (reg::MDIC_READY | reg::MDIC_ERROR); }, 10ms);
-    if (opts_.mac) {
-        const auto& m = *opts_.mac;
-        bar_->write32(reg::RAL0, uint32_t(m[0]) | uint32_t(m[1]) << 8 | uint32_t(m[2]) << 16 | uint32_t(m[3]) << 24);
-        bar_->write32(reg::RAH0, uint32_t(m[4]) | uint32_t(m[5]) << 8 | reg::RAH_AV);
-    }
+    if (opts_.mac) intel::write_station_address(*bar_, *opts_.mac);
     intel::write_multicast_table(*bar_, reg::MTA, multicast_);   // set_multicast()'s, kept across resets
 
     // Every queue off until a queue pair starts it (the reset leaves queue 0 enabled, §8.10.10).
@@ -183,12 +169,7 @@ Event Device::next_event() {
         (void)bar_->read32(reg::ICR);   // clears the causes (GPIE.NSICR)
         bar_->write32(reg::EIMS, 1u << other_vector_);
     }
-    const bool up = link().up;
-    if (up != link_up_) {
-        link_up_ = up;
-        return {up ? EventType::link_up : EventType::link_down};
-    }
-    return {};
+    return queue::link_change(link().up, link_up_);
 }
 
 Result<void> Device::reset() {

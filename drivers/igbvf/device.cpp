@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "../common/queue_control.hpp"
 #include "../intel/intel_common.hpp"
 #include "mailbox.hpp"
 #include "vfab/drivers/igb.hpp"
@@ -65,17 +66,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
     auto req = vfio_->watch_optional_interrupt(vfio::IrqIndex::req, events_, kTagReq);
     if (!req) return req.take_error();
     req_ = *req;
-    auto pd = dma::ProtectionDomain::create(vfio_->iommu_shared(), opts.pd);
-    if (!pd) return pd.take_error();
-    pd_ = std::move(*pd);
-
-    attr_.provider = "igbvf";
-    attr_.name = "Intel 82576 virtual function";
-    attr_.address = vfio_->address();
-    auto id = vfio_->pci_id();
-    if (!id) return id.take_error();
-    attr_.vendor_id = id->vendor;
-    attr_.device_id = id->device;
+    if (auto r = init_common(opts.pd, "igbvf", "Intel 82576 virtual function"); !r) return r;
     attr_.mtu = 1500;
     attr_.max_cq = 1;
     attr_.max_qp = 1;
@@ -86,7 +77,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
     attr_.offloads = offload_tx_ip_csum;   // receive checksums are the PF's to turn on
     attr_.interrupt_vectors = reg::kVectors;
     cq_vectors_ = 1;
-    layout_ = {0x2800, 0x3800, 0x100};
+    layout_ = {0x2800, 0x3800, 0x100};   // a VF's queue block (§8.27.3)
     qps_.resize(1);
 
     if (auto r = handshake(); !r) return r;
@@ -301,12 +292,7 @@ Event Device::next_event() {
         }
         return {};
     }
-    const bool up = link().up;
-    if (up != link_up_) {
-        link_up_ = up;
-        return {up ? EventType::link_up : EventType::link_down};
-    }
-    return {};
+    return queue::link_change(link().up, link_up_);
 }
 
 Result<void> Device::reset() {

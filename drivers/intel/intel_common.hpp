@@ -35,7 +35,21 @@ inline constexpr uint32_t STATUS_GIO_MASTER_ENABLE = 1u << 19;
 inline constexpr uint32_t CRCERRS = 0x4000, ALGNERRC = 0x4004, SYMERRS = 0x4008, RXERRC = 0x400c, MPC = 0x4010,
                           SEC = 0x4038, RLEC = 0x4040, GPRC = 0x4074, BPRC = 0x4078, MPRC = 0x407c, GPTC = 0x4080,
                           GORCL = 0x4088, GORCH = 0x408c, GOTCL = 0x4090, GOTCH = 0x4094;
+// Receive address 0, loaded from the EEPROM (82574L §10.2.5.16, 82576 §8.10.14).
+inline constexpr uint32_t RAL0 = 0x5400, RAH0 = 0x5404;
+inline constexpr uint32_t RAH_AV = 1u << 31;   // address valid
 }  // namespace reg
+
+// The station address in RAL0/RAH0 (little-endian: the first byte on the wire lowest).
+inline void read_station_address(vfio::Region& bar, uint8_t (&mac)[6]) {
+    const uint32_t ral = bar.read32(reg::RAL0), rah = bar.read32(reg::RAH0);
+    for (int i = 0; i < 4; ++i) mac[i] = uint8_t(ral >> (8 * i));
+    for (int i = 0; i < 2; ++i) mac[4 + i] = uint8_t(rah >> (8 * i));
+}
+inline void write_station_address(vfio::Region& bar, const std::array<uint8_t, 6>& m) {
+    bar.write32(reg::RAL0, uint32_t(m[0]) | uint32_t(m[1]) << 8 | uint32_t(m[2]) << 16 | uint32_t(m[3]) << 24);
+    bar.write32(reg::RAH0, uint32_t(m[4]) | uint32_t(m[5]) << 8 | reg::RAH_AV);
+}
 
 inline std::string mac_string(const MacAddress& m) {
     char s[18];

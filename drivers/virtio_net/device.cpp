@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "../common/queue_control.hpp"
 #include "control_queue.hpp"
 #include "vfab/drivers/virtio_net.hpp"
 #include "vfab/vfio/event_wait.hpp"
@@ -205,12 +206,7 @@ Event Device::next_event() {
         enter_error_state();
         return {EventType::device_fatal};
     }
-    const bool up = link().up;
-    if (up != link_up_) {
-        link_up_ = up;
-        return {up ? EventType::link_up : EventType::link_down};
-    }
-    return {};
+    return queue::link_change(link().up, link_up_);
 }
 
 // A virtio reset stops the device's use of every queue (§2.1.2); the QP flushes what it had.
@@ -222,11 +218,7 @@ void Device::enter_error_state() {
     else if (!removed_)
         (void)transport_->reset();
     driver_ok_ = false;
-    for (auto& cq : cqs_)
-        if (!cq->destroyed_) {
-            uint64_t one = 1;
-            (void)!::write(cq->efd_, &one, sizeof one);
-        }
+    queue::Control::wake_all(cqs_);
 }
 
 Result<void> Device::reset() {

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include "../common/queue_control.hpp"
 #include "control_queue.hpp"
 #include "vfab/drivers/virtio_net.hpp"
 
@@ -22,51 +23,40 @@ void set_interrupts(Q& q, bool on, bool& used_meanwhile) {
 
 }  // namespace
 
+using queue::Control;
+
 Result<CompletionQueue*> Device::create_cq(uint32_t cqe) {
     std::lock_guard lock(mu_);
     if (cqe == 0 || cqe > 65536) return Error{EINVAL, str_cat("create_cq(", cqe, "): the capacity must be 1 to 65536")};
-    std::vector<bool> used(vectors_, false);
-    used[0] = true;   // configuration changes
-    for (auto& cq : cqs_)
-        if (!cq->destroyed_) used[cq->vector_] = true;
-    uint32_t vector = 1;
-    while (vector < vectors_ && used[vector]) ++vector;
-    if (vector == vectors_)
-        return Error{ENOSPC, str_cat(attr_.address.to_string(), ": all ", vectors_ - 1,
-                                     " completion queues are in use (one MSI-X vector each); destroy one first")};
-    const int efd = vhost_ ? vhost_calls_[vector].get() : msix_->eventfd(vector);
+    // Vector 0 is for configuration changes.
+    auto vector = Control::free_vector(cqs_, 1, vectors_, attr_.address.to_string());
+    if (!vector) return vector.take_error();
+    const int efd = vhost_ ? vhost_calls_[*vector].get() : msix_->eventfd(*vector);
     vfio::drain_eventfd(efd);
-    cqs_.push_back(std::unique_ptr<CompletionQueue>(new CompletionQueue(*this, cqe, vector, efd, vhost_.has_value())));
+    cqs_.push_back(std::unique_ptr<CompletionQueue>(new CompletionQueue(*this, cqe, *vector, efd, vhost_.has_value())));
     return cqs_.back().get();
 }
 
 Result<void> CompletionQueue::destroy() {
     std::lock_guard lock(dev_->mu_);
-    if (destroyed_) return Error{ENODEV, "this completion queue was already destroyed"};
-    if (send_qp_ || recv_qp_)
-        return Error{EBUSY, "the completion queue is still used by a queue pair: destroy the queue pair first"};
-    destroyed_ = true;
-    return {};
+    return Control::destroy(*this);
 }
 
 Result<void> CompletionQueue::arm() {
-    if (destroyed_) return Error{ENODEV, "arm(): the completion queue was destroyed"};
+    if (auto r = Control::check_armable(*this); !r) return r;
     vfio::drain_eventfd(efd_);
-    bool ready = false;
+    bool used_meanwhile = false;   // the device used a buffer before notifications were on
     for (auto [qp, send] : {std::pair{send_qp_, true}, std::pair{recv_qp_, false}}) {
-        if (!qp || qp->state() != QpState::ready) {
-            ready |= qp != nullptr;
-            continue;
-        }
+        if (!qp || qp->state() != QpState::ready) continue;
         if (qp->packed_)
-            set_interrupts(send ? *qp->ptx_ : *qp->prx_, true, ready);
+            set_interrupts(send ? *qp->ptx_ : *qp->prx_, true, used_meanwhile);
         else
-            set_interrupts(send ? *qp->stx_ : *qp->srx_, true, ready);
+            set_interrupts(send ? *qp->stx_ : *qp->srx_, true, used_meanwhile);
     }
-    if (ready || has_ready()) {
-        uint64_t one = 1;
-        (void)!::write(efd_, &one, sizeof one);
-    }
+    if (used_meanwhile)
+        Control::signal(*this);
+    else
+        Control::signal_if_ready(*this);
     return {};
 }
 
@@ -88,16 +78,8 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
     if (removed_)
         return Error{ENODEV, vhost_ ? str_cat("the vhost-user backend at ", vhost_->path(), " is gone; close the device")
                                     : str_cat(where, ": the device was removed; close it")};
-    for (CompletionQueue* cq : {attr.send_cq, attr.recv_cq}) {
-        if (!cq) return Error{EINVAL, "create_qp: send_cq and recv_cq are required (they may be the same)"};
-        if (cq->dev_ != this) return Error{EINVAL, "create_qp: the completion queue belongs to another device"};
-        if (cq->destroyed_) return Error{ENODEV, "create_qp: the completion queue was destroyed"};
-    }
-    if (attr.send_cq->send_qp_ || attr.recv_cq->recv_qp_)
-        return Error{EBUSY, "create_qp: a completion queue takes the sends of one queue pair and the receives of one; "
-                            "create another completion queue for this queue pair"};
-    uint32_t index = 0;
-    while (index < qps_.size() && qps_[index]) ++index;
+    if (auto r = Control::check_cqs(this, attr.send_cq, attr.recv_cq, true); !r) return r.take_error();
+    const uint32_t index = Control::free_index(qps_);
     if (index == qps_.size())
         return Error{EBUSY, str_cat(where, ": all ", qps_.size(), " queue pairs of the device are in use",
                                     qps_.size() == 1 && !vhost_ ? " (it does not offer VIRTIO_NET_F_MQ; in QEMU: mq=on and a "
@@ -184,8 +166,7 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
         qp = std::move(qps_[index]);
     }
     qps_[index] = std::move(qp);
-    attr.send_cq->send_qp_ = qps_[index].get();
-    attr.recv_cq->recv_qp_ = qps_[index].get();
+    Control::attach(*attr.send_cq, *attr.recv_cq, qps_[index].get());
     return qps_[index].get();
 }
 
@@ -243,10 +224,7 @@ Result<void> Device::program_qp(QueuePair& qp) {
     // Notifications off until a completion queue is armed; a thread sleeping on one wakes
     // (spuriously) and arms again.
     set_ring_interrupts(qp, false);
-    for (CompletionQueue* cq : {qp.recv_cq_, qp.send_cq_}) {
-        uint64_t one = 1;
-        (void)!::write(cq->efd_, &one, sizeof one);
-    }
+    for (CompletionQueue* cq : {qp.recv_cq_, qp.send_cq_}) Control::signal(*cq);
     return {};
 }
 
@@ -302,10 +280,7 @@ void Device::release_qp(QueuePair& qp) {
             if (!other || other.get() == &qp || other->state() != QpState::ready) continue;
             if (!other->idle()) {
                 other->state_ = QpState::error;
-                for (CompletionQueue* cq : {other->recv_cq_, other->send_cq_}) {
-                    uint64_t one = 1;
-                    (void)!::write(cq->efd_, &one, sizeof one);
-                }
+                for (CompletionQueue* cq : {other->recv_cq_, other->send_cq_}) Control::signal(*cq);
             } else {
                 others = true;
             }
@@ -313,8 +288,7 @@ void Device::release_qp(QueuePair& qp) {
         qp.state_ = QpState::destroyed;   // start_device() skips it
         if (auto r = handshake(); r && others) (void)start_device();
     }
-    if (qp.send_cq_->send_qp_ == &qp) qp.send_cq_->send_qp_ = nullptr;
-    if (qp.recv_cq_->recv_qp_ == &qp) qp.recv_cq_->recv_qp_ = nullptr;
+    Control::detach(*qp.send_cq_, *qp.recv_cq_, &qp);
     retired_.tx_packets += qp.tx_packets_.get();
     retired_.tx_bytes += qp.tx_bytes_.get();
     retired_.rx_packets += qp.rx_packets_.get();

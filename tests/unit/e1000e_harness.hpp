@@ -8,10 +8,12 @@
 // instruction counts of the driver's own code (no device, no MMIO cost).
 #pragma once
 
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "intel_ring_model.hpp"
 #include "vfab/drivers/e1000e.hpp"
 
 namespace vfab::e1000e {
@@ -21,35 +23,17 @@ struct FastPathHarness {
 
     std::vector<uint8_t> bar = std::vector<uint8_t>(kBarSize);
     dma::MrTable table = *dma::MrTable::create(64);
-    QueuePair qp;
-    CompletionQueue cq;
     uint8_t* ring_mem = nullptr;
+    intel::RingView<QueueTraits> rings;
+    CompletionQueue cq;
+    QueuePair qp;
     uint32_t rx_status_extra = 0;    // OR'ed into every receive write-back (tests of errors)
     uint32_t device_tdh = 0, device_rdh = 0;
     std::vector<uint8_t> frame;      // gathered transmit frame
 
-    FastPathHarness(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge = 2) {
-        const uint32_t sq = std::bit_ceil(std::max(send_depth, 8u));
-        const uint32_t tx = std::bit_ceil(sq * (max_send_sge + 1) + 1);
-        const uint32_t rx = std::bit_ceil(std::max(recv_depth + 1, 8u));
-        // aligned_alloc wants a size that is a multiple of the alignment
-        ring_mem = static_cast<uint8_t*>(std::aligned_alloc(4096, (size_t(tx + rx) * 16 + 4095) & ~size_t(4095)));
-        std::memset(ring_mem, 0, (tx + rx) * 16);
-        qp.rx_ = reinterpret_cast<RxDesc*>(ring_mem);
-        qp.tx_ = reinterpret_cast<TxDataDesc*>(ring_mem + rx * 16);
-        qp.rx_mask_ = rx - 1;
-        qp.tx_mask_ = tx - 1;
-        qp.sq_storage_.resize(sq);
-        qp.rq_storage_.resize(rx);
-        qp.sq_ = qp.sq_storage_.data();
-        qp.rq_ = qp.rq_storage_.data();
-        qp.sq_mask_ = sq - 1;
-        qp.rq_mask_ = rx - 1;
-        qp.caps_ = {sq, rx - 1, max_send_sge, 1};
-        qp.bar_ = bar.data();
-        qp.mrs_ = &table;
-        qp.send_cq_ = qp.recv_cq_ = &cq;
-        cq.send_qp_ = cq.recv_qp_ = &qp;
+    // Rings sized as Device::create_qp sizes them.
+    FastPathHarness(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge = 2)
+        : rings(model_rings(send_depth, recv_depth, max_send_sge)), qp(rings, cq) {
         frame.reserve(16384);
     }
     ~FastPathHarness() { std::free(ring_mem); }
@@ -67,9 +51,16 @@ struct FastPathHarness {
         std::memcpy(&v, bar.data() + off, 4);
         return v;
     }
-    TxDataDesc& tx_desc(uint32_t i) { return qp.tx_[i & qp.tx_mask_]; }
-    RxDesc& rx_desc(uint32_t i) { return qp.rx_[i & qp.rx_mask_]; }
+    TxDataDesc& tx_desc(uint32_t i) { return rings.tx[i & (rings.tx_entries - 1)]; }
+    RxDesc& rx_desc(uint32_t i) { return rings.rx[i & (rings.rx_entries - 1)]; }
     void set_state(QpState s) { qp.state_ = s; }
+
+    intel::RingView<QueueTraits> model_rings(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge) {
+        intel::RingView<QueueTraits> v{.bar = bar.data(), .tdt = reg::TDT, .rdt = reg::RDT, .mrs = &table,
+                                       .rx_buffer = reg::kRxBufferSize};
+        intel::model_rings(v, ring_mem, send_depth, recv_depth, max_send_sge);
+        return v;
+    }
 
     // The device: transmit everything up to TDT; each frame is looped back into the next
     // receive buffer if one is posted (else dropped, as on a real port with no buffer).
@@ -78,8 +69,8 @@ struct FastPathHarness {
         const uint32_t tdt = reg(reg::TDT), rdt = reg(reg::RDT);
         uint32_t frames = 0;
         while (device_tdh != tdt) {
-            TxDataDesc& d = qp.tx_[device_tdh];
-            device_tdh = (device_tdh + 1) & qp.tx_mask_;
+            TxDataDesc& d = rings.tx[device_tdh];
+            device_tdh = (device_tdh + 1) & (rings.tx_entries - 1);
             if (!(d.cmd_len & txd::DTYP_DATA)) continue;   // a context descriptor
             const auto* src = reinterpret_cast<const uint8_t*>(d.buffer_addr);
             frame.insert(frame.end(), src, src + (d.cmd_len & txd::kMaxDataLen));
@@ -87,8 +78,8 @@ struct FastPathHarness {
             if (!(d.cmd_len & txd::CMD_EOP)) continue;
             ++frames;
             if (device_rdh != rdt) {
-                RxDesc& r = qp.rx_[device_rdh];
-                device_rdh = (device_rdh + 1) & qp.rx_mask_;
+                RxDesc& r = rings.rx[device_rdh];
+                device_rdh = (device_rdh + 1) & (rings.rx_entries - 1);
                 std::memcpy(reinterpret_cast<void*>(r.read.buffer_addr), frame.data(), frame.size());
                 r.wb = {};
                 r.wb.length = uint16_t(frame.size());

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "intel_ring_model.hpp"
 #include "vfab/drivers/igb.hpp"
 #include "vfab/net/checksum.hpp"
 
@@ -29,10 +30,11 @@ struct FastPathHarness {
 
     std::vector<uint8_t> bar = std::vector<uint8_t>(kBarSize);
     dma::MrTable table = *dma::MrTable::create(64);
-    QueuePair qp;
-    CompletionQueue cq;
     uint8_t* ring_mem = nullptr;
     uint32_t queue = 0;
+    intel::RingView<QueueTraits> rings;
+    CompletionQueue cq;
+    QueuePair qp;
     uint32_t rx_status_extra = 0;    // OR'ed into every receive write-back (tests of errors)
     bool rx_eop = true;              // false: write-backs without EOP (a frame that did not fit)
     bool offload = true;             // insert the checksums POPTS asks for, as the device does
@@ -59,34 +61,16 @@ struct FastPathHarness {
     // transmit ring for tests of a full ring.
     FastPathHarness(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge = 2, uint32_t queue_index = 0,
                     uint32_t tx_entries = 0)
-        : queue(queue_index) {
-        const uint32_t sq = std::bit_ceil(std::max(send_depth, 8u));
-        const uint32_t tx = tx_entries ? tx_entries : std::bit_ceil(sq * (max_send_sge + 1) + 1);
-        const uint32_t rx = std::bit_ceil(std::max(recv_depth + 1, 8u));
-        const size_t bytes = size_t(tx + rx) * 16;
-        // aligned_alloc wants a size that is a multiple of the alignment
-        ring_mem = static_cast<uint8_t*>(std::aligned_alloc(4096, (bytes + 4095) & ~size_t(4095)));
-        std::memset(ring_mem, 0, bytes);
-        qp.rx_ = reinterpret_cast<RxDesc*>(ring_mem);
-        qp.tx_ = reinterpret_cast<TxDesc*>(ring_mem + size_t(rx) * 16);
-        qp.rx_mask_ = rx - 1;
-        qp.tx_mask_ = tx - 1;
-        qp.sq_storage_.resize(sq);
-        qp.rq_storage_.resize(rx);
-        qp.sq_ = qp.sq_storage_.data();
-        qp.rq_ = qp.rq_storage_.data();
-        qp.sq_mask_ = sq - 1;
-        qp.rq_mask_ = rx - 1;
-        qp.caps_ = {sq, rx - 1, max_send_sge, 1};
-        qp.queue_ = queue;
-        qp.tdt_ = reg::TDT(queue);
-        qp.rdt_ = reg::RDT(queue);
-        qp.bar_ = bar.data();
-        qp.mrs_ = &table;
-        qp.send_cq_ = qp.recv_cq_ = &cq;
-        cq.send_qp_ = cq.recv_qp_ = &qp;
+        : queue(queue_index), rings(model_rings(send_depth, recv_depth, max_send_sge, tx_entries)), qp(rings, cq) {
         frame.reserve(16384);
         last_frame.reserve(16384);
+    }
+    intel::RingView<QueueTraits> model_rings(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge,
+                                             uint32_t tx_entries) {
+        intel::RingView<QueueTraits> v{.bar = bar.data(), .tdt = reg::TDT(queue), .rdt = reg::RDT(queue), .mrs = &table,
+                                       .queue = queue, .rx_buffer = reg::kRxBufferSize};
+        intel::model_rings(v, ring_mem, send_depth, recv_depth, max_send_sge, tx_entries);
+        return v;
     }
     ~FastPathHarness() { std::free(ring_mem); }
     FastPathHarness(const FastPathHarness&) = delete;
@@ -105,10 +89,10 @@ struct FastPathHarness {
     }
     uint32_t tdt() const { return reg(reg::TDT(queue)); }
     uint32_t rdt() const { return reg(reg::RDT(queue)); }
-    TxDesc& tx_desc(uint32_t i) { return qp.tx_[i & qp.tx_mask_]; }
+    TxDesc& tx_desc(uint32_t i) { return rings.tx[i & (rings.tx_entries - 1)]; }
     const TxContextDesc& ctx_desc(uint32_t i) { return *reinterpret_cast<const TxContextDesc*>(&tx_desc(i)); }
-    RxDesc& rx_desc(uint32_t i) { return qp.rx_[i & qp.rx_mask_]; }
-    uint32_t tx_ring_size() const { return qp.tx_mask_ + 1; }
+    RxDesc& rx_desc(uint32_t i) { return rings.rx[i & (rings.rx_entries - 1)]; }
+    uint32_t tx_ring_size() const { return rings.tx_entries; }
     void set_state(QpState s) { qp.state_ = s; }
     void signal_all() { qp.sq_sig_all_ = true; }
     void destroy_cq() { cq.destroyed_ = true; }
@@ -122,8 +106,8 @@ struct FastPathHarness {
         uint32_t frames = 0, first_olinfo = 0, paylen = 0;
         bool first = true;
         while (device_tdh != tdt) {
-            TxDesc& d = qp.tx_[device_tdh];
-            device_tdh = (device_tdh + 1) & qp.tx_mask_;
+            TxDesc& d = rings.tx[device_tdh];
+            device_tdh = (device_tdh + 1) & (rings.tx_entries - 1);
             const uint32_t cmd = d.cmd_type_len;
             if (!(cmd & txd::CMD_DEXT)) violation("a legacy descriptor (DEXT clear)");
             if ((cmd & (0xfu << 20)) == txd::DTYP_CONTEXT) {
@@ -161,8 +145,8 @@ struct FastPathHarness {
             if (first_olinfo & (txd::POPTS_IXSM | txd::POPTS_TXSM)) insert_checksums(first_olinfo);
             last_frame = frame;
             if (device_rdh != rdt) {
-                RxDesc& r = qp.rx_[device_rdh];
-                device_rdh = (device_rdh + 1) & qp.rx_mask_;
+                RxDesc& r = rings.rx[device_rdh];
+                device_rdh = (device_rdh + 1) & (rings.rx_entries - 1);
                 std::memcpy(reinterpret_cast<void*>(r.read.pkt_addr), frame.data(), frame.size());
                 r.wb = {};
                 r.wb.length = uint16_t(frame.size());

@@ -25,6 +25,8 @@
 #include "vfab/pci_id.hpp"
 #include "vfab/dma/dma_arena.hpp"
 #include "vfab/dma/protection_domain.hpp"
+#include "vfab/drivers/common/completion_queue.hpp"
+#include "vfab/drivers/common/stat_counter.hpp"
 #include "vfab/drivers/virtio/packed_queue.hpp"
 #include "vfab/drivers/virtio/pci_transport.hpp"
 #include "vfab/drivers/virtio/split_queue.hpp"
@@ -91,36 +93,27 @@ struct Doorbell {
     }
 };
 
-class CompletionQueue final {
+class CompletionQueue final : public queue::CompletionQueueCore<QueuePair> {
 public:
+    // Up to out.size() completions, oldest first per queue; -ENODEV once destroyed. Over
+    // vhost-user, an idle queue now and then checks that the back-end is still there.
     int poll(std::span<Completion> out) noexcept;
     Result<void> arm();
-    int channel_fd() const noexcept { return efd_; }
     // Reads and clears the channel, and turns the queues' notifications off until arm().
     uint64_t take_events() noexcept;
     Result<void> destroy();
-    bool destroyed() const noexcept { return destroyed_; }
-    uint32_t capacity() const noexcept { return cqe_; }
-    uint32_t vector() const noexcept { return vector_; }
 
 private:
     friend class Device;
     friend class QueuePair;
+    friend struct queue::Control;
     friend struct FastPathHarness;   // bench/: the fast path over model rings, no device
     CompletionQueue() = default;
     CompletionQueue(Device& dev, uint32_t cqe, uint32_t vector, int efd, bool vhost)
-        : dev_(&dev), cqe_(cqe), vector_(vector), efd_(efd), vhost_(vhost) {}
-    bool has_ready() const noexcept;
+        : CompletionQueueCore(cqe, vector, efd), dev_(&dev), vhost_(vhost) {}
     void check_backend() noexcept;   // vhost-user: has the back-end hung up?
 
     Device* dev_ = nullptr;
-    QueuePair* send_qp_ = nullptr;
-    QueuePair* recv_qp_ = nullptr;
-    uint32_t cqe_ = 0;
-    uint32_t vector_ = 0;
-    int efd_ = -1;
-    bool destroyed_ = false;
-    bool rx_first_ = false;
     bool vhost_ = false;
     uint32_t idle_polls_ = 0;
 };
@@ -157,6 +150,7 @@ public:
 private:
     friend class Device;
     friend class CompletionQueue;
+    friend class queue::CompletionQueueCore<QueuePair>;
     struct Slot {
         uint64_t wr_id;
         uint32_t byte_len;
@@ -223,12 +217,7 @@ private:
     std::optional<dma::DmaArena> mem_;
     // Software counters (virtio has no statistics registers): written by the QP's thread,
     // read by Device::stats() from any thread.
-    struct Counter {
-        std::atomic<uint64_t> v{0};
-        void add(uint64_t n) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
-        uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
-    };
-    Counter tx_packets_, tx_bytes_, rx_packets_, rx_bytes_;
+    queue::StatCounter tx_packets_, tx_bytes_, rx_packets_, rx_bytes_;
 };
 
 class Device {
@@ -543,21 +532,12 @@ inline bool QueuePair::recv_ready() noexcept {
 inline int CompletionQueue::poll(std::span<Completion> out) noexcept {
     if (destroyed_) [[unlikely]]
         return -ENODEV;
-    const auto max = static_cast<uint32_t>(out.size());
-    uint32_t n = 0;
-    rx_first_ = !rx_first_;
-    if (rx_first_ && recv_qp_) n += recv_qp_->poll_recv(out.data() + n, max - n);
-    if (send_qp_) n += send_qp_->poll_send(out.data() + n, max - n);
-    if (!rx_first_ && recv_qp_) n += recv_qp_->poll_recv(out.data() + n, max - n);
+    const uint32_t n = poll_queues(out);
     if (vhost_ && n == 0 && ++idle_polls_ >= kHangupCheckPolls) [[unlikely]] {
         idle_polls_ = 0;
         check_backend();
     }
     return static_cast<int>(n);
-}
-
-inline bool CompletionQueue::has_ready() const noexcept {
-    return (send_qp_ && send_qp_->send_ready()) || (recv_qp_ && recv_qp_->recv_ready());
 }
 
 // The driver's classes by role, for code written once for every driver

@@ -89,9 +89,6 @@ inline constexpr uint32_t RXCSUM_TUOFLD = 1u << 9;   // verify TCP/UDP checksums
 inline constexpr uint32_t RFCTL = 0x5008;
 inline constexpr uint32_t RFCTL_EXSTEN = 1u << 15;   // extended receive descriptors (§7.1.5.2)
 inline constexpr uint32_t MTA = 0x5200;              // multicast table, 128 registers
-inline constexpr uint32_t RAL0 = 0x5400;
-inline constexpr uint32_t RAH0 = 0x5404;
-inline constexpr uint32_t RAH_AV = 1u << 31;         // address valid
 
 // ---- transmit (§10.2.6) ----------------------------------------------------------------------
 inline constexpr uint32_t TCTL = 0x0400;

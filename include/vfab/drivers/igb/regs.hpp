@@ -88,9 +88,6 @@ inline constexpr uint32_t RXCSUM_TUOFLD = 1u << 9;
 inline constexpr uint32_t RXCSUM_PCSD = 1u << 13;   // write the RSS hash back, not a checksum
 
 inline constexpr uint32_t MTA = 0x5200;
-inline constexpr uint32_t RAL0 = 0x5400;
-inline constexpr uint32_t RAH0 = 0x5404;
-inline constexpr uint32_t RAH_AV = 1u << 31;
 
 // Receive-side scaling (§7.1.2.8, §8.10.12-14).
 inline constexpr uint32_t MRQC = 0x5818;

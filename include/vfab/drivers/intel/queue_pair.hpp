@@ -1,0 +1,373 @@
+// The fast path the Intel e1000 family shares: a queue pair over one legacy-style descriptor
+// ring each way (82574L §7.1/7.2, 82576 §7.1/7.2 — the same shape, other bit positions). Work
+// requests live in a ring of slots beside the descriptor rings: a send takes one descriptor
+// per SGE (and a context descriptor when its checksum offsets change), a receive one buffer;
+// a WR with a bad key takes none and completes in order with an error. Completions come from
+// the descriptors' DD bits, oldest first; in the error state the rest flush. Counters run
+// freely (a ring index is counter & mask); tails go to the device once per post call.
+//
+// A device family supplies `Traits` (e1000e::QueueTraits, igb::QueueTraits):
+//   TxDesc, TxContextDesc, RxDesc, TxContext     its descriptor formats, the context it keeps
+//   kRxDD, kRxEOP, kRxErrFrame                   write-back status bits
+//   tx_done(const volatile TxDesc&)              the device has sent it (DD)
+//   make_context(const net::L4Offsets&, TxContext&, uint32_t& popts)   false: offsets it cannot offload
+//   write_context(TxContextDesc&, const TxContext&)
+//   write_data(TxDesc&, iova, len, first, last, total, popts, wr flags)
+//   write_rx(RxDesc&, iova)
+//   rx_flags(status_error)                       of a good frame: wc_ip_csum_ok
+//   rx_any_flags(status_error)                   optional: of any frame written back (wc_timestamped)
+// and derives its QueuePair from QueuePairCore<Traits>, adding the control path.
+#pragma once
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "vfab/dma/dma_arena.hpp"
+#include "vfab/dma/mr_table.hpp"
+#include "vfab/drivers/common/stat_counter.hpp"
+#include "vfab/mmio.hpp"
+#include "vfab/net/checksum.hpp"
+#include "vfab/types.hpp"
+
+namespace vfab::intel {
+
+inline constexpr uint32_t kMaxSendSge = 8;
+inline constexpr uint32_t kEthHeader = 14;
+inline constexpr uint32_t kMaxQueueDepth = 4096;   // WRs per queue
+
+// Where a queue pair's rings are and what it may post: filled by the driver's create_qp (rings
+// in DMA memory) and by the unit tests' and bench/'s models (rings in plain memory, IOVA = VA).
+template <class Traits>
+struct RingView {
+    typename Traits::TxDesc* tx = nullptr;
+    uint32_t tx_entries = 0;   // a power of 2, as rx_entries and send_depth
+    typename Traits::RxDesc* rx = nullptr;
+    uint32_t rx_entries = 0;
+    uint32_t send_depth = 0;   // WRs outstanding at most (receives: rx_entries - 1)
+    uint32_t max_send_sge = 1;
+    volatile uint8_t* bar = nullptr;
+    uint32_t tdt = 0, rdt = 0;   // the tail registers' offsets
+    const dma::MrTable* mrs = nullptr;
+    uint32_t queue = 0;
+    uint32_t max_frame = 1514;
+    uint32_t rx_buffer = 2048;
+    bool sq_sig_all = false;
+};
+
+template <class Traits>
+class QueuePairCore {
+public:
+    using TxDesc = typename Traits::TxDesc;
+    using RxDesc = typename Traits::RxDesc;
+
+    PostResult post_send(std::span<const SendWr> wrs) noexcept;
+    PostResult post_recv(std::span<const RecvWr> wrs) noexcept;
+
+    QpState state() const noexcept { return state_.load(std::memory_order_relaxed); }
+    uint32_t qp_num() const noexcept { return qp_num_; }   // queue() + 1
+    const QpCaps& caps() const noexcept { return caps_; }
+    // The hardware queue pair (receive and transmit queue n); RssConfig::table names it.
+    uint32_t queue() const noexcept { return queue_; }
+    // Completed WRs and their bytes since the queue pair was created (flushed and failed ones
+    // not counted); from any thread.
+    QpStats stats() const noexcept { return {tx_packets_.get(), tx_bytes_.get(), rx_packets_.get(), rx_bytes_.get()}; }
+    // Outstanding work requests, for tests and diagnostics.
+    uint32_t send_outstanding() const noexcept { return sq_tail_ - sq_head_; }
+    uint32_t recv_outstanding() const noexcept { return rq_tail_ - rq_head_; }
+
+protected:
+    // For the completion queue (queue::CompletionQueueCore, a friend of the derived class).
+    bool send_ready() const noexcept;
+    bool recv_ready() const noexcept;
+    uint32_t poll_send(Completion* out, uint32_t max) noexcept;
+    uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
+
+    struct Slot {
+        uint64_t wr_id;
+        uint32_t byte_len;
+        uint16_t ndesc;   // hardware descriptors used; 0: completed in software (an error)
+        WcStatus status;
+        bool signaled;
+    };
+    using TxContext = typename Traits::TxContext;
+
+    QueuePairCore() = default;
+    explicit QueuePairCore(const RingView<Traits>& v) { attach_rings(v); }
+    ~QueuePairCore() = default;
+    // Control path: takes the rings (the slot rings are allocated here), or lets them go (the
+    // queue pair is then destroyed: a late post returns ENODEV).
+    void attach_rings(const RingView<Traits>& v) {
+        tx_ = v.tx, tx_mask_ = v.tx_entries - 1, tx_head_ = tx_tail_ = 0;
+        rx_ = v.rx, rx_mask_ = v.rx_entries - 1, rx_head_ = rx_tail_ = 0;
+        sq_storage_.assign(v.send_depth, Slot{});
+        rq_storage_.assign(v.rx_entries, Slot{});
+        sq_ = sq_storage_.data(), sq_mask_ = v.send_depth - 1, sq_head_ = sq_tail_ = 0;
+        rq_ = rq_storage_.data(), rq_mask_ = v.rx_entries - 1, rq_head_ = rq_tail_ = 0;
+        caps_ = {v.send_depth, v.rx_entries - 1, v.max_send_sge, 1};
+        bar_ = v.bar, tdt_ = v.tdt, rdt_ = v.rdt, mrs_ = v.mrs, queue_ = v.queue, qp_num_ = v.queue + 1;
+        max_frame_ = v.max_frame, rx_buffer_ = v.rx_buffer, sq_sig_all_ = v.sq_sig_all;
+        tx_ctx_.reset();
+    }
+    void release_rings() noexcept {
+        state_ = QpState::destroyed;
+        rings_.reset();
+        sq_storage_ = {};
+        rq_storage_ = {};
+        sq_head_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
+    }
+    int prepare_checksum(const Sge& first, TxContext& ctx, uint32_t& popts) noexcept;
+
+    volatile uint8_t* bar_ = nullptr;
+    const dma::MrTable* mrs_ = nullptr;
+    // Written by the control path (reset, removal, destroy) while the owning thread posts and
+    // polls: atomic, read relaxed (a plain load on x86).
+    std::atomic<QpState> state_{QpState::ready};
+    uint32_t queue_ = 0, qp_num_ = 1;
+    uint32_t tdt_ = 0, rdt_ = 0;   // the tail registers
+    QpCaps caps_;
+    bool sq_sig_all_ = false;
+    uint32_t max_frame_ = 1514;
+    uint32_t rx_buffer_ = 2048;   // what each receive must hold (the device's buffer size)
+
+    // Send: a ring of WR slots and the hardware ring of descriptors they use.
+    Slot* sq_ = nullptr;
+    uint32_t sq_mask_ = 0, sq_head_ = 0, sq_tail_ = 0;
+    TxDesc* tx_ = nullptr;
+    uint32_t tx_mask_ = 0, tx_head_ = 0, tx_tail_ = 0;
+    std::optional<TxContext> tx_ctx_;   // the checksum context the device holds
+
+    // Receive: one descriptor per WR (or none for a refused one).
+    Slot* rq_ = nullptr;
+    uint32_t rq_mask_ = 0, rq_head_ = 0, rq_tail_ = 0;
+    RxDesc* rx_ = nullptr;
+    uint32_t rx_mask_ = 0, rx_head_ = 0, rx_tail_ = 0;
+
+    queue::StatCounter tx_packets_, tx_bytes_, rx_packets_, rx_bytes_;   // for stats(), from any thread
+    std::vector<Slot> sq_storage_, rq_storage_;
+    std::optional<dma::DmaArena> rings_;
+};
+
+// ---- fast path -------------------------------------------------------------------------------
+
+template <class T>
+inline int QueuePairCore<T>::prepare_checksum(const Sge& first, TxContext& ctx, uint32_t& popts) noexcept {
+    // The headers must be in the first SGE; the CPU reads them at their CPU address (for a
+    // zero-based MR not its SGE address, an offset).
+    const dma::Translation t = mrs_->translate(first.lkey, first.addr, first.length, dma::Access::none);
+    if (t.status != dma::MrStatus::ok) return EINVAL;
+    auto* frame = reinterpret_cast<uint8_t*>(t.host);
+    net::L4Offsets o;
+    if (!net::parse_l4(frame, first.length, o) || !T::make_context(o, ctx, popts)) return EINVAL;
+    net::seed_for_offload(frame, o);   // what the device does not compute (the pseudo-header)
+    return 0;
+}
+
+template <class T>
+inline PostResult QueuePairCore<T>::post_send(std::span<const SendWr> wrs) noexcept {
+    if (const QpState st = state(); st != QpState::ready) [[unlikely]]
+        return {st == QpState::destroyed ? ENODEV : EIO, 0};
+    const uint32_t old_tail = tx_tail_;
+    uint32_t i = 0;
+    int err = 0;
+    for (; i < wrs.size(); ++i) {
+        const SendWr& wr = wrs[i];
+        if (wr.num_sge == 0 || wr.num_sge > caps_.max_send_sge || !wr.sg_list) [[unlikely]] {
+            err = EINVAL;
+            break;
+        }
+        // One pass over the SGEs: lengths for the checks below, keys translated (a bad key
+        // is not refused here: it becomes an error completion, in order).
+        uint64_t total = 0, iova[kMaxSendSge];
+        bool zero_sge = false, bad_key = false;
+        for (uint32_t s = 0; s < wr.num_sge; ++s) {
+            const Sge& g = wr.sg_list[s];
+            total += g.length;
+            zero_sge |= g.length == 0;
+            const dma::Translation t = mrs_->translate(g.lkey, g.addr, g.length, dma::Access::none);
+            bad_key |= t.status != dma::MrStatus::ok;
+            iova[s] = t.iova.value;
+        }
+        if (zero_sge || total < kEthHeader || total > max_frame_) [[unlikely]] {
+            err = EINVAL;
+            break;
+        }
+        const bool csum = wr.flags & send_ip_csum;
+        const uint32_t need = wr.num_sge + (csum ? 1 : 0);
+        // One descriptor stays empty: head == tail means idle.
+        if (sq_tail_ - sq_head_ > sq_mask_ || (tx_tail_ - tx_head_) + need > tx_mask_) [[unlikely]] {
+            err = ENOMEM;
+            break;
+        }
+        Slot& slot = sq_[sq_tail_ & sq_mask_];
+        slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled)};
+        if (bad_key) [[unlikely]] {   // completes in order, touches no descriptor
+            slot.status = WcStatus::local_protection_error;
+            ++sq_tail_;
+            continue;
+        }
+        uint32_t popts = 0;
+        if (csum) {
+            TxContext ctx;
+            if (prepare_checksum(wr.sg_list[0], ctx, popts) != 0) {
+                err = EINVAL;
+                break;
+            }
+            // A context descriptor only when the offsets change: the device keeps the last.
+            if (tx_ctx_ != ctx) {
+                T::write_context(*reinterpret_cast<typename T::TxContextDesc*>(&tx_[tx_tail_ & tx_mask_]), ctx);
+                ++tx_tail_;
+                tx_ctx_ = ctx;
+                slot.ndesc = 1;
+            }
+        }
+        for (uint32_t s = 0; s < wr.num_sge; ++s) {
+            T::write_data(tx_[tx_tail_ & tx_mask_], iova[s], wr.sg_list[s].length, s == 0, s + 1 == wr.num_sge,
+                          uint32_t(total), popts, wr.flags);
+            ++tx_tail_;
+        }
+        slot.ndesc = uint16_t(slot.ndesc + wr.num_sge);
+        ++sq_tail_;
+    }
+    if (tx_tail_ != old_tail) {
+        mmio::dma_wmb();   // descriptors before the tail that hands them to the device
+        mmio::write<uint32_t>(bar_, tdt_, tx_tail_ & tx_mask_);
+    }
+    return {err, i};
+}
+
+template <class T>
+inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexcept {
+    if (const QpState st = state(); st != QpState::ready) [[unlikely]]
+        return {st == QpState::destroyed ? ENODEV : EIO, 0};
+    const uint32_t old_tail = rx_tail_;
+    uint32_t i = 0;
+    int err = 0;
+    for (; i < wrs.size(); ++i) {
+        const RecvWr& wr = wrs[i];
+        // One buffer per frame, holding all the device may write.
+        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < rx_buffer_) {
+            err = EINVAL;
+            break;
+        }
+        if (rq_tail_ - rq_head_ > rq_mask_ || rx_tail_ - rx_head_ >= rx_mask_) {
+            err = ENOMEM;
+            break;
+        }
+        const Sge& g = wr.sg_list[0];
+        Slot& slot = rq_[rq_tail_ & rq_mask_];
+        slot = {wr.wr_id, 0, 0, WcStatus::success, true};
+        const dma::Translation t = mrs_->translate(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
+        if (t.status != dma::MrStatus::ok) {
+            slot.status = WcStatus::local_protection_error;
+        } else {
+            T::write_rx(rx_[rx_tail_ & rx_mask_], t.iova.value);
+            ++rx_tail_;
+            slot.ndesc = 1;
+        }
+        ++rq_tail_;
+    }
+    if (rx_tail_ != old_tail) {
+        mmio::dma_wmb();
+        mmio::write<uint32_t>(bar_, rdt_, rx_tail_ & rx_mask_);
+    }
+    return {err, i};
+}
+
+template <class T>
+inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexcept {
+    uint32_t n = 0, failed = 0;
+    uint64_t bytes = 0;
+    const uint32_t first = sq_head_;
+    const bool flushing = state() == QpState::error;
+    while (n < max && sq_head_ != sq_tail_) {
+        const Slot& s = sq_[sq_head_ & sq_mask_];
+        WcStatus status = s.status;
+        if (s.ndesc) {
+            if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head_ + s.ndesc - 1) & tx_mask_]))) {
+                if (!flushing) break;
+                status = WcStatus::wr_flush_error;
+            }
+            mmio::dma_rmb();
+            tx_head_ += s.ndesc;
+        }
+        ++sq_head_;
+        if (status != WcStatus::success) [[unlikely]] {
+            ++failed;
+            out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
+            continue;
+        }
+        const uint32_t len = s.byte_len;
+        bytes += len;
+        if (s.signaled) out[n++] = {s.wr_id, status, WcOpcode::send, 0, len, qp_num_, 0};
+    }
+    tx_packets_.add(sq_head_ - first - failed);
+    tx_bytes_.add(bytes);
+    return n;
+}
+
+template <class T>
+inline uint32_t QueuePairCore<T>::poll_recv(Completion* out, uint32_t max) noexcept {
+    uint32_t n = 0, failed = 0;
+    uint64_t bytes = 0;
+    const bool flushing = state() == QpState::error;
+    while (n < max && rq_head_ != rq_tail_) {
+        const Slot& s = rq_[rq_head_ & rq_mask_];
+        Completion& c = out[n];
+        c = {s.wr_id, s.status, WcOpcode::recv, 0, 0, qp_num_, 0};
+        if (s.ndesc) {
+            const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
+            const uint32_t se = d->wb.status_error;
+            if (!(se & T::kRxDD)) {
+                if (!flushing) break;
+                c.status = WcStatus::wr_flush_error;
+                ++failed;
+            } else {
+                mmio::dma_rmb();   // the rest of the write-back after DD
+                const uint32_t len = d->wb.length;
+                c.byte_len = len;
+                if (!(se & T::kRxEOP)) [[unlikely]] {
+                    c.status = WcStatus::local_length_error;   // larger than one buffer
+                    ++failed;
+                } else if (se & T::kRxErrFrame) [[unlikely]] {
+                    c.status = WcStatus::general_error;
+                    ++failed;
+                } else {
+                    c.flags = T::rx_flags(se);
+                    bytes += len;
+                }
+                if constexpr (requires { T::rx_any_flags(se); }) c.flags |= T::rx_any_flags(se);
+            }
+            ++rx_head_;
+        } else {
+            ++failed;   // refused when posted (a bad key)
+        }
+        ++rq_head_;
+        ++n;
+    }
+    rx_packets_.add(n - failed);
+    rx_bytes_.add(bytes);
+    return n;
+}
+
+template <class T>
+inline bool QueuePairCore<T>::send_ready() const noexcept {
+    if (sq_head_ == sq_tail_) return false;
+    const Slot& s = sq_[sq_head_ & sq_mask_];
+    if (!s.ndesc || state() == QpState::error) return true;
+    return T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head_ + s.ndesc - 1) & tx_mask_]));
+}
+
+template <class T>
+inline bool QueuePairCore<T>::recv_ready() const noexcept {
+    if (rq_head_ == rq_tail_) return false;
+    const Slot& s = rq_[rq_head_ & rq_mask_];
+    if (!s.ndesc || state() == QpState::error) return true;
+    const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
+    return d->wb.status_error & T::kRxDD;
+}
+
+}  // namespace vfab::intel
