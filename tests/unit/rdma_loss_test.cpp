@@ -414,7 +414,9 @@ TEST_F(GiveUpTest, AnRnrNakForACopyOfTheRequestIsNoNewRetry) {
     pair.a->progress();                                          // its ACK timer: a copy goes out
     pair.b->progress();                                          // no receive: two RNR NAKs
     for (int i = 0; i < 10 && rnr_naks < 2; ++i) pair.a->progress();
-    ASSERT_EQ(rnr_naks, 2u) << "the copy was NAKed too";
+    // Two at least: where posting and the first progress() take longer than the ACK timeout
+    // (a sanitizer build on a slow machine), the first progress() already sent a copy.
+    ASSERT_GE(rnr_naks, 2u) << "the copy was NAKed too";
     Sge r{reinterpret_cast<uint64_t>(mb.data()), 4096, b.mr.lkey};
     RecvWr rw{1, &r, 1, 0};
     ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
