@@ -31,23 +31,37 @@ inline Result<void> check_caps(const QpCaps& want, std::string_view chip, uint32
     return {};
 }
 
-// Fills v's rings and sizes: a slot per send WR, a transmit descriptor per SGE and a context
-// descriptor per WR at most, a receive descriptor per WR and one left empty (head == tail
-// means idle). The caller keeps the arena in the queue pair for as long as it runs.
+// Sizes v's rings for what a queue pair asks: a slot per send WR, a transmit descriptor per
+// SGE and a context descriptor per WR at most, a receive descriptor per WR and one left empty
+// (head == tail means idle).
 template <class Traits>
-Result<dma::DmaArena> allocate_rings(const std::shared_ptr<vfio::IommuContext>& iommu, const PciAddress& where,
-                                     const QpCaps& want, RingView<Traits>& v) {
-    using TxDesc = typename Traits::TxDesc;
-    using RxDesc = typename Traits::RxDesc;
+void size_rings(const QpCaps& want, RingView<Traits>& v) {
     v.send_depth = ring_entries(want.max_send_wr);
     v.max_send_sge = std::max(want.max_send_sge, 1u);
     v.tx_entries = std::min(ring_entries(v.send_depth * (v.max_send_sge + 1) + 1), kMaxTxRing);
     v.rx_entries = ring_entries(want.max_recv_wr + 1);
-    auto rings = dma::DmaArena::create(iommu, size_t(v.tx_entries) * sizeof(TxDesc) + size_t(v.rx_entries) * sizeof(RxDesc),
-                                       dma::near_device(where));
+}
+
+// The bytes v's rings take, and their places in memory of that size (receive ring first).
+template <class Traits>
+size_t ring_bytes(const RingView<Traits>& v) {
+    return size_t(v.rx_entries) * sizeof(typename Traits::RxDesc) + size_t(v.tx_entries) * sizeof(typename Traits::TxDesc);
+}
+template <class Traits>
+void place_rings(uint8_t* mem, RingView<Traits>& v) {
+    v.rx = reinterpret_cast<typename Traits::RxDesc*>(mem);
+    v.tx = reinterpret_cast<typename Traits::TxDesc*>(mem + size_t(v.rx_entries) * sizeof(typename Traits::RxDesc));
+}
+
+// Fills v's rings and sizes (size_rings) in DMA memory near the device. The caller keeps the
+// arena in the queue pair for as long as it runs.
+template <class Traits>
+Result<dma::DmaArena> allocate_rings(const std::shared_ptr<vfio::IommuContext>& iommu, const PciAddress& where,
+                                     const QpCaps& want, RingView<Traits>& v) {
+    size_rings(want, v);
+    auto rings = dma::DmaArena::create(iommu, ring_bytes(v), dma::near_device(where));
     if (!rings) return Error{rings.error().code, str_cat("create_qp: descriptor rings: ", rings.error().message)};
-    v.rx = reinterpret_cast<RxDesc*>(rings->data());
-    v.tx = reinterpret_cast<TxDesc*>(rings->data() + size_t(v.rx_entries) * sizeof(RxDesc));
+    place_rings(rings->data(), v);
     return std::move(*rings);
 }
 

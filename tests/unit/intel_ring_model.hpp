@@ -1,13 +1,11 @@
 // Rings in plain memory for the Intel drivers' fast-path models (e1000e_harness.hpp,
-// igb_harness.hpp), sized as intel::allocate_rings sizes them for create_qp; IOVA = VA.
+// igb_harness.hpp), sized as create_qp sizes them (intel::size_rings); IOVA = VA.
 #pragma once
 
-#include <algorithm>
-#include <bit>
 #include <cstdlib>
 #include <cstring>
 
-#include "vfab/drivers/intel/queue_pair.hpp"
+#include "../../drivers/intel/queue_rings.hpp"
 
 namespace vfab::intel {
 
@@ -16,17 +14,13 @@ namespace vfab::intel {
 template <class Traits>
 void model_rings(RingView<Traits>& v, uint8_t*& mem, uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge,
                  uint32_t tx_entries = 0) {
-    v.send_depth = std::bit_ceil(std::max(send_depth, 8u));
-    v.max_send_sge = max_send_sge;
-    v.tx_entries = tx_entries ? tx_entries : std::bit_ceil(v.send_depth * (max_send_sge + 1) + 1);
-    v.rx_entries = std::bit_ceil(std::max(recv_depth + 1, 8u));
-    const size_t rx_bytes = size_t(v.rx_entries) * sizeof(typename Traits::RxDesc);
-    const size_t bytes = rx_bytes + size_t(v.tx_entries) * sizeof(typename Traits::TxDesc);
+    size_rings(QpCaps{send_depth, recv_depth, max_send_sge, 1}, v);
+    if (tx_entries) v.tx_entries = tx_entries;
+    const size_t bytes = ring_bytes(v);
     // aligned_alloc wants a size that is a multiple of the alignment
     mem = static_cast<uint8_t*>(std::aligned_alloc(4096, (bytes + 4095) & ~size_t(4095)));
     std::memset(mem, 0, bytes);
-    v.rx = reinterpret_cast<typename Traits::RxDesc*>(mem);
-    v.tx = reinterpret_cast<typename Traits::TxDesc*>(mem + rx_bytes);
+    place_rings(mem, v);
 }
 
 }  // namespace vfab::intel
