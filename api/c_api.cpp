@@ -296,7 +296,7 @@ vfab_mr* vfab_reg_device_mr(vfab_device* dev, const char* memory_device, uint32_
         return nullptr;
     }
     std::lock_guard lock(dev->mu);
-    if (const char* why = dev->dev->pd().iommu().device_memory_refusal()) {   // say why before opening anything
+    if (const char* why = dev->dev->pd().address_space().device_memory_refusal()) {   // say why before opening anything
         errno = fail(ENOTSUP, str_cat("vfab_reg_device_mr: device memory registration: ", why));
         return nullptr;
     }

@@ -33,12 +33,7 @@ Result<MemoryRegion> ProtectionDomain::register_device_memory(std::shared_ptr<vf
 
 Result<MemoryRegion> ProtectionDomain::register_dmabuf(int fd, uint64_t, uint64_t len, Access) {
     if (fd < 0 || len == 0) return Error{EINVAL, "dma-buf registration: a file descriptor and a length are needed"};
-    if (ctx_->backend() != vfio::IommuBackend::iommufd)
-        return Error{ENOTSUP, str_cat("dma-buf registration goes through iommufd; this domain's IOMMU context is ",
-                                      vfio::to_string(ctx_->backend()), " (VFAB_IOMMU_BACKEND=iommufd)")};
-    return Error{ENOTSUP, "dma-buf registration needs iommufd's IOMMU_IOAS_MAP_FILE accepting dma-bufs (newer kernels "
-                          "than the 6.12 headers this build has): not available here; for a VFIO device's BAR use "
-                          "register_device_memory with the legacy container"};
+    return Error{ENOTSUP, ctx_->dmabuf_refusal()};
 }
 
 }  // namespace vfab::dma

@@ -4,7 +4,7 @@
 
 namespace vfab::dma {
 
-Result<DmaArena> DmaArena::create(std::shared_ptr<vfio::IommuContext> ctx, size_t len, const DmaMemoryOptions& opts,
+Result<DmaArena> DmaArena::create(std::shared_ptr<vfio::AddressSpace> ctx, size_t len, const DmaMemoryOptions& opts,
                                   std::optional<Iova> iova) {
     if (!ctx) return Error{EINVAL, "DmaArena::create: no IOMMU context (open a device first: its iommu_shared())"};
     auto mem = DmaMemory::allocate(len, opts);
@@ -12,10 +12,10 @@ Result<DmaArena> DmaArena::create(std::shared_ptr<vfio::IommuContext> ctx, size_
     return adopt(std::move(ctx), std::move(*mem), iova);
 }
 
-Result<DmaArena> DmaArena::adopt(std::shared_ptr<vfio::IommuContext> ctx, DmaMemory mem, std::optional<Iova> iova) {
+Result<DmaArena> DmaArena::adopt(std::shared_ptr<vfio::AddressSpace> ctx, DmaMemory mem, std::optional<Iova> iova) {
     if (!ctx) return Error{EINVAL, "DmaArena::adopt: no IOMMU context (open a device first: its iommu_shared())"};
     Iova want = iova.value_or(Iova(reinterpret_cast<uintptr_t>(mem.data())));
-    if (!iova && ctx->backend() != vfio::IommuBackend::noiommu) {
+    if (!iova && ctx->translates()) {
         bool fits = false;
         for (const vfio::IovaRange& r : ctx->info().iova_ranges) fits |= r.contains(want.value, mem.size());
         if (!fits)
@@ -23,7 +23,7 @@ Result<DmaArena> DmaArena::adopt(std::shared_ptr<vfio::IommuContext> ctx, DmaMem
                                          " bytes): IOVA = VA is outside the IOMMU's usable ranges — pass an "
                                          "IOVA from an IovaAllocator")};
     }
-    auto mapped = ctx->map_dma(mem.data(), mem.size(), want, vfio::kDmaReadWrite);
+    auto mapped = ctx->map_dma(mem.data(), mem.size(), want, vfio::kDmaReadWrite, {mem.fd(), 0});
     if (!mapped) return mapped.take_error();   // the memory is freed with `mem`
     return DmaArena(std::move(ctx), std::move(mem), *mapped);
 }

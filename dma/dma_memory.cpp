@@ -77,29 +77,7 @@ Result<void> try_allocate(size_t len, size_t page, int node, uint8_t*& base, int
 
 std::atomic<bool> warned_4k{false};
 
-// Every live DmaMemory by address, for find_dma_memory().
-struct Registry {
-    std::mutex mu;
-    std::map<uintptr_t, std::pair<size_t, int>> live;   // base -> (size, fd)
-};
-Registry& registry() {
-    static Registry r;
-    return r;
-}
-
 }  // namespace
-
-std::optional<SharedRange> find_dma_memory(const void* va, size_t len) {
-    const auto a = reinterpret_cast<uintptr_t>(va);
-    Registry& r = registry();
-    std::lock_guard lock(r.mu);
-    auto it = r.live.upper_bound(a);
-    if (it == r.live.begin()) return std::nullopt;
-    --it;
-    const auto [size, fd] = it->second;
-    if (a - it->first > size || len > size - (a - it->first)) return std::nullopt;
-    return SharedRange{fd, a - it->first, reinterpret_cast<uint8_t*>(it->first), size};
-}
 
 DmaMemoryOptions near_device(const PciAddress& addr, PageSize page_size) {
     auto node = vfio::PciSysfs().numa_node(addr);
@@ -117,8 +95,6 @@ Result<DmaMemory> DmaMemory::allocate(size_t len, const DmaMemoryOptions& opts) 
         if (r) {
             m.len_ = rounded;
             m.page_ = page;
-            std::lock_guard lock(registry().mu);
-            registry().live[reinterpret_cast<uintptr_t>(m.base_)] = {m.len_, m.fd_};
             return m;
         }
         if (page == 4096 || opts.page_size != PageSize::automatic) return r.take_error();
@@ -148,10 +124,6 @@ DmaMemory& DmaMemory::operator=(DmaMemory&& o) noexcept {
 DmaMemory::~DmaMemory() { release(); }
 
 void DmaMemory::release() {
-    if (base_) {
-        std::lock_guard lock(registry().mu);
-        registry().live.erase(reinterpret_cast<uintptr_t>(base_));
-    }
     if (base_) ::munmap(base_, len_);   // also unlocks
     if (fd_ >= 0) ::close(fd_);
     base_ = nullptr;

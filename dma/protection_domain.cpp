@@ -6,13 +6,13 @@
 
 namespace vfab::dma {
 
-Result<std::unique_ptr<ProtectionDomain>> ProtectionDomain::create(std::shared_ptr<vfio::IommuContext> ctx,
+Result<std::unique_ptr<ProtectionDomain>> ProtectionDomain::create(std::shared_ptr<vfio::AddressSpace> ctx,
                                                                    const PdOptions& opts) {
-    if (!ctx) return Error{EINVAL, "ProtectionDomain::create: no IOMMU context (use a device's iommu_shared())"};
+    if (!ctx) return Error{EINVAL, "ProtectionDomain::create: no address space (use a device's iommu_shared())"};
     auto table = MrTable::create(opts.max_mrs);
     if (!table) return table.take_error();
     std::optional<IovaAllocator> iovas;
-    if (ctx->backend() != vfio::IommuBackend::noiommu) {
+    if (ctx->translates()) {
         uint64_t page = std::max<uint64_t>(static_cast<uint64_t>(sysconf(_SC_PAGESIZE)),
                                            ctx->info().page_sizes & -ctx->info().page_sizes);
         auto a = IovaAllocator::create(ctx->info().iova_ranges, page);
@@ -25,7 +25,7 @@ Result<std::unique_ptr<ProtectionDomain>> ProtectionDomain::create(std::shared_p
     return std::unique_ptr<ProtectionDomain>(new ProtectionDomain(std::move(ctx), std::move(iovas), std::move(*table)));
 }
 
-ProtectionDomain::ProtectionDomain(std::shared_ptr<vfio::IommuContext> ctx, std::optional<IovaAllocator> iovas,
+ProtectionDomain::ProtectionDomain(std::shared_ptr<vfio::AddressSpace> ctx, std::optional<IovaAllocator> iovas,
                                    MrTable table)
     : ctx_(std::move(ctx)), iovas_(std::move(iovas)), mr_pages_(table.capacity()), mr_devices_(table.capacity()),
       table_(std::move(table)) {}

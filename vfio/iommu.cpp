@@ -53,7 +53,7 @@ Result<std::shared_ptr<IommuContext>> IommuContext::create(IommuBackend backend,
                          "automatically"};
 }
 
-Result<Iova> IommuContext::map_dma(void* va, size_t len, Iova iova, unsigned access) {
+Result<Iova> IommuContext::map_dma(void* va, size_t len, Iova iova, unsigned access, MemoryFile) {
     std::lock_guard lock(mutex_);
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     const auto addr = reinterpret_cast<uintptr_t>(va);
@@ -123,6 +123,15 @@ const char* IommuContext::device_memory_refusal() const {
         return "without an IOMMU the NIC needs the memory's bus address, which vfab does not look up for a BAR "
                "yet: use an IOMMU (legacy backend)";
     }
+}
+
+const char* IommuContext::dmabuf_refusal() const {
+    if (backend_ != IommuBackend::iommufd)
+        return "dma-buf registration goes through iommufd, and this domain's IOMMU context is not an iommufd IOAS "
+               "(VFAB_IOMMU_BACKEND=iommufd)";
+    return "dma-buf registration needs iommufd's IOMMU_IOAS_MAP_FILE accepting dma-bufs (newer kernels than the 6.12 "
+           "headers this build has): not available here; for a VFIO device's BAR use register_device_memory with the "
+           "legacy container";
 }
 
 Error IommuContext::explain_map_failure(int err, size_t len, Iova iova) const {

@@ -55,7 +55,6 @@ private:
     Result<void> set_iommu();
     Result<Iova> do_map(void* va, size_t len, Iova iova, unsigned access) override;
     Result<void> do_unmap(Iova iova, size_t len) override;
-    bool translates() const override { return !noiommu_; }
 
     UniqueFd container_;
     bool noiommu_;

@@ -56,10 +56,10 @@ void place_rings(uint8_t* mem, RingView<Traits>& v) {
 // Fills v's rings and sizes (size_rings) in DMA memory near the device. The caller keeps the
 // arena in the queue pair for as long as it runs.
 template <class Traits>
-Result<dma::DmaArena> allocate_rings(const std::shared_ptr<vfio::IommuContext>& iommu, const PciAddress& where,
+Result<dma::DmaArena> allocate_rings(const std::shared_ptr<vfio::AddressSpace>& space, const PciAddress& where,
                                      const QpCaps& want, RingView<Traits>& v) {
     size_rings(want, v);
-    auto rings = dma::DmaArena::create(iommu, ring_bytes(v), dma::near_device(where));
+    auto rings = dma::DmaArena::create(space, ring_bytes(v), dma::near_device(where));
     if (!rings) return Error{rings.error().code, str_cat("create_qp: descriptor rings: ", rings.error().message)};
     place_rings(rings->data(), v);
     return std::move(*rings);

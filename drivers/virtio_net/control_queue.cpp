@@ -16,11 +16,11 @@ constexpr size_t kBufferBytes = kAckOff + 64;
 
 }  // namespace
 
-Result<std::unique_ptr<ControlQueue>> ControlQueue::create(std::shared_ptr<vfio::IommuContext> iommu,
+Result<std::unique_ptr<ControlQueue>> ControlQueue::create(std::shared_ptr<vfio::AddressSpace> space,
                                                            const dma::DmaMemoryOptions& where, bool packed,
                                                            virtio::RingFeatures features) {
     const virtio::RingLayout layout = packed ? virtio::PackedQueue::layout(kSize) : virtio::SplitQueue::layout(kSize);
-    auto mem = dma::DmaArena::create(std::move(iommu), layout.total_bytes() + kBufferBytes, where);
+    auto mem = dma::DmaArena::create(std::move(space), layout.total_bytes() + kBufferBytes, where);
     if (!mem) return Error{mem.error().code, str_cat("the control virtqueue's memory: ", mem.error().message)};
     std::unique_ptr<ControlQueue> cq(new ControlQueue(std::move(*mem)));
     cq->qmem_ = virtio::QueueMemory::carve(cq->mem_.data() + kBufferBytes, cq->mem_.iova() + kBufferBytes, layout);
@@ -62,7 +62,7 @@ Result<void> ControlQueue::run(Q& q, uint32_t data_len, std::string_view what) {
     if (!q.add(std::span<const virtio::Buffer>(bufs, n), 0))
         return Error{EBUSY, str_cat(what, ": the control virtqueue is full (an earlier command never completed); reset the device")};
     q.publish();
-    mmio::write<uint16_t>(notify_, 0, index_);   // always: commands are rare
+    bell_.ring();   // always: commands are rare
     // QEMU answers while handling the notification; hardware may take a little longer.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     uint32_t token = 0, len = 0;

@@ -28,16 +28,13 @@ public:
     static constexpr uint32_t kSize = 16;             // one command in flight needs 3 descriptors
     static constexpr uint32_t kMaxData = 1024;        // the RSS command: 12 + 2*128 + 40 bytes
 
-    static Result<std::unique_ptr<ControlQueue>> create(std::shared_ptr<vfio::IommuContext> iommu,
+    static Result<std::unique_ptr<ControlQueue>> create(std::shared_ptr<vfio::AddressSpace> space,
                                                         const dma::DmaMemoryOptions& where, bool packed,
                                                         virtio::RingFeatures features);
     // A fresh ring, for a device that was reset; the caller programs it at memory().
     void restart() noexcept;
     const virtio::QueueMemory& memory() const noexcept { return qmem_; }
-    void set_doorbell(volatile uint16_t* notify, uint16_t index) noexcept {
-        notify_ = notify;
-        index_ = index;
-    }
+    void set_doorbell(const virtio::Doorbell& bell) noexcept { bell_ = bell; }
     // Sends one command and waits up to two seconds for the device's ack. `what` names the
     // command in errors.
     Result<void> command(uint8_t cls, uint8_t cmd, std::span<const uint8_t> data, std::string_view what);
@@ -51,8 +48,7 @@ private:
     virtio::QueueMemory qmem_;
     std::optional<virtio::SplitQueue> split_;
     std::optional<virtio::PackedQueue> packed_;
-    volatile uint16_t* notify_ = nullptr;
-    uint16_t index_ = 0;
+    virtio::Doorbell bell_;
 };
 
 }  // namespace vfab::virtio_net

@@ -1,12 +1,13 @@
-// virtio-net completion queues and queue pairs: virtqueue memory, setup through the PCI
-// transport (receiveqN = 2(N-1), transmitqN = 2(N-1)+1, §5.1.2), DRIVER_OK, the number of
-// queue pairs in use (control virtqueue), notifications.
+// virtio-net completion queues and queue pairs: virtqueue memory, setup through the transport
+// (receiveqN = 2(N-1), transmitqN = 2(N-1)+1, §5.1.2), DRIVER_OK, the number of queue pairs in
+// use (control virtqueue), notifications.
 #include <bit>
 #include <cerrno>
 
 #include <unistd.h>
 
 #include "../common/queue_control.hpp"
+#include "../virtio/transport.hpp"
 #include "control_queue.hpp"
 #include "vfab/drivers/virtio_net.hpp"
 
@@ -29,11 +30,12 @@ Result<CompletionQueue*> Device::create_cq(uint32_t cqe) {
     std::lock_guard lock(mu_);
     if (cqe == 0 || cqe > 65536) return Error{EINVAL, str_cat("create_cq(", cqe, "): the capacity must be 1 to 65536")};
     // Vector 0 is for configuration changes.
-    auto vector = Control::free_vector(cqs_, 1, vectors_, attr_.address.to_string());
+    auto vector = Control::free_vector(cqs_, 1, vectors_, transport_->where());
     if (!vector) return vector.take_error();
-    const int efd = vhost_ ? vhost_calls_[*vector].get() : msix_->eventfd(*vector);
+    const int efd = transport_->channel_fd(*vector);
     vfio::drain_eventfd(efd);
-    cqs_.push_back(std::unique_ptr<CompletionQueue>(new CompletionQueue(*this, cqe, *vector, efd, vhost_.has_value())));
+    cqs_.push_back(std::unique_ptr<CompletionQueue>(
+        new CompletionQueue(*this, cqe, *vector, efd, transport_->polls_for_gone())));
     return cqs_.back().get();
 }
 
@@ -74,20 +76,19 @@ uint64_t CompletionQueue::take_events() noexcept {
 
 Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
     std::lock_guard lock(mu_);
-    const std::string where = attr_.address.to_string();
-    if (removed_)
-        return Error{ENODEV, vhost_ ? str_cat("the vhost-user backend at ", vhost_->path(), " is gone; close the device")
-                                    : str_cat(where, ": the device was removed; close it")};
+    const std::string& where = transport_->where();
+    if (removed_) return Error{ENODEV, transport_->gone_message()};
     if (auto r = Control::check_cqs(this, attr.send_cq, attr.recv_cq, true); !r) return r.take_error();
     const uint32_t index = Control::free_index(qps_);
     if (index == qps_.size())
         return Error{EBUSY, str_cat(where, ": all ", qps_.size(), " queue pairs of the device are in use",
-                                    qps_.size() == 1 && !vhost_ ? " (it does not offer VIRTIO_NET_F_MQ; in QEMU: mq=on and a "
-                                                                  "multi-queue netdev)"
-                                                                : "",
+                                    qps_.size() == 1 && !virtio::has_feature(offered_, virtio::net_feature::MQ)
+                                        ? str_cat(" (it does not offer VIRTIO_NET_F_MQ",
+                                                  transport_->device_hint("mq=on and a multi-queue netdev"), ")")
+                                        : std::string(),
                                     "; destroy one first")};
     for (const auto& other : qps_)
-        if (other && other->state() == QpState::ready && !other->idle() && driver_ok_ && !vhost_)
+        if (other && other->state() == QpState::ready && !other->idle() && driver_ok_)
             return Error{EBUSY, str_cat(where, ": a virtio device takes new queues only while stopped, and queue pair ",
                                         other->queue_, " has work outstanding: create every queue pair before posting")};
     const QpCaps& want = attr.caps;
@@ -95,8 +96,7 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
         return Error{EINVAL, str_cat("create_qp: up to ", kMaxSendSge, " SGEs per send and ", kMaxRecvSge, " per receive")};
     const uint32_t send_sge = std::max(want.max_send_sge, 1u), recv_sge = std::max(want.max_recv_sge, 1u);
     const auto rx_queue = uint16_t(2 * index), tx_queue = uint16_t(2 * index + 1);
-    const uint32_t max_size = vhost_ ? attr_.max_qp_wr
-                                     : std::min(transport_->queue_max_size(rx_queue), transport_->queue_max_size(tx_queue));
+    const uint32_t max_size = std::min(transport_->queue_max_size(rx_queue), transport_->queue_max_size(tx_queue));
     // Each WR takes its SGEs plus the header's descriptor.
     const uint64_t tx_need = uint64_t(want.max_send_wr) * (send_sge + 1), rx_need = uint64_t(want.max_recv_wr) * (recv_sge + 1);
     if (want.max_send_wr == 0 || want.max_recv_wr == 0 || tx_need > max_size || rx_need > max_size)
@@ -118,7 +118,7 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
     const virtio::RingLayout rx_layout = packed_ ? virtio::PackedQueue::layout(rx_size) : virtio::SplitQueue::layout(rx_size);
     const size_t rx_off = 0, tx_off = rx_layout.total_bytes(), rx_hdr = tx_off + tx_layout.total_bytes(),
                  tx_hdr = rx_hdr + size_t(rx_size) * kHdrSlot, total = tx_hdr + size_t(tx_size) * kHdrSlot;
-    auto mem = dma::DmaArena::create(iommu_shared(), total, vhost_ ? dma::DmaMemoryOptions{} : dma::near_device(attr_.address));
+    auto mem = dma::DmaArena::create(transport_->address_space(), total, transport_->memory_options());
     if (!mem) return Error{mem.error().code, str_cat("create_qp: virtqueue memory: ", mem.error().message)};
     qp->mem_.emplace(std::move(*mem));
     uint8_t* base = qp->mem_->data();
@@ -147,50 +147,37 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
         ring->hdrs = base + off;
         ring->hdr_iova = (iova + off).value;
     }
-    if (vhost_) {
-        if (driver_ok_) (void)handshake();   // stops whatever vrings still run
-        if (auto r = start_vhost_queues(*qp, rx_mem, rx_size, tx_mem, tx_size); !r) return r.take_error();
-        set_ring_interrupts(*qp, false);
-    } else {
-        if (driver_ok_) {   // queues cannot be added to a running device: start over (§3.1.1)
-            if (auto r = handshake(); !r) return r.take_error();
-        }
-        qps_[index] = std::move(qp);
-        if (auto r = start_device(); !r) {
-            // Freed on return, after handshake() has reset the device: it may have been given
-            // the new rings already.
-            std::unique_ptr<QueuePair> failed = std::move(qps_[index]);
-            if (auto again = handshake(); again) (void)start_device();   // the others carry on
-            return r.take_error();
-        }
-        qp = std::move(qps_[index]);
+    if (driver_ok_) {   // queues cannot be added to a running device: start over (§3.1.1)
+        if (auto r = transport_->restart(); !r) return r.take_error();
+        driver_ok_ = false;
     }
     qps_[index] = std::move(qp);
+    if (auto r = start_device(); !r) {
+        // Freed on return, after restart() has stopped the device: it may have been given the
+        // new rings already.
+        std::unique_ptr<QueuePair> failed = std::move(qps_[index]);
+        if (auto again = transport_->restart(); again) (void)start_device();   // the others carry on
+        return r.take_error();
+    }
     Control::attach(*attr.send_cq, *attr.recv_cq, qps_[index].get());
     return qps_[index].get();
 }
 
 // Programs the virtqueues of every ready queue pair and the control virtqueue, sets DRIVER_OK
-// (§3.1.1 step 8) and tells the device how many queue pairs to use. After a reset and
-// handshake(); the queue pairs' rings start over (they are idle, or this is their first start).
+// (§3.1.1 step 8) and tells the device how many queue pairs to use. After
+// restart(); the queue pairs' rings start over (they are idle, or this is their first start).
 Result<void> Device::start_device() {
-    const std::string where = attr_.address.to_string();
+    driver_ok_ = true;   // from here, stop() stops whatever started
     for (const auto& qp : qps_)
         if (qp && qp->state() == QpState::ready)
             if (auto r = program_qp(*qp); !r) return r;
     if (ctrl_) {
         ctrl_->restart();
-        const virtio::QueueMemory& m = ctrl_->memory();
-        if (auto r = transport_->setup_queue(ctrl_index_, uint16_t(ControlQueue::kSize), m.desc_iova, m.driver_iova,
-                                             m.device_iova, virtio::kNoVector);
-            !r)
-            return r;
-        ctrl_->set_doorbell(transport_->notify_address(ctrl_index_), ctrl_index_);
+        auto bell = transport_->start_queue(ctrl_index_, ControlQueue::kSize, ctrl_->memory(), virtio::kNoChannel);
+        if (!bell) return bell.take_error();
+        ctrl_->set_doorbell(*bell);
     }
-    transport_->add_status(virtio::kStatusDriverOk);
-    driver_ok_ = true;
-    if (transport_->status() & virtio::kStatusNeedsReset)
-        return Error{EIO, str_cat(where, ": the virtio-net device wants a reset right after DRIVER_OK")};
+    if (auto r = transport_->driver_ok(); !r) return r;
     return send_queue_config();
 }
 
@@ -214,12 +201,9 @@ Result<void> Device::program_qp(QueuePair& qp) {
     // its completion queue's MSI-X vector.
     const uint32_t vectors[2] = {qp.recv_cq_->vector_, qp.send_cq_->vector_};
     for (int i = 0; i < 2; ++i) {
-        const auto index = uint16_t(2 * qp.queue_ + i);
-        if (auto r = transport_->setup_queue(index, uint16_t(size[i]), mem[i]->desc_iova, mem[i]->driver_iova,
-                                             mem[i]->device_iova, uint16_t(vectors[i]));
-            !r)
-            return r;
-        (i == 0 ? qp.rx_bell_ : qp.tx_bell_) = {transport_->notify_address(index), -1, index};
+        auto bell = transport_->start_queue(uint16_t(2 * qp.queue_ + i), size[i], *mem[i], vectors[i]);
+        if (!bell) return bell.take_error();
+        (i == 0 ? qp.rx_bell_ : qp.tx_bell_) = *bell;
     }
     // Notifications off until a completion queue is armed; a thread sleeping on one wakes
     // (spuriously) and arms again.
@@ -270,10 +254,8 @@ void Device::release_qp(QueuePair& qp) {
     // No per-queue stop without VIRTIO_F_RING_RESET: reset the device, which stops it using
     // the rings and buffers, then start it again with the other queue pairs. Those with work
     // outstanding lose it: they go to the error state (and flush), as after reset().
-    if (vhost_) {
-        stop_vhost_queues();
-    } else if (!removed_) {
-        (void)transport_->reset();
+    if (!removed_) {
+        transport_->stop();
         driver_ok_ = false;
         bool others = false;
         for (const auto& other : qps_) {
@@ -286,7 +268,7 @@ void Device::release_qp(QueuePair& qp) {
             }
         }
         qp.state_ = QpState::destroyed;   // start_device() skips it
-        if (auto r = handshake(); r && others) (void)start_device();
+        if (auto r = transport_->restart(); r && others) (void)start_device();
     }
     Control::detach(*qp.send_cq_, *qp.recv_cq_, &qp);
     retired_.tx_packets += qp.tx_packets_.get();

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cerrno>
 
+#include "../virtio/transport.hpp"
 #include "control_queue.hpp"
 #include "vfab/drivers/virtio_net.hpp"
 #include "vfab/net/rss.hpp"
@@ -12,10 +13,9 @@ namespace vfab::virtio_net {
 
 Result<void> Device::configure_rss(const RssConfig& cfg) {
     std::lock_guard lock(mu_);
-    const std::string where = vhost_ ? str_cat("the vhost-user backend at ", vhost_->path()) : attr_.address.to_string();
     if (!ctrl_ || !virtio::has_feature(features_, virtio::net_feature::RSS))
-        return Error{ENOTSUP, str_cat("configure_rss: ", where, " does not offer VIRTIO_NET_F_RSS",
-                                      vhost_ ? "" : " (in QEMU: mq=on,rss=on and a multi-queue netdev)")};
+        return Error{ENOTSUP, str_cat("configure_rss: ", transport_->where(), " does not offer VIRTIO_NET_F_RSS",
+                                      transport_->device_hint("mq=on,rss=on and a multi-queue netdev"))};
     if (cfg.hash_types & ~attr_.rss_hash_types)
         return Error{EINVAL, str_cat("configure_rss: hash types 0x", std::hex, cfg.hash_types & ~attr_.rss_hash_types,
                                      " are not supported (the device hashes 0x", attr_.rss_hash_types, ")")};

@@ -1,4 +1,5 @@
-// A DMA arena: DMA memory mapped whole into an IOMMU context with one mapping, so that any
+// A DMA arena: DMA memory mapped whole into an address space (an IOMMU context, or a
+// vhost-user memory table, which maps the memory's file) with one mapping, so that any
 // buffer inside it has an IOVA by arithmetic — no system call per buffer, and the IOMMU's
 // mapping limit (65535 on type1) is never what runs out. Memory registration inside an arena
 // costs nothing but a table entry.
@@ -9,7 +10,7 @@
 
 #include "vfab/dma/dma_memory.hpp"
 #include "vfab/iova.hpp"
-#include "vfab/vfio/iommu.hpp"
+#include "vfab/vfio/address_space.hpp"
 
 namespace vfab::dma {
 
@@ -19,10 +20,10 @@ public:
     // The IOVA is `iova` when given, else the memory's own virtual address (IOVA = VA) when
     // the IOMMU allows that range; no-IOMMU contexts use the physical address (the arena must
     // then fit in one hugepage).
-    static Result<DmaArena> create(std::shared_ptr<vfio::IommuContext> ctx, size_t len,
+    static Result<DmaArena> create(std::shared_ptr<vfio::AddressSpace> space, size_t len,
                                    const DmaMemoryOptions& opts = {}, std::optional<Iova> iova = {});
     // The same for memory already allocated.
-    static Result<DmaArena> adopt(std::shared_ptr<vfio::IommuContext> ctx, DmaMemory mem, std::optional<Iova> iova = {});
+    static Result<DmaArena> adopt(std::shared_ptr<vfio::AddressSpace> space, DmaMemory mem, std::optional<Iova> iova = {});
 
     DmaArena(DmaArena&& o) noexcept = default;
     DmaArena& operator=(DmaArena&& o) noexcept;
@@ -34,7 +35,7 @@ public:
     size_t size() const { return mem_.size(); }
     Iova iova() const { return iova_; }
     const DmaMemory& memory() const { return mem_; }
-    vfio::IommuContext& iommu() const { return *ctx_; }
+    vfio::AddressSpace& address_space() const { return *ctx_; }
 
     bool contains(const void* p, size_t len) const noexcept {
         auto off = static_cast<size_t>(static_cast<const uint8_t*>(p) - mem_.data());
@@ -46,11 +47,11 @@ public:
     }
 
 private:
-    DmaArena(std::shared_ptr<vfio::IommuContext> ctx, DmaMemory mem, Iova iova)
+    DmaArena(std::shared_ptr<vfio::AddressSpace> ctx, DmaMemory mem, Iova iova)
         : ctx_(std::move(ctx)), mem_(std::move(mem)), iova_(iova) {}
     void unmap();
 
-    std::shared_ptr<vfio::IommuContext> ctx_;
+    std::shared_ptr<vfio::AddressSpace> ctx_;
     DmaMemory mem_;
     Iova iova_;
 };

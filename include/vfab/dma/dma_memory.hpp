@@ -1,7 +1,8 @@
 // Memory a device DMAs into: hugepage-backed when it can be (a memfd with MFD_HUGETLB, so no
 // hugetlbfs mount is needed; 2 MiB pages, or 1 GiB when asked), else 4 KiB pages with a single
 // warning; placed on the device's NUMA node; zeroed and locked. The memfd stays open so the
-// memory can be shared (vhost-user hands it to the backend).
+// memory can be shared (an arena passes it to its address space: vhost-user hands it to the
+// back-end).
 #pragma once
 
 #include <cstddef>
@@ -25,18 +26,6 @@ struct DmaMemoryOptions {
 // Options that put memory on the NUMA node of the device at `addr` (sysfs numa_node; -1 when
 // the platform does not say).
 DmaMemoryOptions near_device(const PciAddress& addr, PageSize page_size = PageSize::automatic);
-
-// Where a range of DMA memory lives: the memfd of the DmaMemory holding it, the range's offset
-// in that file, and the whole mapping. For sharing memory with another process (vhost-user).
-struct SharedRange {
-    int fd = -1;
-    uint64_t offset = 0;
-    uint8_t* base = nullptr;
-    size_t size = 0;
-};
-// The live DmaMemory holding all of [va, va + len), if any (thread-safe; the fd stays valid only
-// while that memory lives).
-std::optional<SharedRange> find_dma_memory(const void* va, size_t len);
 
 class DmaMemory {
 public:

@@ -24,6 +24,7 @@
 #include "vfab/dma/dma_arena.hpp"
 #include "vfab/dma/iova_allocator.hpp"
 #include "vfab/dma/mr_table.hpp"
+#include "vfab/vfio/address_space.hpp"
 #include "vfab/vfio/device.hpp"
 
 namespace vfab::dma {
@@ -45,7 +46,8 @@ struct PdOptions {
 
 class ProtectionDomain {
 public:
-    static Result<std::unique_ptr<ProtectionDomain>> create(std::shared_ptr<vfio::IommuContext> ctx,
+    // `space`: a device's iommu_shared(), or any other address space (vfio/address_space.hpp).
+    static Result<std::unique_ptr<ProtectionDomain>> create(std::shared_ptr<vfio::AddressSpace> space,
                                                             const PdOptions& opts = {});
     ~ProtectionDomain();
     ProtectionDomain(const ProtectionDomain&) = delete;
@@ -104,7 +106,7 @@ public:
     MrStatus invalidate(uint32_t key, uint32_t qpn);
     // The IOVA of [host, host + len) when this domain maps all of it.
     std::optional<Iova> iova_of(const void* host, uint64_t len) const;
-    vfio::IommuContext& iommu() const { return *ctx_; }
+    vfio::AddressSpace& address_space() const { return *ctx_; }
     // IOMMU mappings made for user memory (not arenas), shared ones counted once.
     size_t user_mappings() const;
 
@@ -118,13 +120,13 @@ private:
         Iova iova;
         uint32_t refs = 0;
     };
-    ProtectionDomain(std::shared_ptr<vfio::IommuContext> ctx, std::optional<IovaAllocator> iovas, MrTable table);
+    ProtectionDomain(std::shared_ptr<vfio::AddressSpace> ctx, std::optional<IovaAllocator> iovas, MrTable table);
     Result<Iova> map_user(const PageRange& pages);
     void unmap_user(const PageRange& pages);
     const DmaArena* arena_holding(const void* addr, uint64_t len) const;
 
     mutable std::mutex mu_;
-    std::shared_ptr<vfio::IommuContext> ctx_;
+    std::shared_ptr<vfio::AddressSpace> ctx_;
     std::optional<IovaAllocator> iovas_;          // none in no-IOMMU mode: IOVA = physical
     std::vector<std::unique_ptr<DmaArena>> arenas_;
     std::map<PageRange, UserMapping> user_;

@@ -1,9 +1,10 @@
 // vfab's virtio-net driver (virtio 1.x), direct API: the same shape as the e1000e driver
 // (Device, CompletionQueue, QueuePair; fast path inline, no virtual call), over split or
-// packed virtqueues chosen by negotiation (DeviceOptions::ring overrides). Two transports:
-// VFIO/PCI (Device::open) and vhost-user (Device::open_vhost_user: a back-end process serves
-// the virtqueues, no VM), with one fast path: only the doorbell (MMIO store or kick eventfd)
-// and the completion channel (MSI-X or call eventfd) differ.
+// packed virtqueues chosen by negotiation (DeviceOptions::ring overrides). One device class
+// over two transports (drivers/virtio/transport.hpp): VFIO/PCI (Device::open) and vhost-user
+// (Device::open_vhost_user: a back-end process serves the virtqueues, no VM), with one fast
+// path: only the doorbell (MMIO store or kick eventfd) and the completion channel (MSI-X or
+// call eventfd) differ.
 //
 // Every frame is a chain: a 12-byte virtio_net_hdr the driver owns (one per WR slot, in DMA
 // memory) followed by the user's SGEs, translated through the MR table — zero copy both ways.
@@ -28,16 +29,16 @@
 #include "vfab/drivers/common/completion_queue.hpp"
 #include "vfab/drivers/common/stat_counter.hpp"
 #include "vfab/drivers/virtio/packed_queue.hpp"
-#include "vfab/drivers/virtio/pci_transport.hpp"
 #include "vfab/drivers/virtio/split_queue.hpp"
-#include "vfab/drivers/virtio/vhost_user.hpp"
 #include "vfab/drivers/virtio/virtio_spec.hpp"
-#include "vfab/mmio.hpp"
 #include "vfab/net/checksum.hpp"
 #include "vfab/types.hpp"
 #include "vfab/vfio/device.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
+namespace vfab::virtio {
+class Transport;
+}
 namespace vfab::virtio_net {
 
 // The devices this driver drives: modern virtio-net only (virtio 1.2 §4.1.2.1, 0x1040 + 1);
@@ -58,8 +59,9 @@ struct DeviceOptions {
     bool event_idx = true;                     // negotiate VIRTIO_F_EVENT_IDX when offered
     bool in_order = true;                      // negotiate VIRTIO_F_IN_ORDER when offered
     dma::PdOptions pd;
-    // The MAC address over vhost-user (back-ends such as DPDK's offer none); default
-    // kDefaultVhostMac, a locally administered address. Ignored over VFIO (the device has one).
+    // The MAC address of a device that has none of its own (VIRTIO_NET_F_MAC not offered, or
+    // not carried: vhost-user back-ends such as DPDK's); default kDefaultVhostMac, a locally
+    // administered address. Ignored when the device has one (virtio-net over PCI).
     std::optional<std::array<uint8_t, 6>> mac;
     // The largest frame is mtu + 14 bytes; receive buffers must hold as much (0: 1500). Up to
     // kMaxMtu: frames longer than 1514 bytes ("jumbo") for links and peers that carry them.
@@ -78,21 +80,6 @@ class Device;
 class QueuePair;
 class ControlQueue;
 
-// Where a queue's notifications go: a doorbell register (PCI) or a kick eventfd (vhost-user).
-struct Doorbell {
-    volatile uint16_t* mmio = nullptr;
-    int kick_fd = -1;
-    uint16_t queue = 0;
-    void ring() const noexcept {
-        if (mmio) {
-            mmio::write<uint16_t>(mmio, 0, queue);
-        } else {
-            uint64_t one = 1;
-            (void)!::write(kick_fd, &one, sizeof one);
-        }
-    }
-};
-
 class CompletionQueue final : public queue::CompletionQueueCore<QueuePair> {
 public:
     // Up to out.size() completions, oldest first per queue; -ENODEV once destroyed. Over
@@ -109,12 +96,12 @@ private:
     friend struct queue::Control;
     friend struct FastPathHarness;   // bench/: the fast path over model rings, no device
     CompletionQueue() = default;
-    CompletionQueue(Device& dev, uint32_t cqe, uint32_t vector, int efd, bool vhost)
-        : CompletionQueueCore(cqe, vector, efd), dev_(&dev), vhost_(vhost) {}
-    void check_backend() noexcept;   // vhost-user: has the back-end hung up?
+    CompletionQueue(Device& dev, uint32_t cqe, uint32_t vector, int efd, bool polls_for_gone)
+        : CompletionQueueCore(cqe, vector, efd), dev_(&dev), polls_for_gone_(polls_for_gone) {}
+    void check_gone() noexcept;   // vhost-user: has the back-end hung up?
 
     Device* dev_ = nullptr;
-    bool vhost_ = false;
+    bool polls_for_gone_ = false;   // the transport has no interrupt for removal
     uint32_t idle_polls_ = 0;
 };
 
@@ -183,7 +170,7 @@ private:
     int enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key, bool device_writes,
                 bool& added) noexcept;
     template <class Q>
-    static void publish(Q& q, const Doorbell& bell) noexcept;
+    static void publish(Q& q, const virtio::Doorbell& bell) noexcept;
     template <class Q>
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
     template <class Q>
@@ -213,7 +200,7 @@ private:
     WorkRing sq_, rq_;
     std::optional<virtio::SplitQueue> stx_, srx_;
     std::optional<virtio::PackedQueue> ptx_, prx_;
-    Doorbell tx_bell_, rx_bell_;
+    virtio::Doorbell tx_bell_, rx_bell_;
     std::optional<dma::DmaArena> mem_;
     // Software counters (virtio has no statistics registers): written by the QP's thread,
     // read by Device::stats() from any thread.
@@ -259,24 +246,17 @@ public:
     Event next_event();
     Result<void> reset();
 
-    vfio::Device& vfio() { return *vfio_; }   // VFIO devices only
-    bool is_vhost_user() const { return vhost_.has_value(); }
-    virtio::VhostUserFrontend* vhost_user() { return vhost_ ? &*vhost_ : nullptr; }   // or null
+    vfio::Device& vfio();   // over VFIO/PCI only
+    bool is_vhost_user() const;
 
 private:
     friend class CompletionQueue;
     friend class QueuePair;
-    Device(std::unique_ptr<vfio::Device> vdev, virtio::PciTransport t, vfio::EventWaiter ev);
-    Device(virtio::VhostUserFrontend fe, vfio::EventWaiter ev);
+    Device(std::unique_ptr<virtio::Transport> t, vfio::EventWaiter ev);
+    static Result<std::unique_ptr<Device>> create(Result<std::unique_ptr<virtio::Transport>> t, const DeviceOptions& opts);
     Result<void> init(const DeviceOptions& opts);
-    Result<void> init_vhost(const DeviceOptions& opts);
-    Result<void> handshake();
-    Result<void> start_vhost_queues(QueuePair& qp, const virtio::QueueMemory& rx, uint32_t rx_size,
-                                    const virtio::QueueMemory& tx, uint32_t tx_size);
-    void stop_vhost_queues();
-    void close_vhost();
-    bool vhost_hung_up();
-    std::shared_ptr<vfio::IommuContext> iommu_shared() const;
+    Result<void> negotiate();
+    bool check_gone();
     Result<void> start_device();
     Result<void> program_qp(QueuePair& qp);
     Result<void> send_queue_config();
@@ -285,22 +265,17 @@ private:
     void release_qp(QueuePair& qp);
     QueuePair* qp_at(uint32_t i) const { return i < qps_.size() ? qps_[i].get() : nullptr; }
 
-    std::unique_ptr<vfio::Device> vfio_;
-    std::optional<virtio::PciTransport> transport_;   // over VFIO
-    std::optional<virtio::VhostUserFrontend> vhost_;  // over vhost-user
-    std::shared_ptr<vfio::IommuContext> vhost_mem_;   // the memory table, as an IOMMU context
-    std::vector<vfio::UniqueFd> vhost_calls_;         // completion channels by vector
-    vfio::Interrupts* msix_ = nullptr;
-    vfio::Interrupts* req_ = nullptr;
+    std::unique_ptr<virtio::Transport> transport_;   // first: outlives what it maps
     vfio::EventWaiter events_;
     std::unique_ptr<dma::ProtectionDomain> pd_;
     DeviceOptions opts_;
     DeviceAttr attr_;
     uint64_t features_ = 0;
+    uint64_t offered_ = 0;
     bool packed_ = false;
     uint32_t vectors_ = 0;
     bool link_up_ = false;
-    bool removed_ = false;         // over vhost-user: the back-end hung up
+    bool removed_ = false;         // the device (or vhost-user back-end) is gone
     bool gone_reported_ = false;   // ... and next_event() said so
     bool driver_ok_ = false;
 
@@ -382,7 +357,7 @@ template <class Q>
 
 // One publish and at most one notification per batch.
 template <class Q>
-inline void QueuePair::publish(Q& q, const Doorbell& bell) noexcept {
+inline void QueuePair::publish(Q& q, const virtio::Doorbell& bell) noexcept {
     q.publish();
     if (q.needs_notify()) bell.ring();
 }
@@ -533,9 +508,9 @@ inline int CompletionQueue::poll(std::span<Completion> out) noexcept {
     if (destroyed_) [[unlikely]]
         return -ENODEV;
     const uint32_t n = poll_queues(out);
-    if (vhost_ && n == 0 && ++idle_polls_ >= kHangupCheckPolls) [[unlikely]] {
+    if (polls_for_gone_ && n == 0 && ++idle_polls_ >= kHangupCheckPolls) [[unlikely]] {
         idle_polls_ = 0;
-        check_backend();
+        check_gone();
     }
     return static_cast<int>(n);
 }

@@ -17,6 +17,7 @@
 #include "vfab/iova.hpp"
 #include "vfab/pci_address.hpp"
 #include "vfab/result.hpp"
+#include "vfab/vfio/address_space.hpp"
 #include "vfab/vfio/info.hpp"
 #include "vfab/vfio/pci_sysfs.hpp"
 #include "vfab/vfio/sys.hpp"
@@ -39,8 +40,6 @@ inline constexpr const char* kRaiseMemlock =
     "raise it (`ulimit -l unlimited`, LimitMEMLOCK=infinity in a systemd unit, or memlock in "
     "/etc/security/limits.conf) or grant CAP_IPC_LOCK";
 
-enum DmaAccess : unsigned { kDmaRead = 1, kDmaWrite = 2, kDmaReadWrite = 3 };
-
 // A device's membership of a context: its VFIO device fd, and whatever keeps it attached
 // (the legacy group it came through). Dropping it detaches the device.
 struct DeviceAttachment {
@@ -49,18 +48,16 @@ struct DeviceAttachment {
 };
 
 // Thread-safe: devices may join and leave, and memory be mapped and unmapped, from any thread.
-class IommuContext {
+class IommuContext : public AddressSpace {
 public:
-    virtual ~IommuContext() = default;
-    IommuContext(const IommuContext&) = delete;
-    IommuContext& operator=(const IommuContext&) = delete;
 
     // A new, empty context. Legacy and noiommu containers learn their IOMMU's properties
     // when the first device joins; iommufd narrows its IOVA ranges with each device.
     static Result<std::shared_ptr<IommuContext>> create(IommuBackend backend, Sys& sys = Sys::real());
 
     IommuBackend backend() const { return backend_; }
-    const IommuInfo& info() const { return info_; }
+    const IommuInfo& info() const override { return info_; }
+    bool translates() const override { return backend_ != IommuBackend::noiommu; }
     size_t device_count() const { return devices_; }
 
     // Makes [va, va + len) reachable by this context's devices at `iova`, for `access`.
@@ -68,17 +65,17 @@ public:
     // Returns the address the device must use: `iova`, except in no-IOMMU mode, which cannot
     // remap: there the memory is locked and its physical address returned (the range must be
     // physically contiguous, e.g. within one hugepage).
-    Result<Iova> map_dma(void* va, size_t len, Iova iova, unsigned access = kDmaReadWrite);
-    Result<void> unmap_dma(Iova iova, size_t len);
-    // Why map_dma cannot take another device's memory (a BAR's mmap), with what to do; null when
-    // it can. The legacy type1 container maps it; iommufd pins host memory only; no-IOMMU mode
-    // has no bus address for it.
-    virtual const char* device_memory_refusal() const;
-    bool maps_device_memory() const { return device_memory_refusal() == nullptr; }
+    // The IOMMU maps by address: `file` is not needed.
+    Result<Iova> map_dma(void* va, size_t len, Iova iova, unsigned access = kDmaReadWrite,
+                         MemoryFile file = {}) override;
+    Result<void> unmap_dma(Iova iova, size_t len) override;
+    // The legacy type1 container maps another device's memory; iommufd pins host memory only;
+    // no-IOMMU mode has no bus address for it. dma-bufs need iommufd's IOMMU_IOAS_MAP_FILE.
+    const char* device_memory_refusal() const override;
+    const char* dmabuf_refusal() const override;
 
-    // Live mappings made through this context (iova -> length). Not to be read while another
-    // thread maps or unmaps.
-    const std::map<uint64_t, size_t>& mappings() const { return mappings_; }
+    // Live mappings made through this context (iova -> length).
+    const std::map<uint64_t, size_t>& mappings() const override { return mappings_; }
 
 protected:
     IommuContext(IommuBackend b, Sys& sys) : backend_(b), sys_(sys) {}
@@ -86,7 +83,6 @@ protected:
     virtual Result<DeviceAttachment> attach(const PciAddress& addr, const PciSysfs& sysfs) = 0;
     virtual Result<Iova> do_map(void* va, size_t len, Iova iova, unsigned access) = 0;
     virtual Result<void> do_unmap(Iova iova, size_t len) = 0;
-    virtual bool translates() const { return true; }
     Error explain_map_failure(int err, size_t len, Iova iova) const;
     void unmap_all();   // for destructors of the backends
 

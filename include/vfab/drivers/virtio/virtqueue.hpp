@@ -23,7 +23,10 @@
 #include <cstdint>
 #include <span>
 
+#include <unistd.h>
+
 #include "vfab/drivers/virtio/virtio_spec.hpp"
+#include "vfab/mmio.hpp"
 #include "vfab/iova.hpp"
 #include "vfab/result.hpp"
 
@@ -84,6 +87,22 @@ struct QueueMemory {
         auto* p = static_cast<uint8_t*>(base);
         return {p + layout.desc_offset(), p + layout.driver_offset(), p + layout.device_offset(),
                 iova + layout.desc_offset(), iova + layout.driver_offset(), iova + layout.device_offset()};
+    }
+};
+
+// Where a queue's available-buffer notifications go (§2.9): the PCI notification register
+// (§4.1.4.4: write the queue index) or, over vhost-user, the vring's kick eventfd.
+struct Doorbell {
+    volatile uint16_t* mmio = nullptr;
+    int kick_fd = -1;
+    uint16_t queue = 0;
+    void ring() const noexcept {
+        if (mmio) {
+            mmio::write<uint16_t>(mmio, 0, queue);
+        } else {
+            uint64_t one = 1;
+            (void)!::write(kick_fd, &one, sizeof one);
+        }
     }
 };
 
