@@ -56,6 +56,11 @@ Result<const Record*> check_record(const std::string& path, const Record* r) {
     if (r->abi_version != kAbiVersion)
         return plugin_error(path, str_cat("built for provider ABI version ", r->abi_version, ", this libvfab has version ",
                                           kAbiVersion, " — rebuild the plugin against this vfab's headers, or remove it"));
+    if (r->cxx_abi != kCxxAbi)
+        return plugin_error(path, str_cat("built for another C++ library ABI (__GXX_ABI_VERSION ", r->cxx_abi >> 4,
+                                          ", _GLIBCXX_USE_CXX11_ABI=", r->cxx_abi & 15, "; this libvfab: ",
+                                          kCxxAbi >> 4, ", ", kCxxAbi & 15, ") — rebuild the plugin with the same "
+                                          "compiler and without changing _GLIBCXX_USE_CXX11_ABI"));
     if (r->layout != kLayout)
         return plugin_error(path, str_cat("built from other vfab headers (layout 0x", std::hex, r->layout,
                                           ", this libvfab 0x", kLayout, ") — rebuild the plugin against this vfab's "

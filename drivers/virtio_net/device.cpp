@@ -5,9 +5,7 @@
 #include <thread>
 
 #include "../common/queue_control.hpp"
-#include "../virtio/transport.hpp"
-#include "control_queue.hpp"
-#include "vfab/drivers/virtio_net.hpp"
+#include "device_state.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::virtio_net {
@@ -30,8 +28,7 @@ const char* to_string(RingFormat f) noexcept {
     return "?";
 }
 
-Device::Device(std::unique_ptr<virtio::Transport> t, vfio::EventWaiter ev)
-    : transport_(std::move(t)), events_(std::move(ev)) {}
+Device::Device(std::unique_ptr<DeviceState> s) : s_(std::move(s)) { s_->self_ = this; }
 
 namespace {
 Result<void> check_options(const DeviceOptions& opts) {
@@ -51,24 +48,24 @@ Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const Devic
         return Error{ENODEV, str_cat(addr.to_string(), " is ", std::hex, id->vendor, ":", id->device,
                                      ", not a modern virtio-net device (1af4:1041)",
                                      *id == PciId{0x1af4, 0x1000} ? ": it is transitional; in QEMU add disable-legacy=on" : "")};
-    return create(virtio::open_vfio_pci(std::move(*vdev)), opts);
+    return DeviceState::open(virtio::open_vfio_pci(std::move(*vdev)), opts);
 }
 
 Result<std::unique_ptr<Device>> Device::open_vhost_user(std::string_view socket_path, const DeviceOptions& opts) {
     if (auto r = check_options(opts); !r) return r.take_error();
-    return create(virtio::open_vhost_user(socket_path), opts);
+    return DeviceState::open(virtio::open_vhost_user(socket_path), opts);
 }
 
-Result<std::unique_ptr<Device>> Device::create(Result<std::unique_ptr<virtio::Transport>> t, const DeviceOptions& opts) {
+Result<std::unique_ptr<Device>> DeviceState::open(Result<std::unique_ptr<virtio::Transport>> t, const DeviceOptions& opts) {
     if (!t) return t.take_error();
     auto events = vfio::EventWaiter::create();
     if (!events) return events.take_error();
-    std::unique_ptr<Device> dev(new Device(std::move(*t), std::move(*events)));
-    if (auto r = dev->init(opts); !r) return r.take_error();
+    std::unique_ptr<Device> dev(new Device(std::make_unique<DeviceState>(std::move(*t), std::move(*events))));
+    if (auto r = dev->s_->init(opts); !r) return r.take_error();
     return dev;
 }
 
-Result<void> Device::init(const DeviceOptions& opts) {
+Result<void> DeviceState::init(const DeviceOptions& opts) {
     opts_ = opts;
     virtio::Transport& t = *transport_;
     if (auto r = t.watch(events_, kTagConfig, kTagGone); !r) return r;
@@ -125,7 +122,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
 
 // §3.1.1: reset, ACKNOWLEDGE, DRIVER, features, FEATURES_OK (the transport adds what it needs
 // and drops what it cannot carry). DRIVER_OK comes once the queues are set up (start_device).
-Result<void> Device::negotiate() {
+Result<void> DeviceState::negotiate() {
     virtio::Transport& t = *transport_;
     auto offered = t.begin_negotiation();
     if (!offered) return offered.take_error();
@@ -152,7 +149,7 @@ Result<void> Device::negotiate() {
     return {};
 }
 
-LinkState Device::link() const {
+LinkState DeviceState::link() const {
     LinkState l{!removed_, 0, true};
     if (!removed_ && virtio::has_feature(features_, nf::STATUS)) {
         uint16_t status = 0;
@@ -162,7 +159,7 @@ LinkState Device::link() const {
     return l;
 }
 
-DeviceStats Device::stats() {
+DeviceStats DeviceState::stats() {
     std::lock_guard lock(mu_);
     DeviceStats s = retired_;
     for (const auto& qp : qps_)
@@ -176,7 +173,7 @@ DeviceStats Device::stats() {
     return s;
 }
 
-Event Device::next_event() {
+Event DeviceState::next_event() {
     std::lock_guard lock(mu_);
     if (!gone_reported_ && check_gone()) {
         gone_reported_ = true;   // reported once
@@ -193,7 +190,7 @@ Event Device::next_event() {
 
 // Caller holds mu_. True once the device is gone; the first time, the queue pairs go to the
 // error state (outstanding WRs flush) and every completion channel fires.
-bool Device::check_gone() {
+bool DeviceState::check_gone() {
     if (!removed_ && transport_->gone()) {
         enter_error_state();
         removed_ = true;
@@ -202,12 +199,12 @@ bool Device::check_gone() {
 }
 
 void CompletionQueue::check_gone() noexcept {
-    std::unique_lock lock(dev_->mu_, std::try_to_lock);   // busy: the next check will do
-    if (lock) (void)dev_->check_gone();
+    std::unique_lock lock(dev_->s_->mu_, std::try_to_lock);   // busy: the next check will do
+    if (lock) (void)dev_->s_->check_gone();
 }
 
 // A virtio reset stops the device's use of every queue (§2.1.2); the QP flushes what it had.
-void Device::enter_error_state() {
+void DeviceState::enter_error_state() {
     for (const auto& qp : qps_)
         if (qp && qp->state_ == QpState::ready) qp->state_ = QpState::error;
     if (!removed_) transport_->stop();
@@ -215,14 +212,14 @@ void Device::enter_error_state() {
     queue::Control::wake_all(cqs_);
 }
 
-Result<void> Device::reset() {
+Result<void> DeviceState::reset() {
     std::lock_guard lock(mu_);
     if (removed_) return Error{ENODEV, transport_->gone_message()};
     enter_error_state();
     return transport_->restart();
 }
 
-Device::~Device() {
+DeviceState::~DeviceState() {
     std::lock_guard lock(mu_);
     // The device stops touching the rings and buffers before any of them is unmapped.
     transport_->shutdown();
@@ -233,8 +230,23 @@ Device::~Device() {
     pd_.reset();
 }
 
-vfio::Device& Device::vfio() { return *transport_->vfio_device(); }
-bool Device::is_vhost_user() const { return !transport_->pci_address(); }
+// ---- Device: the calls, over its state ----
+
+Device::~Device() = default;
+const DeviceAttr& Device::attr() const { return s_->attr_; }
+LinkState Device::link() const { return s_->link(); }
+DeviceStats Device::stats() { return s_->stats(); }
+dma::ProtectionDomain& Device::pd() { return *s_->pd_; }
+uint64_t Device::features() const { return s_->features_; }
+RingFormat Device::ring_format() const { return s_->packed_ ? RingFormat::packed : RingFormat::split; }
+Result<CompletionQueue*> Device::create_cq(uint32_t cqe) { return s_->create_cq(cqe); }
+Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) { return s_->create_qp(attr); }
+Result<void> Device::configure_rss(const RssConfig& cfg) { return s_->configure_rss(cfg); }
+int Device::event_fd() const { return s_->events_.fd(); }
+Event Device::next_event() { return s_->next_event(); }
+Result<void> Device::reset() { return s_->reset(); }
+vfio::Device& Device::vfio() { return *s_->transport_->vfio_device(); }
+bool Device::is_vhost_user() const { return !s_->transport_->pci_address(); }
 
 Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
     for (const auto& g : groups)

@@ -7,9 +7,7 @@
 #include <unistd.h>
 
 #include "../common/queue_control.hpp"
-#include "../virtio/transport.hpp"
-#include "control_queue.hpp"
-#include "vfab/drivers/virtio_net.hpp"
+#include "device_state.hpp"
 
 namespace vfab::virtio_net {
 namespace {
@@ -26,7 +24,7 @@ void set_interrupts(Q& q, bool on, bool& used_meanwhile) {
 
 using queue::Control;
 
-Result<CompletionQueue*> Device::create_cq(uint32_t cqe) {
+Result<CompletionQueue*> DeviceState::create_cq(uint32_t cqe) {
     std::lock_guard lock(mu_);
     if (cqe == 0 || cqe > 65536) return Error{EINVAL, str_cat("create_cq(", cqe, "): the capacity must be 1 to 65536")};
     // Vector 0 is for configuration changes.
@@ -35,12 +33,12 @@ Result<CompletionQueue*> Device::create_cq(uint32_t cqe) {
     const int efd = transport_->channel_fd(*vector);
     vfio::drain_eventfd(efd);
     cqs_.push_back(std::unique_ptr<CompletionQueue>(
-        new CompletionQueue(*this, cqe, *vector, efd, transport_->polls_for_gone())));
+        new CompletionQueue(*self_, cqe, *vector, efd, transport_->polls_for_gone())));
     return cqs_.back().get();
 }
 
 Result<void> CompletionQueue::destroy() {
-    std::lock_guard lock(dev_->mu_);
+    std::lock_guard lock(dev_->s_->mu_);
     return Control::destroy(*this);
 }
 
@@ -74,11 +72,11 @@ uint64_t CompletionQueue::take_events() noexcept {
     return vfio::drain_eventfd(efd_);
 }
 
-Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
+Result<QueuePair*> DeviceState::create_qp(const QpInitAttr& attr) {
     std::lock_guard lock(mu_);
     const std::string& where = transport_->where();
     if (removed_) return Error{ENODEV, transport_->gone_message()};
-    if (auto r = Control::check_cqs(this, attr.send_cq, attr.recv_cq, true); !r) return r.take_error();
+    if (auto r = Control::check_cqs(self_, attr.send_cq, attr.recv_cq, true); !r) return r.take_error();
     const uint32_t index = Control::free_index(qps_);
     if (index == qps_.size())
         return Error{EBUSY, str_cat(where, ": all ", qps_.size(), " queue pairs of the device are in use",
@@ -105,7 +103,7 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
                                      " descriptors (each WR one more, for its header); the device's queues hold ", max_size)};
     const auto tx_size = uint32_t(std::bit_ceil(tx_need)), rx_size = uint32_t(std::bit_ceil(rx_need));
 
-    std::unique_ptr<QueuePair> qp(new QueuePair(*this, attr, index));
+    std::unique_ptr<QueuePair> qp(new QueuePair(*self_, attr, index));
     qp->packed_ = packed_;
     qp->sq_sig_all_ = attr.sq_sig_all;
     qp->tx_csum_ = virtio::has_feature(features_, virtio::net_feature::CSUM);
@@ -166,7 +164,7 @@ Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) {
 // Programs the virtqueues of every ready queue pair and the control virtqueue, sets DRIVER_OK
 // (§3.1.1 step 8) and tells the device how many queue pairs to use. After
 // restart(); the queue pairs' rings start over (they are idle, or this is their first start).
-Result<void> Device::start_device() {
+Result<void> DeviceState::start_device() {
     driver_ok_ = true;   // from here, stop() stops whatever started
     for (const auto& qp : qps_)
         if (qp && qp->state() == QpState::ready)
@@ -181,7 +179,7 @@ Result<void> Device::start_device() {
     return send_queue_config();
 }
 
-Result<void> Device::program_qp(QueuePair& qp) {
+Result<void> DeviceState::program_qp(QueuePair& qp) {
     bool unused = false;
     const virtio::QueueMemory* mem[2];
     uint32_t size[2];
@@ -214,7 +212,7 @@ Result<void> Device::program_qp(QueuePair& qp) {
 
 // VIRTIO_NET_CTRL_MQ (§5.1.6.5.5): with MQ the device uses one queue pair until told more;
 // with RSS configured, the RSS command says both.
-Result<void> Device::send_queue_config() {
+Result<void> DeviceState::send_queue_config() {
     using virtio::net_feature::MQ;
     using virtio::net_feature::RSS;
     if (!ctrl_ || !virtio::has_feature(features_, MQ)) return {};
@@ -239,7 +237,7 @@ Result<void> Device::send_queue_config() {
                           str_cat("create_qp: using ", pairs, " queue pairs (VIRTIO_NET_CTRL_MQ_VQ_PAIRS_SET)"));
 }
 
-void Device::set_ring_interrupts(QueuePair& qp, bool on) {
+void DeviceState::set_ring_interrupts(QueuePair& qp, bool on) {
     bool unused = false;
     if (packed_) {
         set_interrupts(*qp.prx_, on, unused);
@@ -250,7 +248,7 @@ void Device::set_ring_interrupts(QueuePair& qp, bool on) {
     }
 }
 
-void Device::release_qp(QueuePair& qp) {
+void DeviceState::release_qp(QueuePair& qp) {
     // No per-queue stop without VIRTIO_F_RING_RESET: reset the device, which stops it using
     // the rings and buffers, then start it again with the other queue pairs. Those with work
     // outstanding lose it: they go to the error state (and flush), as after reset().
@@ -287,9 +285,9 @@ void Device::release_qp(QueuePair& qp) {
 }
 
 Result<void> QueuePair::destroy() {
-    std::lock_guard lock(dev_->mu_);
+    std::lock_guard lock(dev_->s_->mu_);
     if (state_ == QpState::destroyed) return Error{ENODEV, "this queue pair was already destroyed"};
-    dev_->release_qp(*this);
+    dev_->s_->release_qp(*this);
     return {};
 }
 

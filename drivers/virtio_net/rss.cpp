@@ -4,14 +4,12 @@
 #include <bit>
 #include <cerrno>
 
-#include "../virtio/transport.hpp"
-#include "control_queue.hpp"
-#include "vfab/drivers/virtio_net.hpp"
+#include "device_state.hpp"
 #include "vfab/net/rss.hpp"
 
 namespace vfab::virtio_net {
 
-Result<void> Device::configure_rss(const RssConfig& cfg) {
+Result<void> DeviceState::configure_rss(const RssConfig& cfg) {
     std::lock_guard lock(mu_);
     if (!ctrl_ || !virtio::has_feature(features_, virtio::net_feature::RSS))
         return Error{ENOTSUP, str_cat("configure_rss: ", transport_->where(), " does not offer VIRTIO_NET_F_RSS",

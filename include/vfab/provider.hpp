@@ -40,24 +40,36 @@ namespace vfab::provider {
 // Bumped whenever a plugin built from older headers could misbehave with this libvfab: the
 // Record, OpenOptions, the multiplexed classes' virtual functions, types.hpp, Result/Error,
 // the dma:: classes the device hands out.
-inline constexpr uint32_t kAbiVersion = 5;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
+inline constexpr uint32_t kAbiVersion = 6;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
                                              // 4: dma::Translation and MrTable's slots carry the CPU address, OpenOptions::mtu;
-                                             // 5: set_multicast(), IommuContext::maps_device_memory()
+                                             // 5: set_multicast(), IommuContext::maps_device_memory();
+                                             // 6: vfio::AddressSpace under the dma:: classes, Record::cxx_abi
+
+// The C++ library ABI the headers were compiled for: std::string, std::vector and
+// std::shared_ptr cross the plugin boundary, and libstdc++ lays std::string out two ways
+// (_GLIBCXX_USE_CXX11_ABI) under one compiler ABI (__GXX_ABI_VERSION). Checked by name rather
+// than through a size that happens to differ.
+#if defined(_GLIBCXX_USE_CXX11_ABI)
+inline constexpr uint32_t kCxxLibraryAbi = _GLIBCXX_USE_CXX11_ABI ? 1 : 0;
+#else
+inline constexpr uint32_t kCxxLibraryAbi = 2;   // not libstdc++
+#endif
+inline constexpr uint32_t kCxxAbi = uint32_t(__GXX_ABI_VERSION) << 4 | kCxxLibraryAbi;
 
 using vfab::PciId;   // vfab/pci_id.hpp
 
 using OpenFn = Result<std::unique_ptr<vfab::Device>> (*)(const PciAddress& addr, const OpenOptions& opts);
 
-// A fingerprint of the sizes the plugin ABI depends on: catches a plugin built from other
-// headers even when the version number was not bumped.
+// A fingerprint of the sizes of vfab's own types the plugin ABI depends on: catches a plugin
+// built from other headers even when the version number was not bumped. (The C++ library's
+// own layout is kCxxAbi's to check.)
 constexpr uint32_t layout_fingerprint() {
     uint32_t h = 2166136261u;   // FNV-1a over the sizes
     for (size_t v : {sizeof(OpenOptions), sizeof(QpInitAttr), sizeof(DeviceAttr), sizeof(DeviceStats),
                      sizeof(LinkState), sizeof(QpCaps), sizeof(RssConfig), sizeof(QpStats), sizeof(TimestampConfig), sizeof(RxTimestamp), sizeof(Completion), sizeof(SendWr), sizeof(RecvWr),
                      sizeof(Sge), sizeof(Event), sizeof(PostResult), sizeof(Error),
                      sizeof(Result<std::unique_ptr<vfab::Device>>), sizeof(dma::ProtectionDomain),
-                     sizeof(dma::MrTable), sizeof(dma::MemoryRegion), sizeof(dma::DmaArena), sizeof(std::string),
-                     sizeof(PciAddress)})
+                     sizeof(dma::MrTable), sizeof(dma::MemoryRegion), sizeof(dma::DmaArena), sizeof(PciAddress)})
         h = (h ^ uint32_t(v)) * 16777619u;
     return h;
 }
@@ -67,6 +79,7 @@ inline constexpr uint32_t kLayout = layout_fingerprint();
 struct Record {
     uint32_t abi_version = kAbiVersion;
     uint32_t layout = kLayout;
+    uint32_t cxx_abi = kCxxAbi;
     const char* name = nullptr;      // "e1000e"; a plugin's file is libvfab-<name>.so
     const PciId* ids = nullptr;      // the vendor/device IDs it drives
     uint32_t num_ids = 0;
@@ -327,7 +340,7 @@ private:
 // A Record for the Adapter type A; `ids` must have static storage.
 template <class A>
 constexpr Record make_record(const char* name, std::span<const PciId> ids) {
-    return Record{kAbiVersion, kLayout, name, ids.data(), static_cast<uint32_t>(ids.size()), &A::open};
+    return Record{kAbiVersion, kLayout, kCxxAbi, name, ids.data(), static_cast<uint32_t>(ids.size()), &A::open};
 }
 
 }  // namespace vfab::provider

@@ -159,6 +159,14 @@ TEST(Plugin, FromOtherHeadersIsRefused) {
     EXPECT_NE(m.find("built from other vfab headers"), std::string::npos) << m;
 }
 
+// Compiled with libstdc++'s old std::string: every size of vfab's own types may agree, and
+// still each std::string in an Error or a DeviceAttr would be read wrongly.
+TEST(Plugin, BuiltForAnotherCxxLibraryAbiIsRefused) {
+    std::string m = plugin_error(kPlugins + "/oldstring/libvfab-oldstring.so");
+    EXPECT_NE(m.find("built for another C++ library ABI"), std::string::npos) << m;
+    EXPECT_NE(m.find("_GLIBCXX_USE_CXX11_ABI=0"), std::string::npos) << m;
+}
+
 TEST(Plugin, WhoseRecordIsNotNamedLikeItsFileIsRefused) {
     std::string m = plugin_error(kPlugins + "/misnamed/libvfab-misnamed.so");
     EXPECT_NE(m.find("registers provider 'other', so it must be named libvfab-other.so"), std::string::npos) << m;

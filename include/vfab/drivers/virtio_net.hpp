@@ -15,7 +15,6 @@
 #include <atomic>
 #include <cerrno>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -77,8 +76,8 @@ inline constexpr std::array<uint8_t, 6> kDefaultVhostMac = {0x02, 0x76, 0x66, 0x
 inline constexpr uint32_t kHangupCheckPolls = 4096;
 
 class Device;
+class DeviceState;
 class QueuePair;
-class ControlQueue;
 
 class CompletionQueue final : public queue::CompletionQueueCore<QueuePair> {
 public:
@@ -92,6 +91,7 @@ public:
 
 private:
     friend class Device;
+    friend class DeviceState;
     friend class QueuePair;
     friend struct queue::Control;
     friend struct FastPathHarness;   // bench/: the fast path over model rings, no device
@@ -136,6 +136,7 @@ public:
 
 private:
     friend class Device;
+    friend class DeviceState;
     friend class CompletionQueue;
     friend class queue::CompletionQueueCore<QueuePair>;
     struct Slot {
@@ -220,12 +221,12 @@ public:
     Device(const Device&) = delete;
     Device& operator=(const Device&) = delete;
 
-    const DeviceAttr& attr() const { return attr_; }
+    const DeviceAttr& attr() const;
     LinkState link() const;
     DeviceStats stats();
-    dma::ProtectionDomain& pd() { return *pd_; }
-    uint64_t features() const { return features_; }   // negotiated
-    RingFormat ring_format() const { return packed_ ? RingFormat::packed : RingFormat::split; }
+    dma::ProtectionDomain& pd();
+    uint64_t features() const;   // negotiated
+    RingFormat ring_format() const;
 
     Result<CompletionQueue*> create_cq(uint32_t cqe);
     // Up to attr().max_qp queue pairs (VIRTIO_NET_F_MQ), each on its own receive and transmit
@@ -242,7 +243,7 @@ public:
     // multicast frame arrives (§5.1.6.5.1). Checks the groups and returns.
     Result<void> set_multicast(std::span<const MacAddress> groups);
 
-    int event_fd() const { return events_.fd(); }
+    int event_fd() const;
     Event next_event();
     Result<void> reset();
 
@@ -252,43 +253,10 @@ public:
 private:
     friend class CompletionQueue;
     friend class QueuePair;
-    Device(std::unique_ptr<virtio::Transport> t, vfio::EventWaiter ev);
-    static Result<std::unique_ptr<Device>> create(Result<std::unique_ptr<virtio::Transport>> t, const DeviceOptions& opts);
-    Result<void> init(const DeviceOptions& opts);
-    Result<void> negotiate();
-    bool check_gone();
-    Result<void> start_device();
-    Result<void> program_qp(QueuePair& qp);
-    Result<void> send_queue_config();
-    void set_ring_interrupts(QueuePair& qp, bool on);
-    void enter_error_state();
-    void release_qp(QueuePair& qp);
-    QueuePair* qp_at(uint32_t i) const { return i < qps_.size() ? qps_[i].get() : nullptr; }
+    friend class DeviceState;
+    explicit Device(std::unique_ptr<DeviceState> s);
 
-    std::unique_ptr<virtio::Transport> transport_;   // first: outlives what it maps
-    vfio::EventWaiter events_;
-    std::unique_ptr<dma::ProtectionDomain> pd_;
-    DeviceOptions opts_;
-    DeviceAttr attr_;
-    uint64_t features_ = 0;
-    uint64_t offered_ = 0;
-    bool packed_ = false;
-    uint32_t vectors_ = 0;
-    bool link_up_ = false;
-    bool removed_ = false;         // the device (or vhost-user back-end) is gone
-    bool gone_reported_ = false;   // ... and next_event() said so
-    bool driver_ok_ = false;
-
-    std::recursive_mutex mu_;
-    std::vector<std::unique_ptr<CompletionQueue>> cqs_;
-    std::vector<std::unique_ptr<QueuePair>> qps_;   // by queue index; null when free
-    std::vector<std::unique_ptr<QueuePair>> dead_qps_;
-    std::unique_ptr<ControlQueue> ctrl_;            // with VIRTIO_NET_F_CTRL_VQ
-    uint16_t ctrl_index_ = 0;
-    std::vector<uint8_t> rss_key_;                  // configure_rss(), replayed on restarts
-    std::vector<uint16_t> rss_table_;
-    uint32_t rss_types_ = 0;
-    DeviceStats retired_;   // counters of destroyed queue pairs
+    std::unique_ptr<DeviceState> s_;   // the control path (drivers/virtio_net/device_state.hpp)
 };
 
 // ---- fast path -------------------------------------------------------------------------------

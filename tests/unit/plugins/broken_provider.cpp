@@ -1,7 +1,9 @@
 // Provider plugins the registry must refuse, one kind per build (BROKEN_NAME is what the record
 // registers): BROKEN_NO_ENTRY exports no entry point, BROKEN_ABI claims the next ABI version,
-// BROKEN_LAYOUT another layout fingerprint; a record whose name is not the file's is built
-// with BROKEN_NAME "other" into libvfab-misnamed.so.
+// BROKEN_LAYOUT another layout fingerprint; BROKEN_CXX_ABI is compiled with libstdc++'s old
+// std::string (_GLIBCXX_USE_CXX11_ABI=0, as some distributions' toolchains still build); a
+// record whose name is not the file's is built with BROKEN_NAME "other" into
+// libvfab-misnamed.so.
 #include "vfab/provider.hpp"
 
 namespace {
@@ -14,7 +16,7 @@ Result<std::unique_ptr<vfab::Device>> open_nothing(const PciAddress&, const Open
 constexpr provider::PciId kIds[] = {{0x1234, 0xbad0}};
 
 constexpr provider::Record make() {
-    provider::Record r{provider::kAbiVersion, provider::kLayout, BROKEN_NAME, kIds, 1, &open_nothing};
+    provider::Record r{provider::kAbiVersion, provider::kLayout, provider::kCxxAbi, BROKEN_NAME, kIds, 1, &open_nothing};
 #ifdef BROKEN_ABI
     r.abi_version += 1;
 #endif
