@@ -166,7 +166,10 @@ struct RssConfig {
     uint32_t hash_types = 0;           // RssHash bits; 0 turns RSS off (all to table[0])
 };
 
-// Counters of one queue pair, kept by the driver.
+// Counters of one queue pair, kept by the driver in software. Receives count when they
+// complete good. Sends count when they complete good, or — on the Intel family, as DPDK counts
+// them — when posted, taken back if they then fail or are flushed; once every send completed
+// the two agree.
 struct QpStats {
     uint64_t tx_packets = 0;
     uint64_t tx_bytes = 0;

@@ -161,6 +161,42 @@ TEST(E1000eFastPath, ErrorStateFlushesWhatTheDeviceDidNotFinish) {
     EXPECT_EQ(h.cq.poll(wc), 0);
 }
 
+// QpStats: a send counts when posted (as DPDK counts), and is taken back when it then fails
+// or is flushed; one refused for its key never counts; a receive counts when it completes
+// good. What stats() says once everything completed is what completed.
+TEST(E1000eFastPath, StatsCountWhatWentOutAndCameIn) {
+    FastPathHarness h(16, 16);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    Sge r{b.addr(8), 2048, lkey};
+    RecvWr rw[2] = {{0, &r, 1, 0}, {1, &r, 1, 0}};
+    ASSERT_TRUE(h.qp.post_recv(rw));
+    Sge good{b.addr(0), 60, lkey}, bad{b.addr(0), 70, lkey + 0x1000};
+    SendWr sw[3] = {{1, &good, 1, 0}, {2, &bad, 1, 0}, {3, &good, 1, 0}};
+    ASSERT_TRUE(h.qp.post_send(sw));
+    EXPECT_EQ(h.qp.stats().tx_packets, 2u) << "posted, the refused one not";
+    EXPECT_EQ(h.qp.stats().tx_bytes, 120u);
+    EXPECT_EQ(h.qp.stats().rx_packets, 0u);
+    h.device_step();   // both sends go out and loop back into the two receives
+    Completion wc[8];
+    EXPECT_EQ(h.cq.poll(wc), 3);   // the refused send and two receives
+    QpStats st = h.qp.stats();
+    EXPECT_EQ(st.tx_packets, 2u);
+    EXPECT_EQ(st.tx_bytes, 120u);
+    EXPECT_EQ(st.rx_packets, 2u);
+    EXPECT_EQ(st.rx_bytes, 120u);
+
+    // Posted, then flushed before the device sent it: taken back.
+    ASSERT_TRUE(h.qp.post_send({&sw[0], 1}));
+    EXPECT_EQ(h.qp.stats().tx_packets, 3u);
+    h.set_state(QpState::error);
+    ASSERT_EQ(h.cq.poll(wc), 1);
+    EXPECT_EQ(wc[0].status, WcStatus::wr_flush_error);
+    st = h.qp.stats();
+    EXPECT_EQ(st.tx_packets, 2u);
+    EXPECT_EQ(st.tx_bytes, 120u);
+}
+
 TEST(E1000eFastPath, RingWrapsAroundManyTimes) {
     FastPathHarness h(8, 8);
     Buffers b;

@@ -109,9 +109,8 @@ struct QueueTraits {
         d.read.buffer_addr = iova;
         d.read.reserved = 0;
     }
-    static uint32_t rx_flags(uint32_t se) noexcept {
-        const bool csum = (se & (rxd::IPCS | rxd::TCPCS)) == (rxd::IPCS | rxd::TCPCS) && !(se & (rxd::ERR_IPE | rxd::ERR_TCPE));
-        return csum ? uint32_t(wc_ip_csum_ok) : 0;
+    static bool rx_csum_ok(uint32_t se) noexcept {
+        return (se & (rxd::IPCS | rxd::TCPCS)) == (rxd::IPCS | rxd::TCPCS) && !(se & (rxd::ERR_IPE | rxd::ERR_TCPE));
     }
 };
 

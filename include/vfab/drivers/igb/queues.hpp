@@ -72,9 +72,8 @@ struct QueueTraits {
         d.read.pkt_addr = iova;
         d.read.hdr_addr = 0;
     }
-    static uint32_t rx_flags(uint32_t se) noexcept {
-        const bool csum = (se & (rxd::IPCS | rxd::L4CS)) == (rxd::IPCS | rxd::L4CS) && !(se & (rxd::ERR_IPE | rxd::ERR_L4E));
-        return csum ? uint32_t(wc_ip_csum_ok) : 0;
+    static bool rx_csum_ok(uint32_t se) noexcept {
+        return (se & (rxd::IPCS | rxd::L4CS)) == (rxd::IPCS | rxd::L4CS) && !(se & (rxd::ERR_IPE | rxd::ERR_L4E));
     }
     static uint32_t rx_any_flags(uint32_t se) noexcept { return se & rxd::TS ? uint32_t(wc_timestamped) : 0; }
 };
