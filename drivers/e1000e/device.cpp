@@ -7,7 +7,7 @@
 
 #include "../common/queue_control.hpp"
 #include "../intel/intel_common.hpp"
-#include "vfab/drivers/e1000e.hpp"
+#include "device_impl.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::e1000e {
@@ -23,17 +23,17 @@ using intel::wait_until;
 
 }  // namespace
 
-Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+Result<std::unique_ptr<DeviceImpl>> DeviceImpl::open(const PciAddress& addr, const DeviceOptions& opts) {
     auto f = intel::open_function(addr, opts.vfio, kPciIds, "an Intel 82574L (8086:10d3)", 0x10000, [](PciId) {
         return ": open it with vfab::Device::open(), which picks the driver for its IDs";
     });
     if (!f) return f.take_error();
-    std::unique_ptr<Device> dev(new Device(std::move(f->dev), f->bar, std::move(*f->events)));
+    std::unique_ptr<DeviceImpl> dev(new DeviceImpl(std::move(f->dev), f->bar, std::move(*f->events)));
     if (auto r = dev->init(opts); !r) return r.take_error();
     return dev;
 }
 
-Result<void> Device::init(const DeviceOptions& opts) {
+Result<void> DeviceImpl::init(const DeviceOptions& opts) {
     opts_ = opts;
     chip_ = "the 82574L";
     cq_vectors_ = kMaxCq;
@@ -77,7 +77,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
 
 // Software reset, §4.6.3 and the sequence of §14.5 (initialization): mask interrupts, stop
 // receive and transmit, disable bus mastering requests and let them drain, then CTRL.RST.
-Result<void> Device::hw_reset() {
+Result<void> DeviceImpl::hw_reset() {
     bar_->write32(reg::IMC, ~0u);
     bar_->write32(reg::RCTL, 0);
     bar_->write32(reg::TCTL, reg::TCTL_PSP);
@@ -88,7 +88,7 @@ Result<void> Device::hw_reset() {
 }
 
 // Everything the driver relies on is programmed here, whatever the reset left behind.
-Result<void> Device::hw_setup() {
+Result<void> DeviceImpl::hw_setup() {
     bar_->write32(reg::CTRL_EXT, bar_->read32(reg::CTRL_EXT) | reg::CTRL_EXT_DRV_LOAD);
     uint32_t ctrl = bar_->read32(reg::CTRL);
     ctrl &= ~(reg::CTRL_FRCSPD | reg::CTRL_FRCDPX | reg::CTRL_PHY_RST | reg::CTRL_RST | reg::CTRL_GIO_MASTER_DISABLE |
@@ -118,7 +118,7 @@ Result<void> Device::hw_setup() {
     return {};
 }
 
-void Device::program_ivar(const QueueRegs* q) {
+void DeviceImpl::program_ivar(const QueueRegs* q) {
     uint32_t ivar = (reg::IVAR_VALID | kOtherVector) << reg::IVAR_OTHER_SHIFT;
     if (q) {
         ivar |= (reg::IVAR_VALID | q->rx_vector) << reg::IVAR_RXQ0_SHIFT;
@@ -127,19 +127,19 @@ void Device::program_ivar(const QueueRegs* q) {
     bar_->write32(reg::IVAR, ivar);
 }
 
-LinkState Device::link() const { return intel::link_from_status(bar_->read32(reg::STATUS)); }
+LinkState DeviceImpl::link() const { return intel::link_from_status(bar_->read32(reg::STATUS)); }
 
-void Device::accumulate_stats() {
+void DeviceImpl::accumulate_stats() {
     if (!removed_) intel::accumulate_stats(*bar_, stats_);
 }
 
-DeviceStats Device::stats() {
+DeviceStats DeviceImpl::stats() {
     std::lock_guard lock(mu_);
     accumulate_stats();
     return stats_;
 }
 
-Event Device::next_event() {
+Event DeviceImpl::next_event() {
     std::lock_guard lock(mu_);
     if (removed_) return {};
     if (req_ && vfio::drain_eventfd(req_->eventfd(0))) {
@@ -167,12 +167,12 @@ Event Device::next_event() {
 
 // Stops the device's DMA and puts the queue pair in the error state: its outstanding WRs
 // complete with wr_flush_error (or success, for those the device had finished).
-void Device::enter_error_state() {
+void DeviceImpl::enter_error_state() {
     QueueSet::enter_error_state();
     vfio_->disable_bus_master();
 }
 
-Result<void> Device::reset() {
+Result<void> DeviceImpl::reset() {
     std::lock_guard lock(mu_);
     if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
     enter_error_state();
@@ -181,7 +181,7 @@ Result<void> Device::reset() {
     return hw_setup();
 }
 
-Device::~Device() {
+DeviceImpl::~DeviceImpl() {
     std::lock_guard lock(mu_);
     // Quiesce before anything is freed: the rings and registered memory must not be DMA
     // targets any more when their IOMMU mappings go.
@@ -196,9 +196,34 @@ Device::~Device() {
     release_all();
 }
 
-Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
+Result<void> DeviceImpl::set_multicast(std::span<const MacAddress> groups) {
     std::lock_guard lock(mu_);
     return intel::set_pf_multicast(*bar_, reg::MTA, removed_, attr_.address, multicast_, groups);
 }
+
+// ---- Device: the public handle -------------------------------------------------------------
+
+Device::Device(std::unique_ptr<DeviceImpl> impl) : impl_(std::move(impl)) {}
+Device::~Device() = default;
+
+Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+    auto impl = DeviceImpl::open(addr, opts);
+    if (!impl) return impl.take_error();
+    return std::unique_ptr<Device>(new Device(std::move(*impl)));
+}
+
+const DeviceAttr& Device::attr() const { return impl_->attr(); }
+LinkState Device::link() const { return impl_->link(); }
+DeviceStats Device::stats() { return impl_->stats(); }
+dma::ProtectionDomain& Device::pd() { return impl_->pd(); }
+Result<CompletionQueue*> Device::create_cq(uint32_t cqe) { return impl_->create_cq(cqe); }
+Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) { return impl_->create_qp(attr); }
+Result<void> Device::configure_rss(const RssConfig& cfg) { return impl_->configure_rss(cfg); }
+Result<void> Device::set_multicast(std::span<const MacAddress> groups) { return impl_->set_multicast(groups); }
+int Device::event_fd() const { return impl_->event_fd(); }
+Event Device::next_event() { return impl_->next_event(); }
+Result<void> Device::reset() { return impl_->reset(); }
+vfio::Device& Device::vfio() { return impl_->vfio(); }
+vfio::Region& Device::bar0() { return impl_->bar0(); }
 
 }  // namespace vfab::e1000e

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "../intel/queue_set_impl.hpp"
-#include "vfab/drivers/e1000e.hpp"
+#include "device_impl.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::intel {
@@ -20,7 +20,7 @@ namespace vfab::e1000e {
 
 // EIAC masks a vector's causes again when it fires: one arm(), one notification. Causes
 // already handled are forgotten first.
-void Device::arm_vector(uint32_t, bool sends, bool recvs) {
+void DeviceImpl::arm_vector(uint32_t, bool sends, bool recvs) {
     const uint32_t c = (sends ? reg::ICR_TXQ0 : 0) | (recvs ? reg::ICR_RXQ0 : 0);
     if (!c) return;
     bar_->write32(reg::ICR, c);
@@ -28,7 +28,7 @@ void Device::arm_vector(uint32_t, bool sends, bool recvs) {
 }
 
 // §14.6 / §14.7: ring base and length, head = tail = 0, then enable.
-Result<void> Device::start_queues(const QueueRegs& q) {
+Result<void> DeviceImpl::start_queues(const QueueRegs& q) {
     bar_->write32(reg::RDBAL, uint32_t(q.rx_iova));
     bar_->write32(reg::RDBAH, uint32_t(q.rx_iova >> 32));
     bar_->write32(reg::RDLEN, q.rx_bytes);
@@ -53,7 +53,7 @@ Result<void> Device::start_queues(const QueueRegs& q) {
 
 // Receive and transmit off; the rings stay where they are until the QP's memory goes, and the
 // device no longer fetches from or writes to them.
-void Device::stop_queues(uint32_t) {
+void DeviceImpl::stop_queues(uint32_t) {
     if (removed_) return;
     bar_->write32(reg::RCTL, 0);
     bar_->write32(reg::TCTL, reg::TCTL_PSP);
@@ -69,7 +69,7 @@ void Device::stop_queues(uint32_t) {
     program_ivar(nullptr);   // the queue's causes go nowhere
 }
 
-Result<void> Device::configure_rss(const RssConfig&) {
+Result<void> DeviceImpl::configure_rss(const RssConfig&) {
     return Error{ENOTSUP, str_cat(attr_.address.to_string(), ": the 82574L driver uses one queue pair and offers no RSS "
                                                              "(attr().rss_table_size is 0)")};
 }

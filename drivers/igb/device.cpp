@@ -9,7 +9,7 @@
 #include "../common/queue_control.hpp"
 #include "../intel/intel_common.hpp"
 #include "vfab/drivers/igbvf.hpp"
-#include "vfab/drivers/igb.hpp"
+#include "device_impl.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::igb {
@@ -23,16 +23,16 @@ using intel::wait_until;
 
 }  // namespace
 
-Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+Result<std::unique_ptr<DeviceImpl>> DeviceImpl::open(const PciAddress& addr, const DeviceOptions& opts) {
     auto f = intel::open_function(addr, opts.vfio, kPciIds, "an Intel 82576 physical function (8086:10c9)", 0x20000,
                                   [](PciId id) { return contains(igbvf::kPciIds, id) ? ": it is a virtual function (igbvf)" : ""; });
     if (!f) return f.take_error();
-    std::unique_ptr<Device> dev(new Device(std::move(f->dev), f->bar, std::move(*f->events)));
+    std::unique_ptr<DeviceImpl> dev(new DeviceImpl(std::move(f->dev), f->bar, std::move(*f->events)));
     if (auto r = dev->init(opts); !r) return r.take_error();
     return dev;
 }
 
-Result<void> Device::init(const DeviceOptions& opts) {
+Result<void> DeviceImpl::init(const DeviceOptions& opts) {
     opts_ = opts;
     if (opts.mtu && (opts.mtu < 68 || opts.mtu > kMaxMtu))
         return Error{EINVAL, str_cat("igb: MTU ", opts.mtu, " is out of range: 68 to ", kMaxMtu, " (0: 1500)")};
@@ -78,7 +78,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
 }
 
 // §4.3.1 software reset: stop receive and transmit, let bus-master requests drain, CTRL.RST.
-Result<void> Device::hw_reset() {
+Result<void> DeviceImpl::hw_reset() {
     const std::string where = vfio_->address().to_string();
     bar_->write32(reg::IMC, ~0u);
     bar_->write32(reg::EIMC, ~0u);
@@ -93,7 +93,7 @@ Result<void> Device::hw_reset() {
 
 // Everything the driver relies on, whatever the reset left: link, address, MSI-X routing with
 // auto-clear and auto-mask (one notification per arm()), no throttling, checksums, RSS off.
-void Device::hw_setup() {
+void DeviceImpl::hw_setup() {
     bar_->write32(reg::CTRL_EXT, bar_->read32(reg::CTRL_EXT) | reg::CTRL_EXT_DRV_LOAD);
     uint32_t ctrl = bar_->read32(reg::CTRL);
     ctrl &= ~(reg::CTRL_FRCSPD | reg::CTRL_FRCDPX | reg::CTRL_PHY_RST | reg::CTRL_RST | reg::CTRL_GIO_MASTER_DISABLE |
@@ -139,19 +139,19 @@ void Device::hw_setup() {
     for (uint32_t v = 0; v < vectors_; ++v) vfio::drain_eventfd(msix_->eventfd(v));
 }
 
-LinkState Device::link() const { return intel::link_from_status(bar_->read32(reg::STATUS)); }
+LinkState DeviceImpl::link() const { return intel::link_from_status(bar_->read32(reg::STATUS)); }
 
-void Device::accumulate_stats() {
+void DeviceImpl::accumulate_stats() {
     if (!removed_) intel::accumulate_stats(*bar_, stats_);
 }
 
-DeviceStats Device::stats() {
+DeviceStats DeviceImpl::stats() {
     std::lock_guard lock(mu_);
     accumulate_stats();
     return stats_;
 }
 
-Event Device::next_event() {
+Event DeviceImpl::next_event() {
     std::lock_guard lock(mu_);
     if (removed_) return {};
     if (req_ && vfio::drain_eventfd(req_->eventfd(0))) {
@@ -172,7 +172,7 @@ Event Device::next_event() {
     return queue::link_change(link().up, link_up_);
 }
 
-Result<void> Device::reset() {
+Result<void> DeviceImpl::reset() {
     std::lock_guard lock(mu_);
     if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
     enter_error_state();
@@ -181,7 +181,7 @@ Result<void> Device::reset() {
     return {};
 }
 
-Device::~Device() {
+DeviceImpl::~DeviceImpl() {
     std::lock_guard lock(mu_);
     // Quiesce before anything is freed (rings and registered memory stop being DMA targets).
     stop_all_queues();
@@ -196,9 +196,40 @@ Device::~Device() {
     release_all();
 }
 
-Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
+Result<void> DeviceImpl::set_multicast(std::span<const MacAddress> groups) {
     std::lock_guard lock(mu_);
     return intel::set_pf_multicast(*bar_, reg::MTA, removed_, attr_.address, multicast_, groups);
 }
+
+
+// ---- Device: the public handle -------------------------------------------------------------
+
+Device::Device(std::unique_ptr<DeviceImpl> impl) : impl_(std::move(impl)) {}
+Device::~Device() = default;
+
+Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+    auto impl = DeviceImpl::open(addr, opts);
+    if (!impl) return impl.take_error();
+    return std::unique_ptr<Device>(new Device(std::move(*impl)));
+}
+
+const DeviceAttr& Device::attr() const { return impl_->attr(); }
+LinkState Device::link() const { return impl_->link(); }
+DeviceStats Device::stats() { return impl_->stats(); }
+dma::ProtectionDomain& Device::pd() { return impl_->pd(); }
+Result<CompletionQueue*> Device::create_cq(uint32_t cqe) { return impl_->create_cq(cqe); }
+Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) { return impl_->create_qp(attr); }
+Result<void> Device::configure_rss(const RssConfig& cfg) { return impl_->configure_rss(cfg); }
+Result<void> Device::set_multicast(std::span<const MacAddress> groups) { return impl_->set_multicast(groups); }
+int Device::event_fd() const { return impl_->event_fd(); }
+Event Device::next_event() { return impl_->next_event(); }
+Result<void> Device::reset() { return impl_->reset(); }
+vfio::Device& Device::vfio() { return impl_->vfio(); }
+vfio::Region& Device::bar0() { return impl_->bar0(); }
+Result<void> Device::enable_timestamps(const TimestampConfig& cfg) { return impl_->enable_timestamps(cfg); }
+uint64_t Device::clock_ns() { return impl_->clock_ns(); }
+void Device::set_clock_ns(uint64_t ns) { impl_->set_clock_ns(ns); }
+std::optional<uint64_t> Device::take_tx_timestamp() { return impl_->take_tx_timestamp(); }
+std::optional<RxTimestamp> Device::take_rx_timestamp() { return impl_->take_rx_timestamp(); }
 
 }  // namespace vfab::igb

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "../intel/queue_set_impl.hpp"
-#include "vfab/drivers/igb/queues.hpp"
+#include "queue_set.hpp"
 
 namespace vfab::intel {
 template class QueueSet<igb::QueueTraits>;

@@ -2,12 +2,12 @@
 // hashed packet types, over the physical function's queue pairs.
 #include <bit>
 
-#include "vfab/drivers/igb.hpp"
+#include "device_impl.hpp"
 #include "vfab/net/rss.hpp"
 
 namespace vfab::igb {
 
-Result<void> Device::configure_rss(const RssConfig& cfg) {
+Result<void> DeviceImpl::configure_rss(const RssConfig& cfg) {
     std::lock_guard lock(mu_);
     if (cfg.hash_types & ~attr_.rss_hash_types)
         return Error{EINVAL, str_cat("configure_rss: hash types 0x", std::hex, cfg.hash_types & ~attr_.rss_hash_types,
@@ -39,7 +39,7 @@ Result<void> Device::configure_rss(const RssConfig& cfg) {
 
 // RSSRK holds the key with byte 0 in the low byte of the first register; the 128 RETA entries
 // repeat the table, so entry hash % 128 names table[hash % size] (§7.1.2.8.1).
-void Device::write_rss() {
+void DeviceImpl::write_rss() {
     if (rss_types_ == 0) {
         bar_->write32(reg::MRQC, 0);
         return;

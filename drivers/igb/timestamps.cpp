@@ -6,11 +6,11 @@
 // The epoch is kept in software, as Linux's igb does for the 82576: SYSTIM runs free and
 // set_clock_ns() records an offset that every time read goes through. TIMADJ would step SYSTIM
 // itself, but QEMU adds it as two's complement where the 82576 takes sign and magnitude.
-#include "vfab/drivers/igb.hpp"
+#include "device_impl.hpp"
 
 namespace vfab::igb {
 
-Result<void> Device::enable_timestamps(const TimestampConfig& cfg) {
+Result<void> DeviceImpl::enable_timestamps(const TimestampConfig& cfg) {
     std::lock_guard lock(mu_);
     if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
     timestamps_ = cfg;
@@ -18,7 +18,7 @@ Result<void> Device::enable_timestamps(const TimestampConfig& cfg) {
     return {};
 }
 
-void Device::write_timestamps() {
+void DeviceImpl::write_timestamps() {
     if (!timestamps_) return;
     const TimestampConfig& cfg = *timestamps_;
     if (bar_->read32(reg::TIMINCA) != reg::TIMINCA_1NS) bar_->write32(reg::TIMINCA, reg::TIMINCA_1NS);
@@ -32,24 +32,24 @@ void Device::write_timestamps() {
 }
 
 // SYSTIML first: reading it latches SYSTIMH (§8.16.2).
-uint64_t Device::clock_ns() {
+uint64_t DeviceImpl::clock_ns() {
     const uint64_t lo = bar_->read32(reg::SYSTIML);
     return (lo | uint64_t(bar_->read32(reg::SYSTIMH)) << 32) + clock_offset_;
 }
 
-void Device::set_clock_ns(uint64_t ns) {
+void DeviceImpl::set_clock_ns(uint64_t ns) {
     std::lock_guard lock(mu_);
     clock_offset_ = 0;
     clock_offset_ = ns - clock_ns();   // modulo 2^64: a step back works as well
 }
 
-std::optional<uint64_t> Device::take_tx_timestamp() {
+std::optional<uint64_t> DeviceImpl::take_tx_timestamp() {
     if (removed_ || !(bar_->read32(reg::TSYNCTXCTL) & reg::TSYNC_VALID)) return std::nullopt;
     const uint64_t lo = bar_->read32(reg::TXSTMPL);
     return (lo | uint64_t(bar_->read32(reg::TXSTMPH)) << 32) + clock_offset_;   // reading the high half frees the latch
 }
 
-std::optional<RxTimestamp> Device::take_rx_timestamp() {
+std::optional<RxTimestamp> DeviceImpl::take_rx_timestamp() {
     if (removed_ || !(bar_->read32(reg::TSYNCRXCTL) & reg::TSYNC_VALID)) return std::nullopt;
     RxTimestamp t;
     const uint64_t lo = bar_->read32(reg::RXSTMPL);

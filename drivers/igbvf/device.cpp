@@ -10,7 +10,7 @@
 #include "../intel/intel_common.hpp"
 #include "mailbox.hpp"
 #include "vfab/drivers/igb.hpp"
-#include "vfab/drivers/igbvf.hpp"
+#include "device_impl.hpp"
 #include "vfab/drivers/igbvf/regs.hpp"
 #include "vfab/vfio/pci_sysfs.hpp"
 
@@ -34,22 +34,22 @@ bool valid_unicast(const MacAddress& m) {
 
 }  // namespace
 
-Device::Device(std::unique_ptr<vfio::Device> vdev, vfio::Region* bar, vfio::EventWaiter events)
+DeviceImpl::DeviceImpl(std::unique_ptr<vfio::Device> vdev, vfio::Region* bar, vfio::EventWaiter events)
     : QueueSet(std::move(vdev), bar), mbx_(std::make_unique<Mailbox>(*bar)), events_(std::move(events)) {}
 
-Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+Result<std::unique_ptr<DeviceImpl>> DeviceImpl::open(const PciAddress& addr, const DeviceOptions& opts) {
     if (opts.mac && !valid_unicast(*opts.mac))
         return Error{EINVAL, str_cat("igbvf: ", mac_string(*opts.mac), " is not a unicast address")};
     if (opts.pf_timeout_ms <= 0) return Error{EINVAL, "igbvf: pf_timeout_ms must be positive"};
     auto f = intel::open_function(addr, opts.vfio, kPciIds, "an Intel 82576 or I350 virtual function (8086:10ca, 8086:1520)",
                                   0x4000, [](PciId id) { return contains(igb::kPciIds, id) ? ": it is an 82576 physical function (igb)" : ""; });
     if (!f) return f.take_error();
-    std::unique_ptr<Device> dev(new Device(std::move(f->dev), f->bar, std::move(*f->events)));
+    std::unique_ptr<DeviceImpl> dev(new DeviceImpl(std::move(f->dev), f->bar, std::move(*f->events)));
     if (auto r = dev->init(opts); !r) return r.take_error();
     return dev;
 }
 
-Result<void> Device::init(const DeviceOptions& opts) {
+Result<void> DeviceImpl::init(const DeviceOptions& opts) {
     opts_ = opts;
     const std::string where = vfio_->address().to_string();
     const vfio::PciSysfs sysfs(opts.vfio.sysfs_root);
@@ -88,7 +88,7 @@ Result<void> Device::init(const DeviceOptions& opts) {
 }
 
 // What the PF's side looks like, for an error that says what to do about it.
-std::string Device::pf_state() const {
+std::string DeviceImpl::pf_state() const {
     if (pf_.empty()) return "this VF's PF is not visible here (a VF passed into a VM?): its driver must be running and its interface up";
     const vfio::PciSysfs sysfs(opts_.vfio.sysfs_root);
     const PciAddress pf = *PciAddress::parse(pf_);
@@ -104,7 +104,7 @@ std::string Device::pf_state() const {
 
 // One request and its reply's first words; a PF control message arriving first is handled and
 // skipped. Returns the reply's word 0 (ACK or NACK for the caller to judge).
-Result<uint32_t> Device::request(std::span<const uint32_t> words, std::span<uint32_t> reply, const char* what) {
+Result<uint32_t> DeviceImpl::request(std::span<const uint32_t> words, std::span<uint32_t> reply, const char* what) {
     const auto timeout = std::chrono::milliseconds(opts_.pf_timeout_ms);
     const std::string where = vfio_->address().to_string();
     // A mailbox failure: the PF reset (ECONNRESET) or did not answer (ETIMEDOUT), and what its side looks like.
@@ -123,7 +123,7 @@ Result<uint32_t> Device::request(std::span<const uint32_t> words, std::span<uint
 // The VF reset handshake (Linux igbvf e1000_reset_hw_vf): reset the VF, wait until the PF is
 // not resetting (RSTI clear), VF_RESET (the PF answers with the MAC it assigned and clears the
 // VF to send), then this driver's settings: MAC, frame size, multicast, promiscuous modes.
-Result<void> Device::handshake() {
+Result<void> DeviceImpl::handshake() {
     const std::string where = vfio_->address().to_string();
     const auto timeout = std::chrono::milliseconds(opts_.pf_timeout_ms);
     cts_ = false;
@@ -187,7 +187,7 @@ Result<void> Device::handshake() {
 // Vector 0 for the completion queue: auto-clear and auto-mask, one notification per arm().
 // The mailbox on the vector QEMU raises (1) and the one hardware raises (2); IVAR_MISC's
 // field is a vector number on hardware and a bit mask in QEMU, and 2 means one of those two.
-void Device::setup_interrupts() {
+void DeviceImpl::setup_interrupts() {
     for (uint32_t v = 0; v < reg::kVectors; ++v) bar_->write32(reg::VTEITR0 + 4 * v, 0);
     bar_->write32(reg::VTIVAR_MISC, reg::IVAR_VALID | 2);
     bar_->write32(reg::VTEIAC, (1u << reg::kVectors) - 1);
@@ -196,13 +196,13 @@ void Device::setup_interrupts() {
     bar_->write32(reg::VTEIMS, kMailboxVectors);
 }
 
-LinkState Device::link() const {
+LinkState DeviceImpl::link() const {
     LinkState l = intel::link_from_status(bar_->read32(reg::VTSTATUS));
     if (!cts_) l = {};
     return l;
 }
 
-DeviceStats Device::stats() {
+DeviceStats DeviceImpl::stats() {
     std::lock_guard lock(mu_);
     if (!removed_) {
         uint64_t* fields[] = {&stats_.rx_packets, &stats_.tx_packets, &stats_.rx_bytes, &stats_.tx_bytes, &stats_.rx_multicast};
@@ -217,14 +217,14 @@ DeviceStats Device::stats() {
 }
 
 // SET_MULTICAST: the count in MSGINFO, then the 12-bit hashes two to a word. The PF's reply.
-Result<uint32_t> Device::send_multicast(std::span<const uint16_t> hashes) {
+Result<uint32_t> DeviceImpl::send_multicast(std::span<const uint16_t> hashes) {
     uint32_t m[1 + msg::kMaxMulticast / 2] = {msg::SET_MULTICAST | uint32_t(hashes.size()) << msg::INFO_SHIFT};
     for (size_t i = 0; i < hashes.size(); ++i) m[1 + i / 2] |= uint32_t(hashes[i]) << (16 * (i % 2));
     uint32_t reply[1];
     return request(std::span(m, 1 + (hashes.size() + 1) / 2), reply, "set multicast");
 }
 
-Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
+Result<void> DeviceImpl::set_multicast(std::span<const MacAddress> groups) {
     std::lock_guard lock(mu_);
     if (auto r = intel::check_multicast_groups(groups, msg::kMaxMulticast); !r) return r;
     if (removed_ || !cts_) return Error{EAGAIN, "set_multicast: the PF has not cleared this VF to run; reset() first"};
@@ -237,7 +237,7 @@ Result<void> Device::set_multicast(std::span<const MacAddress> groups) {
     return {};
 }
 
-Result<void> Device::set_promiscuous(bool unicast, bool all_multicast) {
+Result<void> DeviceImpl::set_promiscuous(bool unicast, bool all_multicast) {
     std::lock_guard lock(mu_);
     if (removed_ || !cts_) return Error{EAGAIN, "set_promiscuous: the PF has not cleared this VF to run; reset() first"};
     const uint32_t modes = (unicast ? msg::PROMISC_UNICAST : 0) | (all_multicast ? msg::PROMISC_MULTICAST : 0);
@@ -254,17 +254,17 @@ Result<void> Device::set_promiscuous(bool unicast, bool all_multicast) {
     return {};
 }
 
-Result<void> Device::configure_rss(const RssConfig&) {
+Result<void> DeviceImpl::configure_rss(const RssConfig&) {
     return Error{ENOTSUP, str_cat(vfio_->address().to_string(), ": a VF has one queue pair here; RSS is the PF's to configure")};
 }
 
 // The PF took back this VF's clearance (it is going down or resetting): the queues stop.
-void Device::lose_pf() {
+void DeviceImpl::lose_pf() {
     cts_ = false;
     enter_error_state();
 }
 
-Event Device::next_event() {
+Event DeviceImpl::next_event() {
     std::lock_guard lock(mu_);
     if (removed_) return {};
     if (req_ && vfio::drain_eventfd(req_->eventfd(0))) {
@@ -295,7 +295,7 @@ Event Device::next_event() {
     return queue::link_change(link().up, link_up_);
 }
 
-Result<void> Device::reset() {
+Result<void> DeviceImpl::reset() {
     std::lock_guard lock(mu_);
     if (removed_) return Error{ENODEV, str_cat(attr_.address.to_string(), ": the device was removed; close it")};
     enter_error_state();
@@ -305,7 +305,7 @@ Result<void> Device::reset() {
     return {};
 }
 
-Device::~Device() {
+DeviceImpl::~DeviceImpl() {
     std::lock_guard lock(mu_);
     // Quiesce before anything is freed; the VF reset also tells the PF this VF is gone.
     stop_all_queues();
@@ -317,5 +317,35 @@ Device::~Device() {
     (void)vfio_->disable_interrupts(vfio::IrqIndex::msix);
     release_all();
 }
+
+
+// ---- Device: the public handle -------------------------------------------------------------
+
+Device::Device(std::unique_ptr<DeviceImpl> impl) : impl_(std::move(impl)) {}
+Device::~Device() = default;
+
+Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
+    auto impl = DeviceImpl::open(addr, opts);
+    if (!impl) return impl.take_error();
+    return std::unique_ptr<Device>(new Device(std::move(*impl)));
+}
+
+const DeviceAttr& Device::attr() const { return impl_->attr(); }
+LinkState Device::link() const { return impl_->link(); }
+DeviceStats Device::stats() { return impl_->stats(); }
+dma::ProtectionDomain& Device::pd() { return impl_->pd(); }
+Result<CompletionQueue*> Device::create_cq(uint32_t cqe) { return impl_->create_cq(cqe); }
+Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) { return impl_->create_qp(attr); }
+Result<void> Device::configure_rss(const RssConfig& cfg) { return impl_->configure_rss(cfg); }
+Result<void> Device::set_multicast(std::span<const MacAddress> groups) { return impl_->set_multicast(groups); }
+int Device::event_fd() const { return impl_->event_fd(); }
+Event Device::next_event() { return impl_->next_event(); }
+Result<void> Device::reset() { return impl_->reset(); }
+vfio::Device& Device::vfio() { return impl_->vfio(); }
+vfio::Region& Device::bar0() { return impl_->bar0(); }
+Result<void> Device::set_promiscuous(bool unicast, bool all_multicast) {
+    return impl_->set_promiscuous(unicast, all_multicast);
+}
+const std::string& Device::pf_address() const { return impl_->pf_address(); }
 
 }  // namespace vfab::igbvf

@@ -1,4 +1,4 @@
-// The control path of intel::QueueSet (include/vfab/drivers/intel/queue_set.hpp), private to
+// The control path of intel::QueueSet (queue_set.hpp), private to
 // the Intel drivers: each driver includes it once and instantiates the set for its traits
 // (`template class intel::QueueSet<QueueTraits>;` and the same for its completion queue and
 // queue pair).
@@ -8,7 +8,7 @@
 
 #include "../common/queue_control.hpp"
 #include "queue_rings.hpp"
-#include "vfab/drivers/intel/queue_set.hpp"
+#include "queue_set.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::intel {

@@ -23,7 +23,6 @@
 #include <atomic>
 #include <cerrno>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
@@ -119,13 +118,25 @@ using QueuePair = intel::QueuePair<QueueTraits>;
 using QpInitAttr = intel::QpInitAttr<QueueTraits>;
 
 // One queue pair (queue 0), up to kMaxCq completion queues.
-class Device final : public intel::QueueSet<QueueTraits> {
+class DeviceImpl;   // the control path: drivers/e1000e/device_impl.hpp
+
+class Device {
 public:
     static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
     ~Device();
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
 
+    const DeviceAttr& attr() const;
     LinkState link() const;
     DeviceStats stats();
+    dma::ProtectionDomain& pd();
+
+    // Up to kMaxCq completion queues, each on its own MSI-X vector; `cqe` is a capacity hint
+    // (completions are read from the rings, so a CQ cannot overflow).
+    Result<CompletionQueue*> create_cq(uint32_t cqe);
+    // The one queue pair; a completion queue takes its sends, its receives or both.
+    Result<QueuePair*> create_qp(const QpInitAttr& attr);
 
     // ENOTSUP: one queue pair, no RSS (attr().rss_table_size is 0).
     Result<void> configure_rss(const RssConfig& cfg);
@@ -136,33 +147,20 @@ public:
     // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
     // returns it (EventType::none when there is none). Put event_fd() in the application's
     // epoll set, or call next_event() now and then: a device removal waits for it.
-    int event_fd() const { return events_.fd(); }
+    int event_fd() const;
     Event next_event();
 
     // Resets the device. Queue pairs go to the error state (outstanding WRs complete with
     // wr_flush_error); destroy and create them again.
     Result<void> reset();
 
-private:
-    Device(std::unique_ptr<vfio::Device> vdev, vfio::Region* bar, vfio::EventWaiter events)
-        : QueueSet(std::move(vdev), bar), events_(std::move(events)) {}
-    Result<void> init(const DeviceOptions& opts);
-    Result<void> hw_reset();
-    Result<void> hw_setup();
-    Result<void> start_queues(const QueueRegs& q) override;
-    void stop_queues(uint32_t q) override;
-    void arm_vector(uint32_t vector, bool sends, bool recvs) override;
-    void enter_error_state();
-    void program_ivar(const QueueRegs* q);   // routes queue 0's causes to its CQs' vectors (null: none)
-    void accumulate_stats();
+    // Provider extensions: the VFIO device and its register BAR.
+    vfio::Device& vfio();
+    vfio::Region& bar0();
 
-    vfio::Interrupts* req_ = nullptr;
-    vfio::Interrupts* err_ = nullptr;
-    vfio::EventWaiter events_;
-    DeviceOptions opts_;
-    DeviceStats stats_;
-    bool link_up_ = false;
-    std::vector<MacAddress> multicast_;   // set_multicast()
+private:
+    explicit Device(std::unique_ptr<DeviceImpl> impl);
+    std::unique_ptr<DeviceImpl> impl_;
 };
 
 // The driver's classes by role, for code written once for every driver

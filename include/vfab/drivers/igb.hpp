@@ -54,13 +54,27 @@ inline constexpr uint32_t kMaxMtu = 8000;
 
 // IEEE 1588 (datasheet §7.9): TimestampConfig and RxTimestamp are vfab's (types.hpp).
 
-class Device final : public QueueSet {
+class DeviceImpl;   // the control path: drivers/igb/device_impl.hpp
+
+class Device {
 public:
     static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
     ~Device();
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
 
+    const DeviceAttr& attr() const;
     LinkState link() const;
     DeviceStats stats();
+    dma::ProtectionDomain& pd();
+
+    // One MSI-X vector per completion queue (attr().max_cq of them). `cqe` is a capacity hint
+    // (completions are read from the queues' own rings, so a CQ cannot overflow).
+    Result<CompletionQueue*> create_cq(uint32_t cqe);
+    // Up to attr().max_qp queue pairs, the lowest free queue index first; each starts at once
+    // (the others keep running). A completion queue takes the sends of one queue pair and the
+    // receives of one.
+    Result<QueuePair*> create_qp(const QpInitAttr& attr);
 
     // RSS over the queue pairs (§7.1.2.8): a table of 1 to 128 queue indices (a power of 2;
     // repeated over the device's 128 entries), a 40-byte key (empty: net::kDefaultRssKey),
@@ -82,33 +96,18 @@ public:
     std::optional<uint64_t> take_tx_timestamp();
     std::optional<RxTimestamp> take_rx_timestamp();
 
-    int event_fd() const { return events_.fd(); }
+    int event_fd() const;
     Event next_event();
     // Resets the device: every queue pair goes to the error state (WRs flush).
     Result<void> reset();
 
-private:
-    Device(std::unique_ptr<vfio::Device> vdev, vfio::Region* bar, vfio::EventWaiter events)
-        : QueueSet(std::move(vdev), bar), events_(std::move(events)) {}
-    Result<void> init(const DeviceOptions& opts);
-    Result<void> hw_reset();
-    void hw_setup();
-    void accumulate_stats();
-    void write_rss();
-    void write_timestamps();
+    // Provider extensions: the VFIO device and its register BAR.
+    vfio::Device& vfio();
+    vfio::Region& bar0();
 
-    vfio::Interrupts* req_ = nullptr;
-    vfio::EventWaiter events_;
-    DeviceOptions opts_;
-    DeviceStats stats_;
-    uint32_t vectors_ = 0, other_vector_ = 0;
-    bool link_up_ = false;
-    std::array<uint8_t, reg::kRssKeyBytes> rss_key_{};
-    std::vector<uint16_t> rss_table_;
-    uint32_t rss_types_ = 0;
-    std::vector<MacAddress> multicast_;   // set_multicast()
-    std::optional<TimestampConfig> timestamps_;
-    uint64_t clock_offset_ = 0;   // set_clock_ns(): added to SYSTIM and the latched times
+private:
+    explicit Device(std::unique_ptr<DeviceImpl> impl);
+    std::unique_ptr<DeviceImpl> impl_;
 };
 
 // The driver's classes by role, for code written once for every driver

@@ -44,7 +44,6 @@ inline constexpr PciId kPciIds[] = {
 };
 
 using vfab::MacAddress;
-class Mailbox;
 
 struct DeviceOptions {
     vfio::DeviceOptions vfio;
@@ -57,14 +56,25 @@ struct DeviceOptions {
     dma::PdOptions pd;
 };
 
-class Device final : public igb::QueueSet {
+class DeviceImpl;   // the control path: drivers/igbvf/device_impl.hpp
+
+class Device {
 public:
     static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
     ~Device();
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
 
+    const DeviceAttr& attr() const;
     // Up when the port's link is up and the PF has cleared this VF to send (CTS).
     LinkState link() const;
     DeviceStats stats();
+    dma::ProtectionDomain& pd();
+
+    // Up to attr().max_cq completion queues on MSI-X vectors; `cqe` is a capacity hint.
+    Result<CompletionQueue*> create_cq(uint32_t cqe);
+    // The VF's one queue pair.
+    Result<QueuePair*> create_qp(const QpInitAttr& attr);
 
     // The multicast groups this VF receives (up to 30; the PF programs its hash filter).
     Result<void> set_multicast(std::span<const MacAddress> groups);
@@ -74,37 +84,21 @@ public:
     // The PF owns RSS: ENOTSUP.
     Result<void> configure_rss(const RssConfig& cfg);
 
-    int event_fd() const { return events_.fd(); }
+    int event_fd() const;
     Event next_event();
     // The VF reset handshake again (after device_reset, once the PF is back): the queue pair
     // goes to the error state; destroy it and create it again.
     Result<void> reset();
     // The PF this VF belongs to ("0000:00:0a.0"), for messages and tools.
-    const std::string& pf_address() const { return pf_; }
+    const std::string& pf_address() const;
+
+    // Provider extensions: the VFIO device and its register BAR.
+    vfio::Device& vfio();
+    vfio::Region& bar0();
 
 private:
-    Device(std::unique_ptr<vfio::Device> vdev, vfio::Region* bar, vfio::EventWaiter events);
-    Result<void> init(const DeviceOptions& opts);
-    Result<void> handshake();
-    Result<uint32_t> request(std::span<const uint32_t> words, std::span<uint32_t> reply, const char* what);
-    Result<uint32_t> send_multicast(std::span<const uint16_t> hashes);
-    void setup_interrupts();
-    void lose_pf();
-    std::string pf_state() const;
-
-    std::unique_ptr<Mailbox> mbx_;
-    vfio::Interrupts* req_ = nullptr;
-    vfio::EventWaiter events_;
-    DeviceOptions opts_;
-    DeviceStats stats_;
-    uint32_t raw_[5] = {};   // the last readings of the VF's free-running counters (kCounters)
-    std::string pf_;
-    // The PF completed this VF's reset and has not taken it back; link() reads it from any thread.
-    std::atomic<bool> cts_{false};
-    bool link_up_ = false;
-    bool reset_reported_ = false;
-    std::vector<uint16_t> multicast_;   // replayed after every reset
-    uint32_t promisc_ = 0;
+    explicit Device(std::unique_ptr<DeviceImpl> impl);
+    std::unique_ptr<DeviceImpl> impl_;
 };
 
 // The driver's classes by role, for code written once for every driver

@@ -1,0 +1,61 @@
+// The e1000e device's control path, private to the driver: bring-up, link, events, reset and
+// the 82574L's queue steps over intel::QueueSet. The public e1000e::Device
+// (include/vfab/drivers/e1000e.hpp) is a handle on it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "../intel/queue_set.hpp"
+#include "vfab/drivers/e1000e.hpp"
+#include "vfab/vfio/event_wait.hpp"
+
+namespace vfab::e1000e {
+
+class DeviceImpl final : public intel::QueueSet<QueueTraits> {
+public:
+    static Result<std::unique_ptr<DeviceImpl>> open(const PciAddress& addr, const DeviceOptions& opts = {});
+    ~DeviceImpl();
+
+    LinkState link() const;
+    DeviceStats stats();
+
+    // ENOTSUP: one queue pair, no RSS (attr().rss_table_size is 0).
+    Result<void> configure_rss(const RssConfig& cfg);
+    // The multicast groups the device receives besides broadcast (its 4096-bit hash filter:
+    // a frame of another group that hashes alike gets through too); kept across reset().
+    Result<void> set_multicast(std::span<const MacAddress> groups);
+
+    // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
+    // returns it (EventType::none when there is none). Put event_fd() in the application's
+    // epoll set, or call next_event() now and then: a device removal waits for it.
+    int event_fd() const { return events_.fd(); }
+    Event next_event();
+
+    // Resets the device. Queue pairs go to the error state (outstanding WRs complete with
+    // wr_flush_error); destroy and create them again.
+    Result<void> reset();
+
+private:
+    DeviceImpl(std::unique_ptr<vfio::Device> vdev, vfio::Region* bar, vfio::EventWaiter events)
+        : QueueSet(std::move(vdev), bar), events_(std::move(events)) {}
+    Result<void> init(const DeviceOptions& opts);
+    Result<void> hw_reset();
+    Result<void> hw_setup();
+    Result<void> start_queues(const QueueRegs& q) override;
+    void stop_queues(uint32_t q) override;
+    void arm_vector(uint32_t vector, bool sends, bool recvs) override;
+    void enter_error_state();
+    void program_ivar(const QueueRegs* q);   // routes queue 0's causes to its CQs' vectors (null: none)
+    void accumulate_stats();
+
+    vfio::Interrupts* req_ = nullptr;
+    vfio::Interrupts* err_ = nullptr;
+    vfio::EventWaiter events_;
+    DeviceOptions opts_;
+    DeviceStats stats_;
+    bool link_up_ = false;
+    std::vector<MacAddress> multicast_;   // set_multicast()
+};
+
+}  // namespace vfab::e1000e
