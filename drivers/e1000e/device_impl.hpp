@@ -14,26 +14,15 @@ namespace vfab::e1000e {
 
 class DeviceImpl final : public intel::QueueSet<QueueTraits> {
 public:
+    // The calls of the public Device (include/vfab/drivers/e1000e.hpp documents them).
     static Result<std::unique_ptr<DeviceImpl>> open(const PciAddress& addr, const DeviceOptions& opts = {});
     ~DeviceImpl();
-
     LinkState link() const;
     DeviceStats stats();
-
-    // ENOTSUP: one queue pair, no RSS (attr().rss_table_size is 0).
     Result<void> configure_rss(const RssConfig& cfg);
-    // The multicast groups the device receives besides broadcast (its 4096-bit hash filter:
-    // a frame of another group that hashes alike gets through too); kept across reset().
     Result<void> set_multicast(std::span<const MacAddress> groups);
-
-    // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
-    // returns it (EventType::none when there is none). Put event_fd() in the application's
-    // epoll set, or call next_event() now and then: a device removal waits for it.
     int event_fd() const { return events_.fd(); }
     Event next_event();
-
-    // Resets the device. Queue pairs go to the error state (outstanding WRs complete with
-    // wr_flush_error); destroy and create them again.
     Result<void> reset();
 
 private:

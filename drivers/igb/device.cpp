@@ -9,6 +9,7 @@
 #include "../common/queue_control.hpp"
 #include "../intel/intel_common.hpp"
 #include "vfab/drivers/igbvf.hpp"
+#include "../intel/device_handle_impl.hpp"
 #include "device_impl.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
@@ -201,31 +202,16 @@ Result<void> DeviceImpl::set_multicast(std::span<const MacAddress> groups) {
     return intel::set_pf_multicast(*bar_, reg::MTA, removed_, attr_.address, multicast_, groups);
 }
 
+}  // namespace vfab::igb
 
-// ---- Device: the public handle -------------------------------------------------------------
+// The public handle: intel::DeviceHandle's calls, and the driver's own below.
+template class vfab::intel::DeviceHandle<vfab::igb::Device, vfab::igb::DeviceImpl, vfab::igb::QueueTraits,
+                                         vfab::igb::DeviceOptions>;
 
-Device::Device(std::unique_ptr<DeviceImpl> impl) : impl_(std::move(impl)) {}
-Device::~Device() = default;
+namespace vfab::igb {
 
-Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
-    auto impl = DeviceImpl::open(addr, opts);
-    if (!impl) return impl.take_error();
-    return std::unique_ptr<Device>(new Device(std::move(*impl)));
-}
+Device::Device(std::unique_ptr<DeviceImpl> impl) : DeviceHandle(std::move(impl)) {}
 
-const DeviceAttr& Device::attr() const { return impl_->attr(); }
-LinkState Device::link() const { return impl_->link(); }
-DeviceStats Device::stats() { return impl_->stats(); }
-dma::ProtectionDomain& Device::pd() { return impl_->pd(); }
-Result<CompletionQueue*> Device::create_cq(uint32_t cqe) { return impl_->create_cq(cqe); }
-Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) { return impl_->create_qp(attr); }
-Result<void> Device::configure_rss(const RssConfig& cfg) { return impl_->configure_rss(cfg); }
-Result<void> Device::set_multicast(std::span<const MacAddress> groups) { return impl_->set_multicast(groups); }
-int Device::event_fd() const { return impl_->event_fd(); }
-Event Device::next_event() { return impl_->next_event(); }
-Result<void> Device::reset() { return impl_->reset(); }
-vfio::Device& Device::vfio() { return impl_->vfio(); }
-vfio::Region& Device::bar0() { return impl_->bar0(); }
 Result<void> Device::enable_timestamps(const TimestampConfig& cfg) { return impl_->enable_timestamps(cfg); }
 uint64_t Device::clock_ns() { return impl_->clock_ns(); }
 void Device::set_clock_ns(uint64_t ns) { impl_->set_clock_ns(ns); }

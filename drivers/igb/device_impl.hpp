@@ -12,35 +12,20 @@ namespace vfab::igb {
 
 class DeviceImpl final : public QueueSet {
 public:
+    // The calls of the public Device (include/vfab/drivers/igb.hpp documents them).
     static Result<std::unique_ptr<DeviceImpl>> open(const PciAddress& addr, const DeviceOptions& opts = {});
     ~DeviceImpl();
-
     LinkState link() const;
     DeviceStats stats();
-
-    // RSS over the queue pairs (§7.1.2.8): a table of 1 to 128 queue indices (a power of 2;
-    // repeated over the device's 128 entries), a 40-byte key (empty: net::kDefaultRssKey),
-    // RssHash types. Frames RSS does not hash go to table[0]. hash_types 0: all to queue 0.
     Result<void> configure_rss(const RssConfig& cfg);
-    // The multicast groups the device receives besides broadcast (its 4096-bit hash filter:
-    // a frame of another group that hashes alike gets through too); kept across reset().
     Result<void> set_multicast(std::span<const MacAddress> groups);
-
-    // Starts the clock counting nanoseconds (SYSTIM; on QEMU, the virtual time) and the latches
-    // cfg asks for; kept across reset(). A receive completion whose frame latched has
-    // wc_timestamped.
     Result<void> enable_timestamps(const TimestampConfig& cfg);
     uint64_t clock_ns();
-    // Sets the clock's reading to `ns` (e.g. CLOCK_REALTIME's, or a PTP master's): every later
-    // clock_ns() and latched time counts from there. Until then the epoch is the device's.
     void set_clock_ns(uint64_t ns);
-    // The latched time, if one is waiting; taking it frees the latch for the next frame.
     std::optional<uint64_t> take_tx_timestamp();
     std::optional<RxTimestamp> take_rx_timestamp();
-
     int event_fd() const { return events_.fd(); }
     Event next_event();
-    // Resets the device: every queue pair goes to the error state (WRs flush).
     Result<void> reset();
 
 private:

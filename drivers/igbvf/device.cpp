@@ -10,6 +10,7 @@
 #include "../intel/intel_common.hpp"
 #include "mailbox.hpp"
 #include "vfab/drivers/igb.hpp"
+#include "../intel/device_handle_impl.hpp"
 #include "device_impl.hpp"
 #include "vfab/drivers/igbvf/regs.hpp"
 #include "vfab/vfio/pci_sysfs.hpp"
@@ -318,31 +319,16 @@ DeviceImpl::~DeviceImpl() {
     release_all();
 }
 
+}  // namespace vfab::igbvf
 
-// ---- Device: the public handle -------------------------------------------------------------
+// The public handle: intel::DeviceHandle's calls, and the driver's own below.
+template class vfab::intel::DeviceHandle<vfab::igbvf::Device, vfab::igbvf::DeviceImpl, vfab::igb::QueueTraits,
+                                         vfab::igbvf::DeviceOptions>;
 
-Device::Device(std::unique_ptr<DeviceImpl> impl) : impl_(std::move(impl)) {}
-Device::~Device() = default;
+namespace vfab::igbvf {
 
-Result<std::unique_ptr<Device>> Device::open(const PciAddress& addr, const DeviceOptions& opts) {
-    auto impl = DeviceImpl::open(addr, opts);
-    if (!impl) return impl.take_error();
-    return std::unique_ptr<Device>(new Device(std::move(*impl)));
-}
+Device::Device(std::unique_ptr<DeviceImpl> impl) : DeviceHandle(std::move(impl)) {}
 
-const DeviceAttr& Device::attr() const { return impl_->attr(); }
-LinkState Device::link() const { return impl_->link(); }
-DeviceStats Device::stats() { return impl_->stats(); }
-dma::ProtectionDomain& Device::pd() { return impl_->pd(); }
-Result<CompletionQueue*> Device::create_cq(uint32_t cqe) { return impl_->create_cq(cqe); }
-Result<QueuePair*> Device::create_qp(const QpInitAttr& attr) { return impl_->create_qp(attr); }
-Result<void> Device::configure_rss(const RssConfig& cfg) { return impl_->configure_rss(cfg); }
-Result<void> Device::set_multicast(std::span<const MacAddress> groups) { return impl_->set_multicast(groups); }
-int Device::event_fd() const { return impl_->event_fd(); }
-Event Device::next_event() { return impl_->next_event(); }
-Result<void> Device::reset() { return impl_->reset(); }
-vfio::Device& Device::vfio() { return impl_->vfio(); }
-vfio::Region& Device::bar0() { return impl_->bar0(); }
 Result<void> Device::set_promiscuous(bool unicast, bool all_multicast) {
     return impl_->set_promiscuous(unicast, all_multicast);
 }

@@ -13,27 +13,17 @@ namespace vfab::igbvf {
 
 class DeviceImpl final : public igb::QueueSet {
 public:
+    // The calls of the public Device (include/vfab/drivers/igbvf.hpp documents them).
     static Result<std::unique_ptr<DeviceImpl>> open(const PciAddress& addr, const DeviceOptions& opts = {});
     ~DeviceImpl();
-
-    // Up when the port's link is up and the PF has cleared this VF to send (CTS).
     LinkState link() const;
     DeviceStats stats();
-
-    // The multicast groups this VF receives (up to 30; the PF programs its hash filter).
     Result<void> set_multicast(std::span<const MacAddress> groups);
-    // Promiscuous modes are the PF's to grant: Linux's igb allows all-multicast and refuses
-    // unicast promiscuous mode (an error naming the refusal).
     Result<void> set_promiscuous(bool unicast, bool all_multicast);
-    // The PF owns RSS: ENOTSUP.
     Result<void> configure_rss(const RssConfig& cfg);
-
     int event_fd() const { return events_.fd(); }
     Event next_event();
-    // The VF reset handshake again (after device_reset, once the PF is back): the queue pair
-    // goes to the error state; destroy it and create it again.
     Result<void> reset();
-    // The PF this VF belongs to ("0000:00:0a.0"), for messages and tools.
     const std::string& pf_address() const { return pf_; }
 
 private:

@@ -34,6 +34,7 @@
 #include "vfab/drivers/common/completion_queue.hpp"
 #include "vfab/drivers/e1000e/regs.hpp"
 #include "vfab/drivers/intel/queue_pair.hpp"
+#include "vfab/drivers/intel/device_handle.hpp"
 #include "vfab/drivers/intel/queue_set.hpp"
 #include "vfab/mmio.hpp"
 #include "vfab/net/checksum.hpp"
@@ -120,47 +121,14 @@ using QpInitAttr = intel::QpInitAttr<QueueTraits>;
 // One queue pair (queue 0), up to kMaxCq completion queues.
 class DeviceImpl;   // the control path: drivers/e1000e/device_impl.hpp
 
-class Device {
-public:
-    static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
-    ~Device();
-    Device(const Device&) = delete;
-    Device& operator=(const Device&) = delete;
-
-    const DeviceAttr& attr() const;
-    LinkState link() const;
-    DeviceStats stats();
-    dma::ProtectionDomain& pd();
-
-    // Up to kMaxCq completion queues, each on its own MSI-X vector; `cqe` is a capacity hint
-    // (completions are read from the rings, so a CQ cannot overflow).
-    Result<CompletionQueue*> create_cq(uint32_t cqe);
-    // The one queue pair; a completion queue takes its sends, its receives or both.
-    Result<QueuePair*> create_qp(const QpInitAttr& attr);
-
-    // ENOTSUP: one queue pair, no RSS (attr().rss_table_size is 0).
-    Result<void> configure_rss(const RssConfig& cfg);
-    // The multicast groups the device receives besides broadcast (its 4096-bit hash filter:
-    // a frame of another group that hashes alike gets through too); kept across reset().
-    Result<void> set_multicast(std::span<const MacAddress> groups);
-
-    // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
-    // returns it (EventType::none when there is none). Put event_fd() in the application's
-    // epoll set, or call next_event() now and then: a device removal waits for it.
-    int event_fd() const;
-    Event next_event();
-
-    // Resets the device. Queue pairs go to the error state (outstanding WRs complete with
-    // wr_flush_error); destroy and create them again.
-    Result<void> reset();
-
-    // Provider extensions: the VFIO device and its register BAR.
-    vfio::Device& vfio();
-    vfio::Region& bar0();
+// One queue pair (queue 0), up to kMaxCq completion queues; no RSS (configure_rss: ENOTSUP;
+// attr().rss_table_size is 0); a 4096-bit multicast hash filter (a frame of another group
+// that hashes alike gets through too).
+class Device final : public intel::DeviceHandle<Device, DeviceImpl, QueueTraits, DeviceOptions> {
 
 private:
+    friend class intel::DeviceHandle<Device, DeviceImpl, QueueTraits, DeviceOptions>;
     explicit Device(std::unique_ptr<DeviceImpl> impl);
-    std::unique_ptr<DeviceImpl> impl_;
 };
 
 // The driver's classes by role, for code written once for every driver

@@ -19,6 +19,7 @@
 #include <optional>
 #include <vector>
 
+#include "vfab/drivers/intel/device_handle.hpp"
 #include "vfab/pci_id.hpp"
 #include "vfab/drivers/igb/queues.hpp"
 #include "vfab/drivers/igb/regs.hpp"
@@ -56,34 +57,11 @@ inline constexpr uint32_t kMaxMtu = 8000;
 
 class DeviceImpl;   // the control path: drivers/igb/device_impl.hpp
 
-class Device {
+// Up to 16 queue pairs. configure_rss (§7.1.2.8): a table of 1 to 128 queue indices (a power
+// of 2; repeated over the device's 128 entries), a 40-byte key (empty: net::kDefaultRssKey),
+// RssHash types; frames RSS does not hash go to table[0]; hash_types 0: all to queue 0.
+class Device final : public intel::DeviceHandle<Device, DeviceImpl, QueueTraits, DeviceOptions> {
 public:
-    static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
-    ~Device();
-    Device(const Device&) = delete;
-    Device& operator=(const Device&) = delete;
-
-    const DeviceAttr& attr() const;
-    LinkState link() const;
-    DeviceStats stats();
-    dma::ProtectionDomain& pd();
-
-    // One MSI-X vector per completion queue (attr().max_cq of them). `cqe` is a capacity hint
-    // (completions are read from the queues' own rings, so a CQ cannot overflow).
-    Result<CompletionQueue*> create_cq(uint32_t cqe);
-    // Up to attr().max_qp queue pairs, the lowest free queue index first; each starts at once
-    // (the others keep running). A completion queue takes the sends of one queue pair and the
-    // receives of one.
-    Result<QueuePair*> create_qp(const QpInitAttr& attr);
-
-    // RSS over the queue pairs (§7.1.2.8): a table of 1 to 128 queue indices (a power of 2;
-    // repeated over the device's 128 entries), a 40-byte key (empty: net::kDefaultRssKey),
-    // RssHash types. Frames RSS does not hash go to table[0]. hash_types 0: all to queue 0.
-    Result<void> configure_rss(const RssConfig& cfg);
-    // The multicast groups the device receives besides broadcast (its 4096-bit hash filter:
-    // a frame of another group that hashes alike gets through too); kept across reset().
-    Result<void> set_multicast(std::span<const MacAddress> groups);
-
     // Starts the clock counting nanoseconds (SYSTIM; on QEMU, the virtual time) and the latches
     // cfg asks for; kept across reset(). A receive completion whose frame latched has
     // wc_timestamped.
@@ -96,18 +74,9 @@ public:
     std::optional<uint64_t> take_tx_timestamp();
     std::optional<RxTimestamp> take_rx_timestamp();
 
-    int event_fd() const;
-    Event next_event();
-    // Resets the device: every queue pair goes to the error state (WRs flush).
-    Result<void> reset();
-
-    // Provider extensions: the VFIO device and its register BAR.
-    vfio::Device& vfio();
-    vfio::Region& bar0();
-
 private:
+    friend class intel::DeviceHandle<Device, DeviceImpl, QueueTraits, DeviceOptions>;
     explicit Device(std::unique_ptr<DeviceImpl> impl);
-    std::unique_ptr<DeviceImpl> impl_;
 };
 
 // The driver's classes by role, for code written once for every driver

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "vfab/drivers/intel/device_handle.hpp"
 #include "vfab/pci_id.hpp"
 #include "vfab/drivers/igb/queues.hpp"
 #include "vfab/vfio/event_wait.hpp"
@@ -58,47 +59,21 @@ struct DeviceOptions {
 
 class DeviceImpl;   // the control path: drivers/igbvf/device_impl.hpp
 
-class Device {
+// The VF's one queue pair. link() is up when the port's link is up and the PF has cleared
+// this VF to send (CTS); set_multicast takes up to 30 groups (the PF programs its hash
+// filter); the PF owns RSS (configure_rss: ENOTSUP); reset() is the VF reset handshake again
+// (after device_reset, once the PF is back).
+class Device final : public intel::DeviceHandle<Device, DeviceImpl, igb::QueueTraits, DeviceOptions> {
 public:
-    static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
-    ~Device();
-    Device(const Device&) = delete;
-    Device& operator=(const Device&) = delete;
-
-    const DeviceAttr& attr() const;
-    // Up when the port's link is up and the PF has cleared this VF to send (CTS).
-    LinkState link() const;
-    DeviceStats stats();
-    dma::ProtectionDomain& pd();
-
-    // Up to attr().max_cq completion queues on MSI-X vectors; `cqe` is a capacity hint.
-    Result<CompletionQueue*> create_cq(uint32_t cqe);
-    // The VF's one queue pair.
-    Result<QueuePair*> create_qp(const QpInitAttr& attr);
-
-    // The multicast groups this VF receives (up to 30; the PF programs its hash filter).
-    Result<void> set_multicast(std::span<const MacAddress> groups);
     // Promiscuous modes are the PF's to grant: Linux's igb allows all-multicast and refuses
     // unicast promiscuous mode (an error naming the refusal).
     Result<void> set_promiscuous(bool unicast, bool all_multicast);
-    // The PF owns RSS: ENOTSUP.
-    Result<void> configure_rss(const RssConfig& cfg);
-
-    int event_fd() const;
-    Event next_event();
-    // The VF reset handshake again (after device_reset, once the PF is back): the queue pair
-    // goes to the error state; destroy it and create it again.
-    Result<void> reset();
     // The PF this VF belongs to ("0000:00:0a.0"), for messages and tools.
     const std::string& pf_address() const;
 
-    // Provider extensions: the VFIO device and its register BAR.
-    vfio::Device& vfio();
-    vfio::Region& bar0();
-
 private:
+    friend class intel::DeviceHandle<Device, DeviceImpl, igb::QueueTraits, DeviceOptions>;
     explicit Device(std::unique_ptr<DeviceImpl> impl);
-    std::unique_ptr<DeviceImpl> impl_;
 };
 
 // The driver's classes by role, for code written once for every driver
