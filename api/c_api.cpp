@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/c_api_internal.hpp"
+#include "vfab/vfio/device.hpp"
 
 namespace vfab::capi {
 namespace {

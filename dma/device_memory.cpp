@@ -3,6 +3,7 @@
 #include <cerrno>
 
 #include "vfab/dma/protection_domain.hpp"
+#include "vfab/vfio/device.hpp"
 
 namespace vfab::dma {
 

@@ -1,4 +1,5 @@
 #include "vfab/dma/protection_domain.hpp"
+#include "vfab/vfio/device.hpp"
 
 #include <unistd.h>
 

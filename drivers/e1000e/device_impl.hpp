@@ -8,6 +8,7 @@
 
 #include "../intel/queue_set.hpp"
 #include "vfab/drivers/e1000e.hpp"
+#include "vfab/drivers/e1000e/regs.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::e1000e {

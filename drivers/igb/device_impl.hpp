@@ -6,6 +6,7 @@
 
 #include "queue_set.hpp"
 #include "vfab/drivers/igb.hpp"
+#include "vfab/drivers/igb/regs.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::igb {

@@ -4,6 +4,7 @@
 
 #include "../intel/queue_set.hpp"
 #include "vfab/drivers/igb/queues.hpp"
+#include "vfab/drivers/igb/regs.hpp"
 
 namespace vfab::igb {
 

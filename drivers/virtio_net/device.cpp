@@ -6,6 +6,7 @@
 
 #include "../common/queue_control.hpp"
 #include "device_state.hpp"
+#include "vfab/vfio/device.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::virtio_net {

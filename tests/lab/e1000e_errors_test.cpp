@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "e1000e_pair.hpp"
+#include "vfab/drivers/e1000e/regs.hpp"
+#include "vfab/vfio/device.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::lab {

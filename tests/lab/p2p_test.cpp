@@ -14,6 +14,7 @@
 #include "../unit/rdma_connect.hpp"
 #include "frames.hpp"
 #include "lab_env.hpp"
+#include "vfab/vfio/device.hpp"
 #include "vfab/vfab.hpp"
 
 namespace vfab::lab {

@@ -8,6 +8,7 @@
 #include "fake_kernel.hpp"
 #include "fake_sysfs.hpp"
 #include "vfab/dma/protection_domain.hpp"
+#include "vfab/vfio/device.hpp"
 
 namespace vfab::dma {
 namespace {

@@ -15,6 +15,7 @@
 
 #include "intel_ring_model.hpp"
 #include "vfab/drivers/e1000e.hpp"
+#include "vfab/drivers/e1000e/regs.hpp"
 
 namespace vfab::e1000e {
 

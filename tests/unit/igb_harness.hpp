@@ -21,6 +21,7 @@
 
 #include "intel_ring_model.hpp"
 #include "vfab/drivers/igb.hpp"
+#include "vfab/drivers/igb/regs.hpp"
 #include "vfab/net/checksum.hpp"
 
 namespace vfab::igb {

@@ -25,7 +25,10 @@
 #include "vfab/dma/iova_allocator.hpp"
 #include "vfab/dma/mr_table.hpp"
 #include "vfab/vfio/address_space.hpp"
-#include "vfab/vfio/device.hpp"
+
+namespace vfab::vfio {
+class Device;
+}  // namespace vfab::vfio
 
 namespace vfab::dma {
 

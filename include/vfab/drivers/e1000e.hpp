@@ -32,15 +32,13 @@
 #include "vfab/dma/protection_domain.hpp"
 #include "vfab/drivers/e1000e/descriptors.hpp"
 #include "vfab/drivers/common/completion_queue.hpp"
-#include "vfab/drivers/e1000e/regs.hpp"
 #include "vfab/drivers/intel/queue_pair.hpp"
 #include "vfab/drivers/intel/device_handle.hpp"
 #include "vfab/drivers/intel/queue_set.hpp"
 #include "vfab/mmio.hpp"
 #include "vfab/net/checksum.hpp"
 #include "vfab/types.hpp"
-#include "vfab/vfio/device.hpp"
-#include "vfab/vfio/event_wait.hpp"
+#include "vfab/vfio/device_options.hpp"
 
 namespace vfab::e1000e {
 

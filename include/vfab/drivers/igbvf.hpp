@@ -29,7 +29,7 @@
 #include "vfab/drivers/intel/device_handle.hpp"
 #include "vfab/pci_id.hpp"
 #include "vfab/drivers/igb/queues.hpp"
-#include "vfab/vfio/event_wait.hpp"
+#include "vfab/vfio/device_options.hpp"
 
 namespace vfab::igbvf {
 

@@ -32,8 +32,7 @@
 #include "vfab/drivers/virtio/virtio_spec.hpp"
 #include "vfab/net/checksum.hpp"
 #include "vfab/types.hpp"
-#include "vfab/vfio/device.hpp"
-#include "vfab/vfio/event_wait.hpp"
+#include "vfab/vfio/device_options.hpp"
 
 namespace vfab::virtio {
 class Transport;

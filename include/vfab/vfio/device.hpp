@@ -23,19 +23,13 @@
 #include "vfab/pci_address.hpp"
 #include "vfab/pci_id.hpp"
 #include "vfab/result.hpp"
+#include "vfab/vfio/device_options.hpp"
 #include "vfab/vfio/info.hpp"
 #include "vfab/vfio/iommu.hpp"
 #include "vfab/vfio/pci_config.hpp"
 #include "vfab/vfio/region.hpp"
 
 namespace vfab::vfio {
-
-struct DeviceOptions {
-    IommuBackend backend = IommuBackend::automatic;
-    std::shared_ptr<IommuContext> context;   // join this context instead of making one
-    Sys* sys = nullptr;                      // the kernel; tests pass a fake
-    std::string sysfs_root = "/sys";
-};
 
 // VFIO's interrupt indices for PCI devices (linux/vfio.h VFIO_PCI_*_IRQ_INDEX).
 enum class IrqIndex : uint32_t { intx = 0, msi = 1, msix = 2, err = 3, req = 4 };

@@ -18,14 +18,13 @@
 #include "vfab/pci_address.hpp"
 #include "vfab/result.hpp"
 #include "vfab/vfio/address_space.hpp"
+#include "vfab/vfio/device_options.hpp"
 #include "vfab/vfio/info.hpp"
 #include "vfab/vfio/pci_sysfs.hpp"
 #include "vfab/vfio/sys.hpp"
 #include "vfab/vfio/unique_fd.hpp"
 
 namespace vfab::vfio {
-
-enum class IommuBackend { automatic, legacy, iommufd, noiommu };
 
 const char* to_string(IommuBackend b);
 // "auto", "legacy", "iommufd", "noiommu"; for VFAB_IOMMU_BACKEND and command lines.

@@ -20,7 +20,6 @@
 #include "vfab/dma/protection_domain.hpp"
 #include "vfab/drivers/common/completion_queue.hpp"
 #include "vfab/drivers/igb/descriptors.hpp"
-#include "vfab/drivers/igb/regs.hpp"
 #include "vfab/drivers/intel/queue_pair.hpp"
 #include "vfab/drivers/intel/queue_set.hpp"
 #include "vfab/mmio.hpp"
