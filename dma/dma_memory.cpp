@@ -11,8 +11,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <utility>
 
 namespace vfab::dma {

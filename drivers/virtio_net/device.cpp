@@ -1,8 +1,6 @@
 // virtio-net over either virtio transport: the device status handshake and feature negotiation
 // (VIRTIO 1.2 §3.1.1), link state from the device configuration (§5.1.4), events, reset, shutdown.
 #include <cerrno>
-#include <chrono>
-#include <thread>
 
 #include "../common/queue_control.hpp"
 #include "device_state.hpp"

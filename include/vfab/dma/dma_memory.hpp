@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 
 #include "vfab/pci_address.hpp"
 #include "vfab/result.hpp"
