@@ -23,8 +23,7 @@ template <class Q, class D>
 int run(bool packed, uint32_t batch, uint64_t frames) {
     const virtio::RingFeatures f{true, false};   // EVENT_IDX, as negotiated with QEMU
     LoopbackRings<Q, D> rings(kSize, f);
-    FastPathHarness h;
-    h.attach(rings, kSize, f, packed);
+    FastPathHarness h(rings, kSize, f);
     std::vector<uint8_t> mem(size_t(batch) * 2 * 2048);
     const uint32_t lkey = h.register_memory(mem.data(), mem.size());
     const double ns = bench::fastpath_loop(h.qp, h.cq, [&] { rings.step(); }, mem.data(), lkey, batch, frames);

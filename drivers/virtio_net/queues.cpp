@@ -38,11 +38,13 @@ Result<CompletionQueue*> DeviceState::create_cq(uint32_t cqe) {
 }
 
 Result<void> CompletionQueue::destroy() {
+    if (!dev_) return Error{ENODEV, "destroy(): this completion queue has no device"};
     std::lock_guard lock(dev_->s_->mu_);
     return Control::destroy(*this);
 }
 
 Result<void> CompletionQueue::arm() {
+    if (!dev_) return Error{ENODEV, "arm(): this completion queue has no device to interrupt"};
     if (auto r = Control::check_armable(*this); !r) return r;
     vfio::drain_eventfd(efd_);
     bool used_meanwhile = false;   // the device used a buffer before notifications were on
@@ -104,13 +106,11 @@ Result<QueuePair*> DeviceState::create_qp(const QpInitAttr& attr) {
     const auto tx_size = uint32_t(std::bit_ceil(tx_need)), rx_size = uint32_t(std::bit_ceil(rx_need));
 
     std::unique_ptr<QueuePair> qp(new QueuePair(*self_, attr, index));
-    qp->packed_ = packed_;
     qp->sq_sig_all_ = attr.sq_sig_all;
     qp->tx_csum_ = virtio::has_feature(features_, virtio::net_feature::CSUM);
     qp->max_frame_ = attr_.mtu + kEthHeader;
     qp->min_recv_ = attr_.recv_buffer_size;
-    qp->caps_ = {tx_size / (send_sge + 1), rx_size / (recv_sge + 1), send_sge, recv_sge};
-    qp->mrs_ = &pd_->table();
+    const QpCaps caps = {tx_size / (send_sge + 1), rx_size / (recv_sge + 1), send_sge, recv_sge};
 
     const virtio::RingLayout tx_layout = packed_ ? virtio::PackedQueue::layout(tx_size) : virtio::SplitQueue::layout(tx_size);
     const virtio::RingLayout rx_layout = packed_ ? virtio::PackedQueue::layout(rx_size) : virtio::SplitQueue::layout(rx_size);
@@ -124,27 +124,19 @@ Result<QueuePair*> DeviceState::create_qp(const QpInitAttr& attr) {
     const virtio::RingFeatures rf = virtio::RingFeatures::from(features_);
     const auto rx_mem = virtio::QueueMemory::carve(base + rx_off, iova + rx_off, rx_layout);
     const auto tx_mem = virtio::QueueMemory::carve(base + tx_off, iova + tx_off, tx_layout);
-    if (packed_) {
-        auto rq = virtio::PackedQueue::create(rx_size, rx_mem, rf);
-        auto sq = virtio::PackedQueue::create(tx_size, tx_mem, rf);
+    // The doorbells come with the queues' start (program_qp).
+    auto attach = [&]<class Q>() -> Result<void> {
+        auto rq = Q::create(rx_size, rx_mem, rf);
+        auto sq = Q::create(tx_size, tx_mem, rf);
         if (!rq) return rq.take_error();
         if (!sq) return sq.take_error();
-        qp->prx_.emplace(std::move(*rq));
-        qp->ptx_.emplace(std::move(*sq));
-    } else {
-        auto rq = virtio::SplitQueue::create(rx_size, rx_mem, rf);
-        auto sq = virtio::SplitQueue::create(tx_size, tx_mem, rf);
-        if (!rq) return rq.take_error();
-        if (!sq) return sq.take_error();
-        qp->srx_.emplace(std::move(*rq));
-        qp->stx_.emplace(std::move(*sq));
-    }
-    for (auto [ring, size, off] : {std::tuple{&qp->rq_, rx_size, rx_hdr}, std::tuple{&qp->sq_, tx_size, tx_hdr}}) {
-        ring->slots.resize(size);
-        ring->mask = size - 1;
-        ring->hdrs = base + off;
-        ring->hdr_iova = (iova + off).value;
-    }
+        qp->attach_rings(QueueRings<Q>{.rx = std::move(*rq), .tx = std::move(*sq), .rx_hdrs = base + rx_hdr,
+                                       .rx_hdr_iova = (iova + rx_hdr).value, .tx_hdrs = base + tx_hdr,
+                                       .tx_hdr_iova = (iova + tx_hdr).value, .mrs = &pd_->table(), .caps = caps});
+        return {};
+    };
+    if (auto r = packed_ ? attach.template operator()<virtio::PackedQueue>() : attach.template operator()<virtio::SplitQueue>(); !r)
+        return r.take_error();
     if (driver_ok_) {   // queues cannot be added to a running device: start over (§3.1.1)
         if (auto r = transport_->restart(); !r) return r.take_error();
         driver_ok_ = false;
@@ -284,7 +276,43 @@ void DeviceState::release_qp(QueuePair& qp) {
     dead_qps_.push_back(std::move(qps_[qp.queue_]));
 }
 
+template <class Q>
+void QueuePair::attach_rings(QueueRings<Q>&& r) {
+    const uint32_t rx_size = r.rx.size(), tx_size = r.tx.size();
+    if constexpr (std::is_same_v<Q, virtio::PackedQueue>) {
+        packed_ = true;
+        prx_.emplace(std::move(r.rx));
+        ptx_.emplace(std::move(r.tx));
+    } else {
+        packed_ = false;
+        srx_.emplace(std::move(r.rx));
+        stx_.emplace(std::move(r.tx));
+    }
+    for (auto [ring, size, hdrs, hdr_iova] : {std::tuple{&rq_, rx_size, r.rx_hdrs, r.rx_hdr_iova},
+                                             std::tuple{&sq_, tx_size, r.tx_hdrs, r.tx_hdr_iova}}) {
+        ring->slots.assign(size, Slot{});
+        ring->mask = size - 1;
+        ring->head = ring->tail = 0;
+        ring->hdrs = hdrs;
+        ring->hdr_iova = hdr_iova;
+    }
+    rx_bell_ = r.rx_bell, tx_bell_ = r.tx_bell;
+    mrs_ = r.mrs;
+    caps_ = r.caps;
+}
+
+QueuePair::QueuePair(QueueRings<virtio::SplitQueue>&& rings, CompletionQueue& cq) : send_cq_(&cq), recv_cq_(&cq) {
+    attach_rings(std::move(rings));
+    cq.send_qp_ = cq.recv_qp_ = this;
+}
+
+QueuePair::QueuePair(QueueRings<virtio::PackedQueue>&& rings, CompletionQueue& cq) : send_cq_(&cq), recv_cq_(&cq) {
+    attach_rings(std::move(rings));
+    cq.send_qp_ = cq.recv_qp_ = this;
+}
+
 Result<void> QueuePair::destroy() {
+    if (!dev_) return Error{ENODEV, "destroy(): this queue pair has no device (it runs over rings the caller owns)"};
     std::lock_guard lock(dev_->s_->mu_);
     if (state_ == QpState::destroyed) return Error{ENODEV, "this queue pair was already destroyed"};
     dev_->s_->release_qp(*this);

@@ -34,40 +34,31 @@ struct LoopbackRings {
     }
 };
 
+// The queue pair over the model's rings, through the public ring constructor.
 struct FastPathHarness {
     dma::MrTable table = *dma::MrTable::create(16);
-    QueuePair qp;
     CompletionQueue cq;
     uint16_t doorbell = 0;   // where the "notify" stores land
-    uint8_t* hdrs = nullptr;
+    uint8_t* hdrs;
+    QueuePair qp;
 
     template <class Q, class D>
-    void attach(LoopbackRings<Q, D>& rings, uint32_t size, virtio::RingFeatures f, bool packed) {
-        hdrs = static_cast<uint8_t*>(std::aligned_alloc(4096, size_t(2) * size * kHdrSlot));
-        auto tx = Q::create(size, rings.tx_mem.queue_memory(), f);
-        auto rx = Q::create(size, rings.rx_mem.queue_memory(), f);
-        if constexpr (std::is_same_v<Q, virtio::PackedQueue>) {
-            qp.ptx_.emplace(std::move(*tx));
-            qp.prx_.emplace(std::move(*rx));
-        } else {
-            qp.stx_.emplace(std::move(*tx));
-            qp.srx_.emplace(std::move(*rx));
-        }
-        qp.packed_ = packed;
-        for (auto [ring, off] : {std::pair{&qp.rq_, size_t(0)}, std::pair{&qp.sq_, size_t(size) * kHdrSlot}}) {
-            ring->slots.resize(size);
-            ring->mask = size - 1;
-            ring->hdrs = hdrs + off;
-            ring->hdr_iova = reinterpret_cast<uint64_t>(hdrs + off);
-        }
-        qp.caps_ = {size / 2, size / 2, 1, 1};
-        qp.mrs_ = &table;
-        qp.tx_bell_ = {&doorbell, -1, 1};
-        qp.rx_bell_ = {&doorbell, -1, 0};
-        qp.send_cq_ = qp.recv_cq_ = &cq;
-        cq.send_qp_ = cq.recv_qp_ = &qp;
-    }
+    FastPathHarness(LoopbackRings<Q, D>& rings, uint32_t size, virtio::RingFeatures f)
+        : hdrs(static_cast<uint8_t*>(std::aligned_alloc(4096, size_t(2) * size * kHdrSlot))),
+          qp(QueueRings<Q>{.rx = std::move(*Q::create(size, rings.rx_mem.queue_memory(), f)),
+                           .tx = std::move(*Q::create(size, rings.tx_mem.queue_memory(), f)),
+                           .rx_hdrs = hdrs,
+                           .rx_hdr_iova = reinterpret_cast<uint64_t>(hdrs),
+                           .tx_hdrs = hdrs + size_t(size) * kHdrSlot,
+                           .tx_hdr_iova = reinterpret_cast<uint64_t>(hdrs + size_t(size) * kHdrSlot),
+                           .rx_bell = {&doorbell, -1, 0},
+                           .tx_bell = {&doorbell, -1, 1},
+                           .mrs = &table,
+                           .caps = {size / 2, size / 2, 1, 1}},
+             cq) {}
     ~FastPathHarness() { std::free(hdrs); }
+    FastPathHarness(const FastPathHarness&) = delete;
+    FastPathHarness& operator=(const FastPathHarness&) = delete;
 
     uint32_t register_memory(void* p, uint64_t len) {
         dma::MrEntry e{reinterpret_cast<uint64_t>(p), len, Iova(reinterpret_cast<uint64_t>(p)), dma::Access::local_write};

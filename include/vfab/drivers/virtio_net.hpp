@@ -87,14 +87,15 @@ public:
     // Reads and clears the channel, and turns the queues' notifications off until arm().
     uint64_t take_events() noexcept;
     Result<void> destroy();
+    // A completion queue of no device, for a queue pair over rings in plain memory (bench/'s
+    // device model): poll() works; arm() and destroy() return ENODEV.
+    CompletionQueue() = default;
 
 private:
     friend class Device;
     friend class DeviceState;
     friend class QueuePair;
     friend struct queue::Control;
-    friend struct FastPathHarness;   // bench/: the fast path over model rings, no device
-    CompletionQueue() = default;
     CompletionQueue(Device& dev, uint32_t cqe, uint32_t vector, int efd, bool polls_for_gone)
         : CompletionQueueCore(cqe, vector, efd), dev_(&dev), polls_for_gone_(polls_for_gone) {}
     void check_gone() noexcept;   // vhost-user: has the back-end hung up?
@@ -111,8 +112,29 @@ struct QpInitAttr {
     bool sq_sig_all = false;
 };
 
+// A queue pair's virtqueues and the memory of its virtio-net headers (one kHdrSlot per
+// descriptor of each queue, at hdrs and, for the device, hdr_iova): built by create_qp in DMA
+// memory and by bench/'s device model in plain memory (IOVA = VA). Q: virtio::SplitQueue or
+// virtio::PackedQueue.
+template <class Q>
+struct QueueRings {
+    Q rx, tx;
+    uint8_t* rx_hdrs = nullptr;
+    uint64_t rx_hdr_iova = 0;
+    uint8_t* tx_hdrs = nullptr;
+    uint64_t tx_hdr_iova = 0;
+    virtio::Doorbell rx_bell = {}, tx_bell = {};
+    const dma::MrTable* mrs = nullptr;
+    QpCaps caps = {};
+};
+
 class QueuePair final {
 public:
+    // A queue pair of no device over virtqueues in memory the caller owns, completing on `cq`
+    // (bench/'s device model); destroy() returns ENODEV.
+    QueuePair(QueueRings<virtio::SplitQueue>&& rings, CompletionQueue& cq);
+    QueuePair(QueueRings<virtio::PackedQueue>&& rings, CompletionQueue& cq);
+
     PostResult post_send(std::span<const SendWr> wrs) noexcept {
         return packed_ ? send_impl(*ptx_, wrs) : send_impl(*stx_, wrs);
     }
@@ -155,10 +177,11 @@ private:
         Slot& at(uint32_t i) noexcept { return slots[i & mask]; }
         bool full() const noexcept { return tail - head > mask; }
     };
-    friend struct FastPathHarness;
-    QueuePair() = default;
     QueuePair(Device& dev, const QpInitAttr& a, uint32_t queue)
         : dev_(&dev), send_cq_(a.send_cq), recv_cq_(a.recv_cq), qp_num_(queue + 1), queue_(queue) {}
+    // Control path: takes the virtqueues, sizes the WR rings to them and points each at its headers.
+    template <class Q>
+    void attach_rings(QueueRings<Q>&& r);
     bool idle() const noexcept { return sq_.head == sq_.tail && rq_.head == rq_.tail; }
     struct Gathered {
         uint64_t total = 0;
