@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "api/c_api_internal.hpp"
+#include "vfab/log.hpp"
+#include "vfio/log_sink.hpp"
 #include "vfab/vfio/device.hpp"
 
 namespace vfab::capi {
@@ -55,6 +57,8 @@ static_assert(VFAB_WC_SUCCESS == int(WcStatus::success) && VFAB_WC_LOC_LEN_ERR =
               VFAB_WC_LOC_PROT_ERR == int(WcStatus::local_protection_error) &&
               VFAB_WC_WR_FLUSH_ERR == int(WcStatus::wr_flush_error) && VFAB_WC_GENERAL_ERR == int(WcStatus::general_error));
 static_assert(VFAB_WC_SEND == int(WcOpcode::send) && VFAB_WC_RECV == int(WcOpcode::recv));
+static_assert(int(VFAB_LOG_ERROR) == int(LogLevel::error) && int(VFAB_LOG_WARNING) == int(LogLevel::warning) &&
+              int(VFAB_LOG_INFO) == int(LogLevel::info) && int(VFAB_LOG_DEBUG) == int(LogLevel::debug));
 static_assert(int(VFAB_WC_IP_CSUM_OK) == int(wc_ip_csum_ok) && int(VFAB_WC_TIMESTAMPED) == int(wc_timestamped));
 static_assert(int(VFAB_OFFLOAD_TX_IP_CSUM) == int(offload_tx_ip_csum) &&
               int(VFAB_OFFLOAD_RX_IP_CSUM) == int(offload_rx_ip_csum) &&
@@ -362,5 +366,11 @@ const char* vfab_wc_status_str(int status) { return to_string(WcStatus(uint8_t(s
 const char* vfab_event_type_str(int type) { return to_string(EventType(uint8_t(type))); }
 
 const char* vfab_version(void) { return VFAB_VERSION; }
+
+void vfab_set_log_handler(vfab_log_fn fn, void* user, int max_level) {
+    detail::set_log_sink({.handler = nullptr, .c_handler = fn, .user = user, .max_level = LogLevel(max_level)});
+}
+
+void vfab_log_to_stderr(int level, const char* message, void* user) { log_to_stderr(LogLevel(level), message, user); }
 
 }  // extern "C"

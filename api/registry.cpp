@@ -65,8 +65,8 @@ Result<const Record*> check_record(const std::string& path, const Record* r) {
         return plugin_error(path, str_cat("built from other vfab headers (layout 0x", std::hex, r->layout,
                                           ", this libvfab 0x", kLayout, ") — rebuild the plugin against this vfab's "
                                           "headers, or remove it"));
-    if (!r->name || !*r->name || !r->open || (r->num_ids && !r->ids))
-        return plugin_error(path, "its record lacks a name or an open function, or has IDs without an array");
+    if (!r->name || !*r->name || !r->open || !r->attach_log || (r->num_ids && !r->ids))
+        return plugin_error(path, "its record lacks a name, an open or an attach_log function, or has IDs without an array");
     const std::string file = fs::path(path).filename().string();
     if (plugin_name(file) != r->name)
         return plugin_error(path, str_cat("registers provider '", r->name, "', so it must be named libvfab-", r->name,
@@ -143,6 +143,7 @@ Result<const Record*> load_plugin(const std::string& path) {
         dlclose(h);
         return r;
     }
+    (*r)->attach_log(vfab::detail::log_from_plugin);
     g_loaded.emplace(path, *r);
     return r;
 }

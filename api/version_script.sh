@@ -16,7 +16,7 @@
 set -euo pipefail
 out=$1
 shift
-public='^(vfab_[a-z0-9_]+$|vfab::Device::open\(|vfab::rdma::(Port::create\(|to_string\(|Gid::|(format_endpoint|parse_endpoint|gid_to_string|exchange_as_client|exchange_as_server)\b)|vfab::provider::(builtin_providers|provider_dir|list_providers|find_provider|load_plugin|kDefaultProviderDir)\b|vfab::PciAddress::|vfab::dma::|vfab::vfio::IommuContext::|vfab::vfio::(to_string\(vfab::vfio::IommuBackend\)$|parse_iommu_backend\(|iommu_backend_from_env\(|memlock_limit_text))'
+public='^(vfab_[a-z0-9_]+$|vfab::Device::open\(|vfab::rdma::(Port::create\(|to_string\(|Gid::|(format_endpoint|parse_endpoint|gid_to_string|exchange_as_client|exchange_as_server)\b)|vfab::provider::(builtin_providers|provider_dir|list_providers|find_provider|load_plugin|kDefaultProviderDir)\b|vfab::(set_log_handler|log_to_stderr|log_level_name|log_enabled|log)\(|vfab::PciAddress::|vfab::dma::|vfab::vfio::IommuContext::|vfab::vfio::(to_string\(vfab::vfio::IommuBackend\)$|parse_iommu_backend\(|iommu_backend_from_env\(|memlock_limit_text))'
 
 # Strong global definitions (T text, D data, B bss, R read-only): no weak symbol, no local one.
 mapfile -t syms < <(nm -g --defined-only "$@" | awk 'NF == 3 && $2 ~ /^[TDBR]$/ {print $3}' | sort -u)

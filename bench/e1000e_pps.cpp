@@ -17,6 +17,7 @@
 
 #include "vfab/drivers/e1000e.hpp"
 #include "vfab/drivers/virtio_net.hpp"
+#include "vfab/log.hpp"
 
 using namespace vfab;
 
@@ -80,6 +81,7 @@ Result<Port> open_port(const char* bdf) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    vfab::set_log_handler(vfab::log_to_stderr, nullptr, vfab::LogLevel::warning);   // vfab's warnings on stderr
     const double seconds = argc > 1 ? std::atof(argv[1]) : 3.0;
     const uint32_t batch = argc > 2 ? uint32_t(std::atoi(argv[2])) : 32;
     const int threads = argc > 3 ? std::atoi(argv[3]) : 1;

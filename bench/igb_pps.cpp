@@ -34,6 +34,7 @@
 #include "vfab/drivers/igb.hpp"
 #include "vfab/net/checksum.hpp"
 #include "vfab/net/rss.hpp"
+#include "vfab/log.hpp"
 
 using namespace vfab;
 
@@ -316,6 +317,7 @@ int bench(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    vfab::set_log_handler(vfab::log_to_stderr, nullptr, vfab::LogLevel::warning);   // vfab's warnings on stderr
     CLI::App app{"igb_pps: packets per second 00:0a.0 -> 00:05.0 with N queue pairs and RSS"};
     app.name("igb_pps");
     app.failure_message([](const CLI::App*, const CLI::Error& e) {

@@ -25,6 +25,7 @@
 #include "port.hpp"
 #include "stats.hpp"
 #include "vfab/drivers/virtio_net.hpp"
+#include "vfab/log.hpp"
 
 namespace vfab::examples {
 namespace {
@@ -323,6 +324,7 @@ int run(int argc, char** argv) {
 }  // namespace vfab::examples
 
 int main(int argc, char** argv) {
+    vfab::set_log_handler(vfab::log_to_stderr, nullptr, vfab::LogLevel::warning);   // vfab's warnings on stderr
     try {
         return vfab::examples::run(argc, argv);
     } catch (const std::exception& e) {   // out of memory and the like: setup only

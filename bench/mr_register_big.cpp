@@ -8,8 +8,10 @@
 
 #include "vfab/dma/protection_domain.hpp"
 #include "vfab/vfio/device.hpp"
+#include "vfab/log.hpp"
 
 int main(int argc, char** argv) {
+    vfab::set_log_handler(vfab::log_to_stderr, nullptr, vfab::LogLevel::warning);   // vfab's warnings on stderr
     using namespace vfab;
     size_t mib = argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 1024;
     vfio::DeviceOptions o;

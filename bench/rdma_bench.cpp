@@ -32,6 +32,7 @@
 #include "rdma_bench_common.hpp"
 #include "vfab/rdma/rdma.hpp"
 #include "vfab/vfab.hpp"
+#include "vfab/log.hpp"
 
 namespace {
 
@@ -492,6 +493,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    vfab::set_log_handler(vfab::log_to_stderr, nullptr, vfab::LogLevel::warning);   // vfab's warnings on stderr
     try {
         return run(argc, argv);
     } catch (const std::exception& e) {

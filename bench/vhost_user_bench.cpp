@@ -13,6 +13,7 @@
 
 #include "vfab/drivers/virtio_net.hpp"
 #include "vhost_bench_common.hpp"
+#include "vfab/log.hpp"
 
 namespace vfab::bench::vhost {
 namespace {
@@ -196,6 +197,7 @@ int run(int argc, char** argv) {
 }  // namespace vfab::bench::vhost
 
 int main(int argc, char** argv) {
+    vfab::set_log_handler(vfab::log_to_stderr, nullptr, vfab::LogLevel::warning);   // vfab's warnings on stderr
     try {
         return vfab::bench::vhost::run(argc, argv);
     } catch (const std::exception& e) {   // out of memory and the like: setup only

@@ -1,5 +1,7 @@
 #include "vfab/dma/dma_arena.hpp"
 
+#include "vfab/log.hpp"
+
 #include <cstdio>
 
 namespace vfab::dma {
@@ -45,7 +47,7 @@ void DmaArena::unmap() {
     if (!ctx_ || !mem_.data()) return;
     auto r = ctx_->unmap_dma(iova_, mem_.size());
     // After the last device left a legacy container the kernel has dropped the mapping already.
-    if (!r && r.error().code != ENOENT) std::fprintf(stderr, "vfab: %s\n", r.error().message.c_str());
+    if (!r && r.error().code != ENOENT) log(LogLevel::error, str_cat("DMA arena: ", r.error().message));
     ctx_.reset();
 }
 

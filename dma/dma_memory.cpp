@@ -1,5 +1,6 @@
 #include "vfab/dma/dma_memory.hpp"
 
+#include "vfab/log.hpp"
 #include "vfab/vfio/iommu.hpp"
 #include "vfab/vfio/pci_sysfs.hpp"
 
@@ -73,8 +74,6 @@ Result<void> try_allocate(size_t len, size_t page, int node, uint8_t*& base, int
     return {};
 }
 
-std::atomic<bool> warned_4k{false};
-
 }  // namespace
 
 DmaMemoryOptions near_device(const PciAddress& addr, PageSize page_size) {
@@ -96,9 +95,7 @@ Result<DmaMemory> DmaMemory::allocate(size_t len, const DmaMemoryOptions& opts) 
             return m;
         }
         if (page == 4096 || opts.page_size != PageSize::automatic) return r.take_error();
-        if (!warned_4k.exchange(true))
-            std::fprintf(stderr, "vfab: warning: %s — using 4 KiB pages (slower: more IOTLB misses)\n",
-                         r.error().message.c_str());
+        log(LogLevel::warning, str_cat(r.error().message, " — using 4 KiB pages (slower: more IOTLB misses)"));
     }
     return Error{ENOMEM, "DMA memory: no page size worked"};
 }

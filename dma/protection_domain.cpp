@@ -1,5 +1,6 @@
 #include "vfab/dma/protection_domain.hpp"
 #include "vfab/vfio/device.hpp"
+#include "vfab/log.hpp"
 
 #include <unistd.h>
 
@@ -35,7 +36,7 @@ ProtectionDomain::~ProtectionDomain() {
     // Devices must be quiesced before their domain goes: from here on their DMA faults.
     for (const auto& [pages, m] : user_) {
         auto r = ctx_->unmap_dma(m.iova, pages.len);
-        if (!r && r.error().code != ENOENT) std::fprintf(stderr, "vfab: %s\n", r.error().message.c_str());
+        if (!r && r.error().code != ENOENT) log(LogLevel::error, str_cat("protection domain: ", r.error().message));
     }
     arenas_.clear();
 }
@@ -90,7 +91,7 @@ void ProtectionDomain::unmap_user(const PageRange& pages) {
     auto it = user_.find(pages);
     if (it == user_.end() || --it->second.refs > 0) return;
     auto r = ctx_->unmap_dma(it->second.iova, pages.len);
-    if (!r && r.error().code != ENOENT) std::fprintf(stderr, "vfab: %s\n", r.error().message.c_str());
+    if (!r && r.error().code != ENOENT) log(LogLevel::error, str_cat("deregistering memory: ", r.error().message));
     if (iovas_) (void)iovas_->free(it->second.iova, pages.len);
     user_.erase(it);
 }

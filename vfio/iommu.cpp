@@ -1,4 +1,5 @@
 // What all IOMMU backends share: argument checks, the mapping table, error explanations.
+#include "vfab/log.hpp"
 #include "vfab/vfio/iommu.hpp"
 
 #include <sys/resource.h>
@@ -106,8 +107,7 @@ void IommuContext::unmap_all() {
     std::lock_guard lock(mutex_);
     for (auto& [iova, len] : mappings_) {
         auto r = do_unmap(Iova(iova), len);
-        if (!r) std::fprintf(stderr, "vfab: unmapping IOVA 0x%llx failed: %s\n",
-                             static_cast<unsigned long long>(iova), r.error().message.c_str());
+        if (!r) log(LogLevel::error, str_cat("unmapping IOVA 0x", std::hex, iova, " failed: ", r.error().message));
     }
     mappings_.clear();
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "vfab/log.hpp"
 #include "vfio/backends.hpp"
 
 namespace vfab::vfio {
@@ -254,8 +255,8 @@ Result<std::shared_ptr<IommuContext>> create_legacy_container(Sys& sys, bool noi
                               "with intel_iommu=on (Intel) or amd_iommu=on (AMD), or ask for no-IOMMU mode"};
     }
     if (noiommu)
-        std::fprintf(stderr, "vfab: WARNING: no-IOMMU mode — devices DMA to physical addresses with no "
-                             "isolation; a driver bug can corrupt any memory on this machine\n");
+        log(LogLevel::warning, "no-IOMMU mode — devices DMA to physical addresses with no isolation; a driver "
+                               "bug can corrupt any memory on this machine");
     return std::shared_ptr<IommuContext>(std::make_shared<LegacyContainer>(sys, noiommu, std::move(fd)));
 }
 

@@ -1,5 +1,7 @@
 #include "vfab/vfio/region.hpp"
 
+#include "vfab/log.hpp"
+
 #include <sys/mman.h>
 
 #include <cstdio>
@@ -89,9 +91,7 @@ uint64_t Region::slow_read(uint64_t off, unsigned width) const {
         }
     auto v = pread_value(off, width);
     if (!v) {
-        static bool told = false;
-        if (!told) std::fprintf(stderr, "vfab: %s\n", v.error().message.c_str());
-        told = true;
+        log(LogLevel::error, v.error().message);
         return ~uint64_t{0};
     }
     return *v;
@@ -109,11 +109,7 @@ void Region::slow_write(uint64_t off, unsigned width, uint64_t value) {
             return;
         }
     auto r = pwrite_value(off, width, value);
-    if (!r) {
-        static bool told = false;
-        if (!told) std::fprintf(stderr, "vfab: %s\n", r.error().message.c_str());
-        told = true;
-    }
+    if (!r) log(LogLevel::error, r.error().message);
 }
 
 }  // namespace vfab::vfio

@@ -27,6 +27,7 @@
 #include "vfab/rdma/rdma.hpp"
 #include "vfab/rdma/wire.hpp"
 #include "vfab/vfab.hpp"
+#include "vfab/log.hpp"
 
 namespace vfab::examples {
 
@@ -321,6 +322,7 @@ private:
 
 // The options of ibv_rc_pingpong / ibv_ud_pingpong, plus vfab's -d (a PCI address) and --ip.
 inline int pingpong_main(int argc, char** argv, rdma::QpType type, uint32_t default_size) {
+    set_log_handler(log_to_stderr, nullptr, LogLevel::warning);   // vfab's warnings on stderr
     PingpongArgs a;
     a.size = default_size;
     CLI::App app{type == rdma::QpType::rc ? "RC ping-pong on vfab's RDMA transport, wire-compatible with ibv_rc_pingpong"

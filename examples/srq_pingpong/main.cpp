@@ -11,6 +11,7 @@
 // pair sends its next message once its last send and a receive on it completed, until `iters`
 // messages went each way in all. The SRQ is topped up when num_qp or fewer receives are left.
 #include "rdma_pingpong.hpp"
+#include "vfab/log.hpp"
 
 namespace vfab::examples {
 namespace {
@@ -198,6 +199,7 @@ private:
 }  // namespace vfab::examples
 
 int main(int argc, char** argv) {
+    vfab::set_log_handler(vfab::log_to_stderr, nullptr, vfab::LogLevel::warning);   // vfab's warnings on stderr
     using namespace vfab;
     examples::PingpongArgs a;
     uint32_t num_qp = 16;

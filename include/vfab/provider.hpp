@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "vfab/log.hpp"
 #include "vfab/pci_id.hpp"
 #include "vfab/vfab.hpp"
 
@@ -40,10 +41,11 @@ namespace vfab::provider {
 // Bumped whenever a plugin built from older headers could misbehave with this libvfab: the
 // Record, OpenOptions, the multiplexed classes' virtual functions, types.hpp, Result/Error,
 // the dma:: classes the device hands out.
-inline constexpr uint32_t kAbiVersion = 6;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
+inline constexpr uint32_t kAbiVersion = 7;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
                                              // 4: dma::Translation and MrTable's slots carry the CPU address, OpenOptions::mtu;
                                              // 5: set_multicast(), IommuContext::maps_device_memory();
-                                             // 6: vfio::AddressSpace under the dma:: classes, Record::cxx_abi
+                                             // 6: vfio::AddressSpace under the dma:: classes, Record::cxx_abi;
+                                             // 7: Record::attach_log
 
 // The C++ library ABI the headers were compiled for: std::string, std::vector and
 // std::shared_ptr cross the plugin boundary, and libstdc++ lays std::string out two ways
@@ -84,6 +86,9 @@ struct Record {
     const PciId* ids = nullptr;      // the vendor/device IDs it drives
     uint32_t num_ids = 0;
     OpenFn open = nullptr;
+    // Called by libvfab when it loads the plugin: the plugin's messages go to libvfab's log
+    // handler (vfab/log.hpp) rather than to its own copy of it.
+    void (*attach_log)(void (*host_log)(int level, const char* message)) noexcept = detail::attach_host_log;
 };
 
 using EntryFn = const Record* (*)();

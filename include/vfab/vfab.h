@@ -322,6 +322,28 @@ const char *vfab_event_type_str(int type);
 /* "0.1.0" */
 const char *vfab_version(void);
 
+/* ---- diagnostics (vfab/log.hpp) ---- */
+
+/* The libraries never write to stderr: what they have to say outside a returned error (a
+ * slower fallback, no-IOMMU mode, a failed unmap during teardown) goes to the handler installed
+ * here, and by default nowhere. */
+enum vfab_log_level {          /* lower is more severe; values of vfab::LogLevel */
+    VFAB_LOG_ERROR = 0,
+    VFAB_LOG_WARNING = 1,
+    VFAB_LOG_INFO = 2,
+    VFAB_LOG_DEBUG = 3,
+};
+/* `level` is an enum vfab_log_level; `message` is one line without a newline, valid during the
+ * call. Called on the thread of the vfab call that produced the message, before it returns;
+ * it must not call into vfab except vfab_set_log_handler(). */
+typedef void (*vfab_log_fn)(int level, const char *message, void *user);
+/* Installs `fn` (NULL: none, the default) for messages at `max_level` or more severe, for the
+ * whole process; thread-safe. */
+void vfab_set_log_handler(vfab_log_fn fn, void *user, int max_level);
+/* A handler writing "vfab: <level>: <message>" to stderr:
+ * vfab_set_log_handler(vfab_log_to_stderr, NULL, VFAB_LOG_WARNING). */
+void vfab_log_to_stderr(int level, const char *message, void *user);
+
 #ifdef __cplusplus
 }
 #endif

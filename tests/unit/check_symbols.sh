@@ -9,7 +9,7 @@ lib=$1 plugin=$2
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
-public='^(vfab_[a-z0-9_]+$|vfab::Device::open\(|vfab::rdma::(Port::create\(|to_string\(|Gid::|(format_endpoint|parse_endpoint|gid_to_string|exchange_as_client|exchange_as_server)\b)|vfab::provider::(builtin_providers|provider_dir|list_providers|find_provider|load_plugin|kDefaultProviderDir)|vfab::PciAddress::|vfab::dma::([A-Za-z_]+::)*(~?[A-Za-z_]+|operator[^ (]+)(\[abi:cxx11\])?\(|vfab::vfio::IommuContext::|vfab::vfio::(to_string\(vfab::vfio::IommuBackend\)$|parse_iommu_backend\(|iommu_backend_from_env\(|memlock_limit_text))'
+public='^(vfab_[a-z0-9_]+$|vfab::Device::open\(|vfab::rdma::(Port::create\(|to_string\(|Gid::|(format_endpoint|parse_endpoint|gid_to_string|exchange_as_client|exchange_as_server)\b)|vfab::provider::(builtin_providers|provider_dir|list_providers|find_provider|load_plugin|kDefaultProviderDir)|vfab::(set_log_handler|log_to_stderr|log_level_name|log_enabled|log)\(|vfab::PciAddress::|vfab::dma::([A-Za-z_]+::)*(~?[A-Za-z_]+|operator[^ (]+)(\[abi:cxx11\])?\(|vfab::vfio::IommuContext::|vfab::vfio::(to_string\(vfab::vfio::IommuBackend\)$|parse_iommu_backend\(|iommu_backend_from_env\(|memlock_limit_text))'
 internal='vfab::e1000e|vfab::rdma::detail|vfab::providers|vfab::capi|Adapter|vfab::vfio::(Device|Interrupts|Region|EventWaiter|PciSysfs|Sys)\b|^std::|anonymous namespace'
 
 mapfile -t lines < <(nm -D --defined-only "$lib")
@@ -33,7 +33,7 @@ for line in "${lines[@]}"; do
 done
 all=$(nm -D --defined-only "$lib" | c++filt)
 for must in vfab_open vfab_poll_cq vfab_post_send vfab_last_error \
-            'vfab::Device::open(' 'vfab::dma::ProtectionDomain::register_memory(' 'vfab::provider::find_provider('; do
+            'vfab::Device::open(' 'vfab::dma::ProtectionDomain::register_memory(' 'vfab::provider::find_provider(' 'vfab::set_log_handler(' vfab_set_log_handler; do
     [[ $all == *"$must"* ]] || bad "$must is not exported"
 done
 

@@ -223,6 +223,25 @@ TEST_F(Registry, OpenPicksThePluginForTheDevicesId) {
     EXPECT_EQ((*d)->attr().name, "fake (backend iommufd, promiscuous 1)");   // the options reached it
 }
 
+// A plugin has its own copy of vfab's code; what it logs still reaches the handler the
+// application installed in libvfab, filtered by that handler's level.
+TEST_F(Registry, APluginsMessagesReachTheApplicationsLogHandler) {
+    std::vector<std::pair<LogLevel, std::string>> got;
+    const LogHandler keep = [](LogLevel l, const char* m, void* u) {
+        static_cast<std::vector<std::pair<LogLevel, std::string>>*>(u)->emplace_back(l, m);
+    };
+    set_log_handler(keep, &got, LogLevel::info);
+    auto d = Device::open("00:04.0", opts(kPlugins + "/fake"));
+    ASSERT_TRUE(d.ok()) << d.error().message;
+    set_log_handler(keep, &got, LogLevel::warning);   // the level is the host's to decide
+    auto again = Device::open("00:04.0", opts(kPlugins + "/fake"));
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    set_log_handler(nullptr);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].first, LogLevel::info);
+    EXPECT_EQ(got[0].second, "fake provider opened 0000:00:04.0");
+}
+
 TEST_F(Registry, OpenWithANamedProviderIgnoresTheId) {
     OpenOptions o = opts(kPlugins + "/fake");
     o.provider = "fake";

@@ -211,6 +211,7 @@ public:
         d->attr_.device_id = ids->device;
         d->attr_.recv_buffer_size = 2048;
         d->attr_.max_qp = d->attr_.max_cq = 4;
+        log(LogLevel::info, str_cat("fake provider opened ", addr.to_string()));   // the plugin's own copy of log()
         return d;
     }
 
