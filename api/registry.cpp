@@ -80,11 +80,24 @@ struct Dir {
     std::string described;  // for messages
 };
 
+// <the directory of libvfab.so.1>/vfab/providers: found where the library is, so that an
+// install in another prefix or from a package finds its own plugins. In a program that linked
+// libvfab.a, the directory the build was configured to install to.
+std::string installed_dir() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&installed_dir), &info) && info.dli_fname) {
+        const fs::path lib = info.dli_fname;
+        if (lib.filename().string().starts_with("libvfab.so")) return (lib.parent_path() / "vfab" / "providers").string();
+    }
+    return kDefaultProviderDir;
+}
+
 Dir choose_dir(const OpenOptions& opts) {
     if (!opts.provider_dir.empty()) return {opts.provider_dir, true, opts.provider_dir};
     if (const char* env = std::getenv("VFAB_PROVIDER_DIR"); env && *env)
         return {env, true, str_cat(env, " (VFAB_PROVIDER_DIR)")};
-    return {kDefaultProviderDir, false, kDefaultProviderDir};
+    std::string dir = installed_dir();
+    return {dir, false, dir};
 }
 
 // The plugin files of `dir`, sorted; none when the default directory does not exist.
@@ -94,7 +107,7 @@ Result<std::vector<std::string>> plugin_files(const Dir& dir) {
         if (!dir.explicit_choice) return std::vector<std::string>{};
         return Error{ENOENT, str_cat("provider directory ", dir.described,
                                      " does not exist — give an existing directory, or none for the default ",
-                                     kDefaultProviderDir)};
+                                     installed_dir())};
     }
     std::vector<std::string> files;
     for (const auto& e : fs::directory_iterator(dir.path, ec))

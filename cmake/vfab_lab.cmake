@@ -1,5 +1,6 @@
 # Lab tests: GoogleTest binaries that run inside the QEMU guest (scripts/lab), against real
-# VFIO. vfab_add_lab_test(target [SUITES suite...] [EXTRA target...] [DPDK]) registers one;
+# VFIO. vfab_add_lab_test(target [SUITES suite...] [EXTRA target-or-file...] [FIXTURES name...]
+# [DPDK]) registers one (FIXTURES: ctest fixtures whose set-up test makes an EXTRA file);
 # vfab_lab_finalize() then adds one ctest test per suite that boots the guest once and runs
 # all of that suite's binaries (label "lab"). DPDK: the test needs DPDK in the guest, so that
 # suite's boot gets scripts/lab --dpdk (dpdk-testpmd, its PMDs and /vfab/bin/dpdk-pps). Suites:
@@ -10,7 +11,7 @@
 set(VFAB_LAB_SUITES "debian;iommufd;iommufd-noiommu" CACHE STRING "Lab suites ctest runs")
 
 function(vfab_add_lab_test target)
-  cmake_parse_arguments(arg "DPDK" "" "SUITES;EXTRA" ${ARGN})
+  cmake_parse_arguments(arg "DPDK" "" "SUITES;EXTRA;FIXTURES" ${ARGN})
   if(NOT arg_SUITES)
     set(arg_SUITES debian iommufd)
   endif()
@@ -18,6 +19,7 @@ function(vfab_add_lab_test target)
     set_property(GLOBAL APPEND PROPERTY VFAB_LAB_SUITE_${suite} ${target})
     # EXTRA targets (tools a test runs) are copied into the guest, not run.
     set_property(GLOBAL APPEND PROPERTY VFAB_LAB_EXTRA_${suite} ${arg_EXTRA})
+    set_property(GLOBAL APPEND PROPERTY VFAB_LAB_FIXTURES_${suite} ${arg_FIXTURES})
     if(arg_DPDK)
       set_property(GLOBAL PROPERTY VFAB_LAB_DPDK_${suite} ON)
     endif()
@@ -47,7 +49,11 @@ function(vfab_lab_finalize)
       list(REMOVE_DUPLICATES extras)
     endif()
     foreach(x IN LISTS extras)
-      list(APPEND opts --extra $<TARGET_FILE:${x}>)
+      if(TARGET ${x})
+        list(APPEND opts --extra $<TARGET_FILE:${x}>)
+      else()
+        list(APPEND opts --extra ${x})   # a file a fixture's set-up test makes
+      endif()
     endforeach()
     get_property(dpdk GLOBAL PROPERTY VFAB_LAB_DPDK_${suite})
     if(dpdk)
@@ -56,5 +62,10 @@ function(vfab_lab_finalize)
     add_test(NAME lab.${suite} COMMAND ${PROJECT_SOURCE_DIR}/scripts/lab.d/ctest-run ${opts} run ${bins})
     # The first iommufd run may build its kernel (~10 min on 2 cores); boots share the cores.
     set_tests_properties(lab.${suite} PROPERTIES LABELS lab TIMEOUT 2400 RUN_SERIAL TRUE)
+    get_property(fixtures GLOBAL PROPERTY VFAB_LAB_FIXTURES_${suite})
+    if(fixtures)
+      list(REMOVE_DUPLICATES fixtures)
+      set_tests_properties(lab.${suite} PROPERTIES FIXTURES_REQUIRED "${fixtures}")
+    endif()
   endforeach()
 endfunction()

@@ -113,7 +113,9 @@ struct ProviderInfo {
 std::span<const Record> builtin_providers();
 
 // The directory plugins are looked for in: opts.provider_dir, else VFAB_PROVIDER_DIR, else
-// the install's <libdir>/vfab/providers (kDefaultProviderDir).
+// vfab/providers beside libvfab.so.1 (where the install put it: <libdir>/vfab/providers, in
+// whatever prefix), or kDefaultProviderDir (the configured <libdir>) in a program linked with
+// libvfab.a.
 std::string provider_dir(const OpenOptions& opts = {});
 extern const char* const kDefaultProviderDir;
 

@@ -101,7 +101,7 @@ enum vfab_iommu_backend { VFAB_IOMMU_AUTO = 0, VFAB_IOMMU_LEGACY = 1, VFAB_IOMMU
 struct vfab_open_opts {
     int iommu_backend;         /* enum vfab_iommu_backend; AUTO (0) by default */
     int promiscuous;           /* accept every unicast and multicast frame */
-    const char *provider_dir;  /* NULL: VFAB_PROVIDER_DIR, else <libdir>/vfab/providers */
+    const char *provider_dir;  /* NULL: VFAB_PROVIDER_DIR, else vfab/providers beside libvfab.so.1 */
     const char *provider;      /* NULL: the provider for the device's PCI ID */
     const char *sysfs_root;    /* NULL: /sys (tests point it at a fake tree) */
 };
