@@ -2,11 +2,18 @@
 // hugepages run out, and QEMU's edu device DMAing in and out of an arena by IOVA arithmetic.
 #include <gtest/gtest.h>
 
+#include <numa.h>
+#include <numaif.h>
+#include <sched.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "caps.hpp"
 #include "edu.hpp"
@@ -74,12 +81,49 @@ TEST(DmaMemory, MemlockLimitTooLowNamesTheLimitAndTheSize) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child exit " << WEXITSTATUS(status);
 }
 
-TEST(DmaMemory, OnTheDevicesNumaNode) {
-    DmaMemoryOptions opts;
-    opts.numa_node = 0;
-    auto m = DmaMemory::allocate(2 << 20, opts);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    EXPECT_EQ(m->numa_node(), 0);
+// The node each page of [p, p + len) lies on, as the kernel says (get_mempolicy with
+// MPOL_F_NODE | MPOL_F_ADDR).
+std::vector<int> nodes_of(const uint8_t* p, size_t len, size_t page) {
+    std::vector<int> nodes;
+    for (size_t off = 0; off < len; off += page) {
+        int node = -1;
+        if (syscall(SYS_get_mempolicy, &node, nullptr, 0, p + off, MPOL_F_NODE | MPOL_F_ADDR) != 0) node = -2;
+        nodes.push_back(node);
+    }
+    return nodes;
+}
+
+// The lab guest has two NUMA nodes (scripts/lab.d/qemu.sh: CPU 0 and half the memory on node
+// 0, CPU 1 and the other half on node 1). Running on CPU 0, memory asked for on node 1 must lie
+// on node 1 — where the kernel would have put it by first touch is node 0, so the option has
+// to have worked — and memory asked for on node 0 from CPU 1 on node 0.
+TEST(DmaMemory, LiesOnTheNumaNodeAskedFor) {
+    ASSERT_GE(numa_available(), 0) << "the lab kernel has no NUMA";
+    ASSERT_EQ(numa_max_node(), 1) << "the lab guest should have two NUMA nodes (scripts/lab.d/qemu.sh)";
+    for (auto [cpu, node] : {std::pair{0, 1}, std::pair{1, 0}}) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        ASSERT_EQ(sched_setaffinity(0, sizeof set, &set), 0);
+        ASSERT_EQ(numa_node_of_cpu(cpu), 1 - node);
+        for (PageSize ps : {PageSize::k4, PageSize::automatic}) {
+            DmaMemoryOptions opts;
+            opts.numa_node = node;
+            opts.page_size = ps;
+            auto m = DmaMemory::allocate(4 << 20, opts);
+            ASSERT_TRUE(m.ok()) << m.error().message;
+            EXPECT_EQ(m->numa_node(), node);
+            const std::vector<int> nodes = nodes_of(m->data(), m->size(), m->page_size());
+            EXPECT_EQ(std::count(nodes.begin(), nodes.end(), node), ptrdiff_t(nodes.size()))
+                << "CPU " << cpu << ", node " << node << ", " << m->page_size() << "-byte pages: " << nodes.size() - std::count(nodes.begin(), nodes.end(), node)
+                << " pages elsewhere (first: node " << nodes[0] << ")";
+        }
+    }
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    CPU_SET(0, &all);
+    CPU_SET(1, &all);
+    sched_setaffinity(0, sizeof all, &all);
 }
 
 class Arena : public ::testing::TestWithParam<IommuBackend> {};

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The lab must never be green without its tests having run. This boots the lab with binaries
 # that pass, fail, crash, run no test, are missing, hang, stall or freeze, and makes QEMU and the kernel
-# download fail, and checks that scripts/lab fails each time and says which case it was.
-#   lab_selftest.sh PASS_BIN FAIL_BIN CRASH_BIN EMPTY_BIN HANG_BIN STALL_BIN FREEZE_BIN
+# download fail, hang before init or skip a test no suite expects, and checks that scripts/lab
+# fails each time and says which case it was.
+#   lab_selftest.sh PASS_BIN FAIL_BIN CRASH_BIN EMPTY_BIN HANG_BIN STALL_BIN FREEZE_BIN SKIP_BIN
 set -uo pipefail
 lab=$(dirname "$0")/../../scripts/lab
 ctest_run=$(dirname "$0")/../../scripts/lab.d/ctest-run
-pass=$1 fail=$2 crash=$3 empty=$4 hang=$5 stall=$6 freeze=$7
+pass=$1 fail=$2 crash=$3 empty=$4 hang=$5 stall=$6 freeze=$7 skip=$8
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 bad=0
 
@@ -49,6 +50,15 @@ expect 2 "booting once more" "the guest kernel stalled .* in test $(basename "$s
 VFAB_LAB_FROZEN_SECONDS=10 expect 2 "the guest froze .* booting once more" "retry 3 of 3" \
     "the guest froze \(no heartbeat for 10 s: its vCPUs went to sleep for good\) in test $(basename "$freeze")" \
     -- --timeout 300 run "$freeze"
+# A boot whose init never starts its heartbeat (here: one second is too short to boot).
+VFAB_LAB_BOOT_SECONDS=1 expect 2 "the guest hung while booting \(no heartbeat from init within 1 s" "retry 3 of 3" \
+    "the guest hung while booting \(no sign of life from init within 1 s\)" -- --timeout 120 run "$pass"
+# A skip no suite expects fails the run, by name; listed as expected, it is reported and passes.
+expect 1 "$(basename "$skip") SKIPPED LabSelftest.SkipsOnPurpose — not expected" -- run "$skip"
+skips=$(mktemp); trap 'rm -f "$out" "$skips"' EXIT
+echo 'debian LabSelftest\.SkipsOnPurpose the self-test skips it on purpose' > "$skips"
+LAB_EXPECTED_SKIPS=$skips expect 0 "$(basename "$skip") skipped LabSelftest.SkipsOnPurpose, as expected here: the self-test" \
+    "$(basename "$skip") passed" -- run "$skip"
 VFAB_LAB_QEMU_EXTRA="-device no-such-device" expect 2 "QEMU failed to start" -- run "$pass"
 VFAB_LAB_DEBIAN_KERNEL=linux-image-0.0.0-0-none expect 2 "missing kernel package" -- run "$pass"
 expect 2 "unknown kernel flavor" -- --kernel nosuch run "$pass"
