@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -85,6 +86,26 @@ public:
     // Send buffer i (0..send_slots) and receive buffer i (0..recv_slots).
     uint8_t* send_buffer(uint32_t i) const { return buffers_ + size_t(i) * kBuf; }
     uint8_t* recv_buffer(uint32_t i) const { return buffers_ + size_t(send_slots_ + i) * kBuf; }
+
+    // The device's asynchronous events, without blocking (next_event() until none): nothing
+    // while the port can carry on, or one line saying why it cannot — the kernel wants the
+    // device back (removal), it stopped working, or it was reset. Traffic must then stop and the
+    // port be closed promptly: a removal waits for the close. Cheap enough to call whenever a
+    // poll found nothing; a busy loop also calls it every few milliseconds.
+    std::optional<std::string> stop_reason() {
+        for (Event e = dev_->next_event(); e.type != EventType::none; e = dev_->next_event()) {
+            switch (e.type) {
+            case EventType::device_removal:
+                return name() + ": the device is being removed (the kernel asked for it back): stopping and closing it";
+            case EventType::device_fatal: return name() + ": the device stopped working (reset behind our back): closing it";
+            case EventType::device_reset: return name() + ": the device was reset by its owner: closing it";
+            default: break;   // link changes: the run's own counts show their effect
+            }
+        }
+        return std::nullopt;
+    }
+    // Readable when an event may be waiting (for poll(2) beside the completion channels).
+    int event_fd() const { return dev_->event_fd(); }
 
     // Posts receive buffer `slot` (wr_id = slot).
     PostResult post_recv(uint32_t slot) noexcept {

@@ -108,6 +108,7 @@ public:
         start_ = last_progress;
         cpu_start_ = cpu_seconds();
         auto next_line = start_ + std::chrono::seconds(1);
+        auto next_event_check = start_;
         uint64_t line_frames = 0;
         while (!g_stop.load(std::memory_order_relaxed)) {
             bool progress = false;
@@ -129,6 +130,12 @@ public:
                                  (unsigned long long)a_.count, kpps);
                 line_frames = frames;
                 next_line = now + std::chrono::seconds(1);
+            }
+            // The devices' events: a removal (or a fatal error, a reset) ends the run at once, so
+            // that the kernel gets the device back within milliseconds.
+            if (!progress || now >= next_event_check) {
+                if (auto why = stop_reason()) return fail(*why);
+                next_event_check = now + std::chrono::milliseconds(10);
             }
             if (progress) {
                 last_progress = now;
@@ -278,9 +285,18 @@ private:
         error_ = std::move(why);
         return false;
     }
+    // One line on stderr and exit status 1; a device event, if one is waiting, says it better.
     int fail(const std::string& why) {
-        std::fprintf(stderr, "pktgen: %s\n", why.c_str());
+        const std::optional<std::string> event = stop_reason();
+        std::fprintf(stderr, "pktgen: %s\n", (event ? *event : why).c_str());
         return 1;
+    }
+    std::optional<std::string> stop_reason() {
+        if (tx_)
+            if (auto why = tx_->stop_reason()) return why;
+        if (rx_)
+            if (auto why = rx_->stop_reason()) return why;
+        return std::nullopt;
     }
 
     int report() {

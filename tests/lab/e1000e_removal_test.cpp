@@ -11,31 +11,13 @@
 #include <thread>
 
 #include "e1000e_pair.hpp"
+#include "pci_removal.hpp"
 
 namespace vfab::lab {
 namespace {
 namespace fs = std::filesystem;
 
 const std::string kBdf = "0000:00:03.0";
-
-std::string driver_of(const std::string& bdf) {
-    std::error_code ec;
-    auto link = fs::read_symlink("/sys/bus/pci/devices/" + bdf + "/driver", ec);
-    return ec ? "" : link.filename().string();
-}
-
-// Rescans the bus and binds the device to vfio-pci again, whatever the rescan did with it.
-void give_back_to_vfio(const std::string& bdf) {
-    { std::ofstream("/sys/bus/pci/rescan") << 1; }
-    for (int i = 0; i < 200 && !fs::exists("/sys/bus/pci/devices/" + bdf); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    const std::string dev = "/sys/bus/pci/devices/" + bdf;
-    { std::ofstream(dev + "/driver_override") << "vfio-pci"; }
-    if (std::string d = driver_of(bdf); !d.empty() && d != "vfio-pci") {
-        std::ofstream(dev + "/driver/unbind") << bdf;
-    }
-    if (driver_of(bdf).empty()) std::ofstream("/sys/bus/pci/drivers_probe") << bdf;
-}
 
 TEST(E1000eRemoval, RequestInterruptPutsQueuesInErrorAndCloseLetsRemovalFinish) {
     E1000eNic nic;
@@ -49,7 +31,7 @@ TEST(E1000eRemoval, RequestInterruptPutsQueuesInErrorAndCloseLetsRemovalFinish) 
 
     std::atomic<bool> removed{false};
     std::thread remover([&] {
-        std::ofstream("/sys/bus/pci/devices/" + kBdf + "/remove") << 1;   // blocks until released
+        remove_device(kBdf);   // blocks until released
         removed = true;
     });
 

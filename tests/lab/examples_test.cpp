@@ -4,10 +4,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "lab_env.hpp"
+#include "pci_removal.hpp"
 #include "spawn.hpp"
 
 namespace vfab::lab {
@@ -171,6 +175,70 @@ TEST_F(Examples, ErrorsAreOneClearLine) {
         EXPECT_TRUE(own.starts_with(c.args[0] + ": ")) << r.err;
         EXPECT_NE(own.find(c.says), std::string::npos) << r.err;
     }
+}
+
+
+// A shipped program and a device the kernel takes away mid-run (docs/reliability.md): the
+// program stops its traffic, says so in one line naming the device, exits 1, and its close lets
+// the removal finish — without waiting for the run's end. The device is then given back to
+// vfio-pci and works for the next program.
+// Whether process `pid` has a VFIO group or device open (it has opened its port).
+bool holds_vfio(pid_t pid) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec))
+        if (fs::read_symlink(e.path(), ec).string().starts_with("/dev/vfio/")) return true;
+    return false;
+}
+
+// `ready`: a line the program prints once traffic runs, or "" to wait until it holds the device.
+void expect_removal_ends_the_run(std::vector<std::string> args, const std::string& ready, const char* name) {
+    Child prog(std::move(args));
+    ASSERT_TRUE(prog.started());
+    ASSERT_TRUE([&] {
+        for (int i = 0; i < 500; ++i, std::this_thread::sleep_for(20ms))
+            if (ready.empty() ? holds_vfio(prog.pid()) : prog.output_so_far().find(ready) != std::string::npos)
+                return true;
+        return false;
+    }()) << name << " did not start within 10 s";
+    std::this_thread::sleep_for(1s);   // traffic running (or, for a program that prints nothing, its set-up done)
+    const auto t0 = std::chrono::steady_clock::now();
+    std::atomic<double> removal_s{-1};
+    std::thread remover([&] {
+        remove_device(kNic1);   // returns once the program has closed the device
+        removal_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    Outcome r = prog.wait(60s);
+    remover.join();
+    std::printf("%s: the removal of %s finished %.3f s after it was asked for\n", name, kNic1, removal_s.load());
+    EXPECT_FALSE(r.timed_out) << r.summary();
+    EXPECT_EQ(r.rc, 1) << r.summary();
+    std::string own;
+    std::istringstream lines(r.err);
+    for (std::string line; std::getline(lines, line);)
+        if (!line.starts_with("vfab: ") && !line.starts_with("throughput: ")) own += line + "\n";
+    EXPECT_EQ(std::count(own.begin(), own.end(), '\n'), 1) << r.err;
+    EXPECT_NE(own.find(std::string(name) + ": " + kNic1 + ": the device is being removed"), std::string::npos) << r.err;
+    // Far less than the run's 60 s: the program let go as soon as it saw the event.
+    EXPECT_GE(removal_s.load(), 0.0);
+    EXPECT_LT(removal_s.load(), 20.0);
+    give_back_to_vfio(kNic1);
+    ASSERT_EQ(driver_of(kNic1), "vfio-pci");
+    Outcome again = run({example("pktgen"), "--tx", kNic0, "--rx", kNic1, "--count", "200"});
+    EXPECT_EQ(again.rc, 0) << "the device after its removal and rescan: " << again.summary();
+}
+
+TEST_F(Examples, PktgenLetsARemovedDeviceGo) {
+    expect_removal_ends_the_run({example("pktgen"), "--tx", kNic0, "--rx", kNic1, "--seconds", "60"}, "pktgen: ", "pktgen");
+}
+
+TEST_F(Examples, PktgenInInterruptModeLetsARemovedDeviceGo) {
+    expect_removal_ends_the_run({example("pktgen"), "--tx", kNic0, "--rx", kNic1, "--seconds", "60", "--interrupt"},
+                                "pktgen: ", "pktgen");
+}
+
+TEST_F(Examples, PingpongLetsARemovedDeviceGo) {
+    expect_removal_ends_the_run({example("pingpong"), "--pong", kNic1, "--count", "100000000", "--timeout", "60"},
+                                "", "pingpong");
 }
 
 }  // namespace

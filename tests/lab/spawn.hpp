@@ -58,6 +58,7 @@ public:
     Child& operator=(const Child&) = delete;
 
     bool started() const { return pid_ > 0; }
+    pid_t pid() const { return pid_; }
     // What the program has written to stdout so far.
     std::string output_so_far() const { return slurp(out_path_); }
 
