@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "device_events.hpp"
 #include "packet.hpp"
 #include "vfab/dma/dma_memory.hpp"
 #include "vfab/drivers/e1000e.hpp"
@@ -93,15 +94,8 @@ public:
     // port be closed promptly: a removal waits for the close. Cheap enough to call whenever a
     // poll found nothing; a busy loop also calls it every few milliseconds.
     std::optional<std::string> stop_reason() {
-        for (Event e = dev_->next_event(); e.type != EventType::none; e = dev_->next_event()) {
-            switch (e.type) {
-            case EventType::device_removal:
-                return name() + ": the device is being removed (the kernel asked for it back): stopping and closing it";
-            case EventType::device_fatal: return name() + ": the device stopped working (reset behind our back): closing it";
-            case EventType::device_reset: return name() + ": the device was reset by its owner: closing it";
-            default: break;   // link changes: the run's own counts show their effect
-            }
-        }
+        for (Event e = dev_->next_event(); e.type != EventType::none; e = dev_->next_event())
+            if (auto why = stop_message(e.type, name())) return why;
         return std::nullopt;
     }
     // Readable when an event may be waiting (for poll(2) beside the completion channels).

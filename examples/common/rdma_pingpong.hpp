@@ -23,11 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "device_events.hpp"
 #include "vfab/rdma/exchange.hpp"
 #include "vfab/rdma/rdma.hpp"
 #include "vfab/rdma/wire.hpp"
-#include "vfab/vfab.hpp"
 #include "vfab/log.hpp"
+#include "vfab/vfab.hpp"
 
 namespace vfab::examples {
 
@@ -101,9 +102,16 @@ inline int connect_qp(rdma::Qp* qp, const PingpongArgs& a, const rdma::Endpoint&
     return 0;
 }
 
-// Completions: busy-polls, or with -e sleeps on the CQ's channel.
-inline int next_completions(rdma::Cq* cq, bool events, std::span<rdma::Wc> wc) {
+// Completions: busy-polls, or with -e sleeps on the CQ's channel. -1 with `why` set when the
+// device is going away (removal, fatal error, reset: the run ends and the device is closed).
+inline int next_completions(rdma::Cq* cq, bool events, std::span<rdma::Wc> wc, EventWatch<vfab::Device>& watch,
+                            std::string& why) {
     int n = cq->poll(wc);
+    if (n == 0)
+        if (auto stop = watch.stop_reason()) {
+            why = *stop;
+            return -1;
+        }
     if (n || !events) return n;
     if (auto r = cq->arm(); !r) return -1;
     pollfd p{cq->channel_fd(), POLLIN, 0};
@@ -270,9 +278,11 @@ private:
         ::gettimeofday(&start, nullptr);
         uint32_t rcnt = 0, scnt = 0;
         rdma::Wc wc[2];
+        EventWatch<vfab::Device> watch(*dev_);
+        std::string why;
         while (rcnt < a_.iters || scnt < a_.iters) {
-            const int n = next_completions(cq_, a_.events, wc);
-            if (n < 0) return fail("poll CQ failed " + std::to_string(n));
+            const int n = next_completions(cq_, a_.events, wc, watch, why);
+            if (n < 0) return fail(why.empty() ? "poll CQ failed " + std::to_string(n) : why);
             for (int i = 0; i < n; ++i) {
                 if (wc[i].status != rdma::WcStatus::success) return failed_status(wc[i]);
                 if (wc[i].wr_id == kSendWrid) {

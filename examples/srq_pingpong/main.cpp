@@ -146,9 +146,11 @@ private:
         ::gettimeofday(&start, nullptr);
         uint32_t rcnt = 0, scnt = 0;
         std::vector<rdma::Wc> wc(a_.rx_depth + num_qp_);
+        EventWatch<vfab::Device> watch(*dev_);
+        std::string why;
         while (rcnt < a_.iters || scnt < a_.iters) {
-            const int n = next_completions(cq_, a_.events, wc);
-            if (n < 0) return fail("poll CQ failed " + std::to_string(n));
+            const int n = next_completions(cq_, a_.events, wc, watch, why);
+            if (n < 0) return fail(why.empty() ? "poll CQ failed " + std::to_string(n) : why);
             for (int k = 0; k < n; ++k) {
                 if (wc[k].status != rdma::WcStatus::success) return failed_status(wc[k]);
                 const uint32_t i = qp_index(wc[k].qp_num);
