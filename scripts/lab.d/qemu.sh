@@ -105,7 +105,7 @@ FROZEN_SECONDS=${VFAB_LAB_FROZEN_SECONDS:-60}
 # And a guest can hang before its kernel prints anything (the console stops at SeaBIOS's
 # "Booting from ROM.."): init normally starts beating within 5 s; a boot with no heartbeat
 # after this long is ended and reported as hung while booting.
-BOOT_SECONDS=${VFAB_LAB_BOOT_SECONDS:-180}
+BOOT_SECONDS=${VFAB_LAB_BOOT_SECONDS:-90}
 
 # qemu_run_logged VMLINUX INITRD CMDLINE IOMMU TIMEOUT LOG: console to stdout and LOG.
 # Returns QEMU's exit status, 124 when the timeout ended it, 123 when the guest never started
