@@ -10,9 +10,13 @@ namespace vfab {
 struct Iova {
     uint64_t value = 0;
     constexpr Iova() = default;
+    // The I/O virtual address `v`.
     constexpr explicit Iova(uint64_t v) : value(v) {}
+    // The address `off` bytes further.
     constexpr Iova operator+(uint64_t off) const { return Iova(value + off); }
+    // The distance in bytes from `o`.
     constexpr uint64_t operator-(Iova o) const { return value - o.value; }
+    // Ordered as the addresses.
     constexpr auto operator<=>(const Iova&) const = default;
 };
 

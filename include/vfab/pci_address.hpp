@@ -22,6 +22,7 @@ struct PciAddress {
     // Canonical sysfs form: "0000:03:00.1".
     std::string to_string() const;
 
+    // Ordered by domain, bus, device, function.
     auto operator<=>(const PciAddress&) const = default;
 };
 

@@ -13,9 +13,11 @@ namespace vfab {
 struct PciId {
     uint16_t vendor = 0;
     uint16_t device = 0;
+    // Both IDs equal.
     bool operator==(const PciId&) const = default;
 };
 
+// Whether `id` is in `table` (a driver's kPciIds).
 constexpr bool contains(std::span<const PciId> table, PciId id) {
     return std::find(table.begin(), table.end(), id) != table.end();
 }

@@ -38,22 +38,36 @@ struct Error {
 template <class T>
 class [[nodiscard]] Result {
 public:
+    // A success holding `value` (implicit, so that a function returns its value as it is).
     Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}   // NOLINT: implicit by design
+    // A failure (implicit, so that a function returns an Error as it is).
     Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT
 
+    // Whether it holds a value rather than an error.
     bool ok() const { return v_.index() == 0; }
+    // ok().
     explicit operator bool() const { return ok(); }
 
+    // The value; only when ok() (otherwise std::bad_variant_access: check first).
     T& value() & { return std::get<0>(v_); }
+    // The value; only when ok().
     const T& value() const& { return std::get<0>(v_); }
+    // The value, moved out; only when ok().
     T&& value() && { return std::get<0>(std::move(v_)); }
+    // The value's members; only when ok().
     T* operator->() { return &value(); }
+    // The value's members; only when ok().
     const T* operator->() const { return &value(); }
+    // The value; only when ok().
     T& operator*() & { return value(); }
+    // The value; only when ok().
     const T& operator*() const& { return value(); }
+    // The value, moved out; only when ok().
     T&& operator*() && { return std::move(*this).value(); }
 
+    // The error (its errno code and the message that says what to do); only when !ok().
     const Error& error() const { return std::get<1>(v_); }
+    // The error, moved out (to return it from a function of another Result type); only when !ok().
     Error take_error() { return std::get<1>(std::move(v_)); }
 
 private:
@@ -64,11 +78,16 @@ template <>
 class [[nodiscard]] Result<void> {
 public:
     Result() = default;
+    // A failure (implicit, so that a function returns an Error as it is).
     Result(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT
 
+    // Whether the call succeeded.
     bool ok() const { return ok_; }
+    // ok().
     explicit operator bool() const { return ok_; }
+    // The error (its errno code and the message that says what to do); only when !ok().
     const Error& error() const { return error_; }
+    // The error, moved out (to return it from a function of another Result type); only when !ok().
     Error take_error() { return std::move(error_); }
 
 private:

@@ -61,6 +61,7 @@ enum class WcStatus : uint8_t {
     wr_flush_error = 5,         // the queue went to the error state before this WR completed
     general_error = 21,         // the device reported an error for this frame
 };
+// The status's name ("success", "local_protection_error", ...).
 constexpr const char* to_string(WcStatus s) noexcept {
     switch (s) {
     case WcStatus::success: return "success";
@@ -98,6 +99,7 @@ struct Completion {
 struct [[nodiscard]] PostResult {
     int error = 0;
     uint32_t posted = 0;
+    // Whether every WR was posted.
     explicit operator bool() const { return error == 0; }
 };
 
@@ -219,6 +221,7 @@ enum class EventType : uint8_t {
                        // pairs are in the error state; reset() once it is back, then create
                        // them again
 };
+// The event's name ("none", "link_up", "device_removal", ...).
 constexpr const char* to_string(EventType e) noexcept {
     switch (e) {
     case EventType::none: return "none";

@@ -84,11 +84,15 @@ struct QpInitAttr {
 
 class QueuePair {
 public:
-    // `posted` WRs from the front were queued; see PostResult for the errors.
+    // Queues frames to send: `posted` WRs from the front were queued; see PostResult for the errors.
     virtual PostResult post_send(std::span<const SendWr> wrs) noexcept = 0;
+    // Queues receive buffers: `posted` WRs from the front were queued; see PostResult.
     virtual PostResult post_recv(std::span<const RecvWr> wrs) noexcept = 0;
+    // ready, error (after a device removal, fatal error or reset: destroy it) or destroyed.
     virtual QpState state() const noexcept = 0;
+    // Its number in completions (Completion::qp_num): queue() + 1.
     virtual uint32_t qp_num() const noexcept = 0;
+    // What it was created with, rounded up to what the device supports.
     virtual const QpCaps& caps() const noexcept = 0;
     // Its index among the device's queue pairs (0 to attr().max_qp - 1): RssConfig names
     // queue pairs by it.
@@ -118,8 +122,11 @@ public:
     Device(const Device&) = delete;
     Device& operator=(const Device&) = delete;
 
+    // What the device is and can do: provider, name, address, IDs, MAC, limits, offloads.
     virtual const DeviceAttr& attr() const = 0;
+    // The link as the device reports it now.
     virtual LinkState link() const = 0;
+    // The device's counters: frames and bytes each way, frames dropped, receive errors.
     virtual DeviceStats stats() = 0;
     // Memory registration: keys for the SGEs of work requests.
     virtual dma::ProtectionDomain& pd() = 0;
@@ -138,6 +145,8 @@ public:
     // Asynchronous events: event_fd() becomes readable when one may be waiting; next_event()
     // returns it (EventType::none when there is none).
     virtual int event_fd() const = 0;
+    // The next event, without blocking; EventType::none when there is none. A removal, a fatal
+    // error or a reset puts the queue pairs in the error state (docs/reliability.md).
     virtual Event next_event() = 0;
 
     // Resets the device; queue pairs go to the error state: destroy and create them again.
@@ -146,12 +155,14 @@ public:
     // IEEE 1588 timestamps (attr().offloads & offload_tx_timestamp / offload_rx_timestamp):
     // ENOTSUP where the device has none; the take_ calls then return nothing.
     virtual Result<void> enable_timestamps(const TimestampConfig& cfg) = 0;
+    // The device's clock, in ns.
     virtual Result<uint64_t> clock_ns() = 0;
     // The clock reads `ns` from now on (latched times too); the epoch is the device's until then.
     virtual Result<void> set_clock_ns(uint64_t ns) = 0;
     // The latched time of the last send_timestamp WR / timestamped frame, once; nothing if
     // none is waiting.
     virtual std::optional<uint64_t> take_tx_timestamp() = 0;
+    // The latched time of the last timestamped received frame, once; nothing if none is waiting.
     virtual std::optional<RxTimestamp> take_rx_timestamp() = 0;
 
 protected:
