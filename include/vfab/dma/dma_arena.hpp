@@ -25,18 +25,26 @@ public:
     // The same for memory already allocated.
     static Result<DmaArena> adopt(std::shared_ptr<vfio::AddressSpace> space, DmaMemory mem, std::optional<Iova> iova = {});
 
+    // Takes the arena (memory and mapping) over; `o` is left empty.
     DmaArena(DmaArena&& o) noexcept = default;
+    // Unmaps and frees this arena and takes `o`'s over.
     DmaArena& operator=(DmaArena&& o) noexcept;
     DmaArena(const DmaArena&) = delete;
     DmaArena& operator=(const DmaArena&) = delete;
     ~DmaArena();
 
+    // The arena's first byte in this process.
     uint8_t* data() const { return mem_.data(); }
+    // Its length in bytes.
     size_t size() const { return mem_.size(); }
+    // The device's address of data().
     Iova iova() const { return iova_; }
+    // The memory under it.
     const DmaMemory& memory() const { return mem_; }
+    // The IOMMU context (or vhost-user memory table) it is mapped into.
     vfio::AddressSpace& address_space() const { return *ctx_; }
 
+    // Whether the `len` bytes at `p` lie inside the arena.
     bool contains(const void* p, size_t len) const noexcept {
         auto off = static_cast<size_t>(static_cast<const uint8_t*>(p) - mem_.data());
         return static_cast<const uint8_t*>(p) >= mem_.data() && off <= mem_.size() && len <= mem_.size() - off;

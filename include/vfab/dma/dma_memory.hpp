@@ -31,17 +31,25 @@ public:
     // `len` is rounded up to a whole number of pages.
     static Result<DmaMemory> allocate(size_t len, const DmaMemoryOptions& opts = {});
 
+    // Takes the memory over; `o` is left empty.
     DmaMemory(DmaMemory&& o) noexcept;
+    // Frees this memory and takes `o`'s over.
     DmaMemory& operator=(DmaMemory&& o) noexcept;
     DmaMemory(const DmaMemory&) = delete;
     DmaMemory& operator=(const DmaMemory&) = delete;
     ~DmaMemory();
 
+    // The memory's address in this process.
     uint8_t* data() const { return base_; }
+    // Its length in bytes: a whole number of pages.
     size_t size() const { return len_; }
+    // The page size it got: 4 KiB, 2 MiB or 1 GiB.
     size_t page_size() const { return page_; }
+    // Whether it is hugepage memory.
     bool huge() const { return page_ > 4096; }
+    // The memfd it lives in (what a vhost-user back-end maps).
     int fd() const { return fd_; }
+    // The NUMA node it was asked to be placed on (-1: left to the kernel).
     int numa_node() const { return node_; }
 
 private:
