@@ -2,8 +2,6 @@
 
 #include "vfab/log.hpp"
 
-#include <cstdio>
-
 namespace vfab::dma {
 
 Result<DmaArena> DmaArena::create(std::shared_ptr<vfio::AddressSpace> ctx, size_t len, const DmaMemoryOptions& opts,

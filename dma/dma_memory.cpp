@@ -9,8 +9,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <utility>
 

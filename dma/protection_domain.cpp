@@ -4,8 +4,6 @@
 
 #include <unistd.h>
 
-#include <cstdio>
-
 namespace vfab::dma {
 
 Result<std::unique_ptr<ProtectionDomain>> ProtectionDomain::create(std::shared_ptr<vfio::AddressSpace> ctx,

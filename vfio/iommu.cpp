@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstdio>
 
 #include "vfio/backends.hpp"
 

@@ -4,7 +4,6 @@
 
 #include <sys/mman.h>
 
-#include <cstdio>
 #include <cstring>
 #include <utility>
 

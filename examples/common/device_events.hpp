@@ -23,7 +23,15 @@ inline std::optional<std::string> stop_message(EventType e, const std::string& d
     }
 }
 
-// next_event() until none, at most every `every` (a busy loop that calls it after each empty
+// next_event() until none: the line that ends the run on `dev` (named `name`), or nothing.
+template <class Dev>
+std::optional<std::string> stop_reason(Dev& dev, const std::string& name) {
+    for (Event e = dev.next_event(); e.type != EventType::none; e = dev.next_event())
+        if (auto why = stop_message(e.type, name)) return why;
+    return std::nullopt;
+}
+
+// stop_reason(), at most every `every` (a busy loop that calls it after each empty
 // poll would otherwise put a system call between the poll and the answer it waits for).
 template <class Dev>
 class EventWatch {
@@ -34,9 +42,7 @@ public:
         const auto now = std::chrono::steady_clock::now();
         if (now < next_) return std::nullopt;
         next_ = now + every_;
-        for (Event e = dev_.next_event(); e.type != EventType::none; e = dev_.next_event())
-            if (auto why = stop_message(e.type, dev_.attr().address.to_string())) return why;
-        return std::nullopt;
+        return examples::stop_reason(dev_, dev_.attr().address.to_string());
     }
 
 private:

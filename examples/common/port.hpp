@@ -93,11 +93,7 @@ public:
     // device back (removal), it stopped working, or it was reset. Traffic must then stop and the
     // port be closed promptly: a removal waits for the close. Cheap enough to call whenever a
     // poll found nothing; a busy loop also calls it every few milliseconds.
-    std::optional<std::string> stop_reason() {
-        for (Event e = dev_->next_event(); e.type != EventType::none; e = dev_->next_event())
-            if (auto why = stop_message(e.type, name())) return why;
-        return std::nullopt;
-    }
+    std::optional<std::string> stop_reason() { return examples::stop_reason(*dev_, name()); }
     // Readable when an event may be waiting (for poll(2) beside the completion channels).
     int event_fd() const { return dev_->event_fd(); }
 

@@ -52,25 +52,18 @@ struct Sleeps {
 // A sleep ends after this long even without a notification (then the queue is polled anyway).
 constexpr int kTimerMs = 10;
 
-// How often a loop that finds nothing looks at the device's events (a removal must end the run
-// within a second; more often would put a system call between a busy poll and its answer).
-constexpr auto kEventCheck = std::chrono::milliseconds(5);
-
 // Waits for the next completions: busy-polls, or sleeps on the channel in interrupt mode.
 // Returns how many, or -1 with `error` set — also when the device is going away (removal,
-// fatal error, reset: Port::stop_reason), which idle loops check every kEventCheck.
-int next_completions(Port& p, std::span<Completion> wc, bool interrupt, Sleeps& sleeps, Clock::time_point& next_check,
+// fatal error, reset), which a poll that found nothing checks through `events` (at most every
+// 5 ms: more often would put a system call between a busy poll and its answer).
+int next_completions(Port& p, std::span<Completion> wc, bool interrupt, Sleeps& sleeps, EventWatch<Port::Device>& events,
                      std::string& error) {
     int n = p.cq().poll(wc);
-    if (n == 0) {
-        if (const auto now = Clock::now(); now >= next_check) {
-            next_check = now + kEventCheck;
-            if (auto why = p.stop_reason()) {
-                error = *why;
-                return -1;
-            }
+    if (n == 0)
+        if (auto why = events.stop_reason()) {
+            error = *why;
+            return -1;
         }
-    }
     if (n == 0 && interrupt) {
         e1000e::CompletionQueue* cq = &p.cq();
         const int woke = wait_for_completions({&cq, 1}, kTimerMs, error);
@@ -96,7 +89,7 @@ struct PongResult {
 // Answers pings until `count` were answered, `stop` is set or `timeout` s pass without one.
 PongResult pong(Port& p, const Args& a, const std::atomic<bool>& stop) {
     PongResult res;
-    Clock::time_point next_check{};
+    EventWatch<Port::Device> events(p.device());
     if (PostResult r = p.post_all_recv(); !r) {
         res.error = p.name() + ": post_recv: " + std::strerror(r.error);
         return res;
@@ -104,7 +97,7 @@ PongResult pong(Port& p, const Args& a, const std::atomic<bool>& stop) {
     Completion wc[32];
     auto last = Clock::now();
     while (res.answered < a.count && !stop.load(std::memory_order_relaxed)) {
-        const int n = next_completions(p, wc, a.interrupt, res.sleeps, next_check, res.error);
+        const int n = next_completions(p, wc, a.interrupt, res.sleeps, events, res.error);
         if (n < 0) return res;
         for (int i = 0; i < n; ++i) {
             const Completion& c = wc[i];
@@ -165,7 +158,7 @@ struct PingResult {
 
 PingResult ping(Port& p, const Args& a, const pkt::Mac& peer) {
     PingResult res;
-    Clock::time_point next_check{};
+    EventWatch<Port::Device> events(p.device());
     res.rtt_us.reserve(a.count);
     if (PostResult r = p.post_all_recv(); !r) {
         res.error = p.name() + ": post_recv: " + std::strerror(r.error);
@@ -187,7 +180,7 @@ PingResult ping(Port& p, const Args& a, const pkt::Mac& peer) {
         }
         const uint32_t slot = seq % p.send_slots();
         while (busy[slot]) {   // a send not completed yet (only when the wire stalls)
-            const int n = next_completions(p, wc, a.interrupt, res.sleeps, next_check, res.error);
+            const int n = next_completions(p, wc, a.interrupt, res.sleeps, events, res.error);
             if (n < 0) return res;
             for (int i = 0; i < n; ++i) {
                 if (wc[i].opcode == WcOpcode::send) {
@@ -209,7 +202,7 @@ PingResult ping(Port& p, const Args& a, const pkt::Mac& peer) {
         busy[slot] = true;
         bool answered = false;
         while (!answered) {
-            const int n = next_completions(p, wc, a.interrupt, res.sleeps, next_check, res.error);
+            const int n = next_completions(p, wc, a.interrupt, res.sleeps, events, res.error);
             if (n < 0) return res;
             const auto t1 = Clock::now();
             for (int i = 0; i < n; ++i) {

@@ -1,11 +1,11 @@
 #!/bin/bash
-# check.sh SOURCE_DIR BUILD_DIR OUT_DIR: installs BUILD_DIR into OUT_DIR/prefix and builds
+# check.sh SOURCE_DIR BUILD_DIR OUT_DIR VERSION: installs BUILD_DIR into OUT_DIR/prefix and builds
 # examples/standalone against that install the three ways a user would — find_package with
 # libvfab.so.1, find_package with libvfab.a, pkg-config — into OUT_DIR/bin (the lab's sdk_test
 # then runs them on a device). Checks what each program links, that each starts (usage, then
 # a clear error for a device that is not there), and the pkg-config and CMake metadata.
 set -uo pipefail
-src=$1 build=$2 out=$3
+src=$1 build=$2 out=$3 version=${4:?VERSION: the project version (CMake passes it)}
 prefix=$out/prefix bin=$out/bin
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
@@ -35,7 +35,7 @@ export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 run make -C "$src/examples/standalone" O="$bin"
 static_libs=$(pkg-config --static --libs vfab)
 [[ $static_libs == *-lnuma* && $static_libs == *-pthread* ]] || bad "pkg-config --static --libs vfab gives '$static_libs' (no -lnuma/-pthread)"
-[[ $(pkg-config --modversion vfab) == "$(sed -n 's/^project(vfab VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")" ]] ||
+[[ $(pkg-config --modversion vfab) == "$version" ]] ||
     bad "vfab.pc's version is not the project's"
 pkg-config --exists vfab-e1000e vfab-igb vfab-igbvf vfab-virtio_net || bad "a driver's .pc file is missing"
 

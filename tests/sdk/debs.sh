@@ -1,11 +1,11 @@
 #!/bin/bash
-# debs.sh SOURCE_DIR BUILD_DIR OUT_DIR: builds vfab's Debian packages from BUILD_DIR (cpack:
+# debs.sh SOURCE_DIR BUILD_DIR OUT_DIR VERSION: builds vfab's Debian packages from BUILD_DIR (cpack:
 # libvfab1, libvfab-dev, vfab-tools), installs them on this machine with apt-get, builds
 # examples/standalone against the system install (find_package with no prefix given, and
 # pkg-config), runs vfio-devctl from the package, then purges the packages and checks that they
 # left no file behind. Needs root or password-less sudo (CI has both); fails otherwise.
 set -uo pipefail
-src=$1 build=$2 out=$3
+src=$1 build=$2 out=$3 version=${4:?VERSION: the project version (CMake passes it)}
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 step() { echo "== $*"; }
@@ -43,7 +43,7 @@ step "the system install, as a user meets it"
 [[ -e /usr/lib/libvfab.so.1 && -d /usr/lib/vfab/providers && -e /usr/include/vfab/vfab.hpp ]] ||
     bad "files missing under /usr"
 /usr/sbin/vfio-devctl --help > "$out/devctl.log" 2>&1 || bad "vfio-devctl --help: $(cat "$out/devctl.log")"
-[[ $(pkg-config --modversion vfab) == "$(sed -n 's/^project(vfab VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")" ]] ||
+[[ $(pkg-config --modversion vfab) == "$version" ]] ||
     bad "pkg-config finds no vfab of this version"
 if cmake -S "$src/examples/standalone" -B "$out/cmake" -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$out/bin" > "$out/cmake.log" 2>&1 &&
     cmake --build "$out/cmake" -j2 >> "$out/cmake.log" 2>&1; then
