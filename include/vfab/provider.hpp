@@ -124,8 +124,12 @@ extern const char* const kDefaultProviderDir;
 // when a plugin there cannot be used, or a directory given explicitly does not exist.
 Result<std::vector<ProviderInfo>> list_providers(const OpenOptions& opts = {});
 
-// The provider for vendor:device, or the one named `name`; the error lists the known ones.
+// The provider Device::open would use for vendor:device: the first in list_providers() order
+// that lists the ID. ENODEV, listing the known providers, when none does; list_providers()'s
+// errors as they are.
 Result<ProviderInfo> find_provider(uint16_t vendor, uint16_t device, const OpenOptions& opts = {});
+// The provider named `name` (a plugin of that name replaces the built-in one). ENOENT, listing
+// the known providers, when there is none; list_providers()'s errors as they are.
 Result<ProviderInfo> find_provider(std::string_view name, const OpenOptions& opts = {});
 
 // Loads one plugin file and checks its entry point, ABI version, layout and record; the

@@ -6,6 +6,7 @@
 
 namespace vfab::dma {
 
+// Whether `x` is a power of two (0 is not).
 constexpr bool is_pow2(uint64_t x) noexcept { return x != 0 && (x & (x - 1)) == 0; }
 
 // Rounds `x` up to a multiple of `align` (a power of two). Returns false, leaving `out`
@@ -17,6 +18,7 @@ constexpr bool align_up(uint64_t x, uint64_t align, uint64_t& out) noexcept {
     return true;
 }
 
+// Whether `x` is a multiple of `align`, which must be a power of two.
 constexpr bool is_aligned(uint64_t x, uint64_t align) noexcept { return (x & (align - 1)) == 0; }
 
 }  // namespace vfab::dma

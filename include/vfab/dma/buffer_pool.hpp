@@ -46,6 +46,7 @@ enum class PutStatus : uint8_t {
     not_buffer_start,   // inside the pool, but not where a buffer starts
     double_put,         // the buffer is in the pool already
 };
+// A short description ("buffer returned twice"), for messages; "?" for another value.
 const char* to_string(PutStatus s) noexcept;
 
 class BufferPool {
@@ -64,21 +65,35 @@ public:
     size_t get_bulk(std::span<Buffer> out) noexcept;
     // Returns buffers taken with get()/get_bulk() (see the header comment on checking).
     void put(const Buffer& b) noexcept { put_index(b.index); }
+    // The same by address: the buffer holding `addr` (interior pointers too). A division:
+    // hot paths should put the Buffer.
     void put(const void* addr) noexcept { put_index(index_of(addr)); }
+    // put() for each of `bufs`, trusted as put() trusts them.
     void put_bulk(std::span<const Buffer> bufs) noexcept;
+    // put() for an address from an untrusted place, which must be where a buffer starts:
+    // ok when the buffer went back, else why not (foreign, not_buffer_start, double_put),
+    // the pool left unchanged.
     PutStatus put_checked(const void* addr) noexcept;
 
     // Any address inside the pool's buffers (interior pointers too).
     bool contains(const void* addr) const noexcept { return offset(addr) < uint64_t(stride_) * capacity(); }
+    // The device's address of `addr` (interior pointers too). Unchecked: contains() first
+    // for an address of unknown origin.
     Iova iova_of(const void* addr) const noexcept { return iova_ + offset(addr); }
     // The buffer holding `addr`. Division: hot paths should carry Buffer::index instead.
     uint32_t index_of(const void* addr) const noexcept { return static_cast<uint32_t>(offset(addr) / stride_); }
+    // The CPU address of buffer `index` (unchecked: index < capacity()).
     void* addr_of(uint32_t index) const noexcept { return base_ + size_t(index) * stride_; }
+    // Buffer `index` as get() describes it; it is not taken from the free stack (unchecked).
     Buffer buffer(uint32_t index) const noexcept { return {addr_of(index), iova_ + uint64_t(index) * stride_, index}; }
 
+    // The number of buffers, fixed at create().
     uint32_t capacity() const noexcept { return static_cast<uint32_t>(free_.size()); }
+    // Buffers free now: get() succeeds this many times.
     uint32_t available() const noexcept { return top_; }
+    // The buffer size in bytes, as given to create().
     size_t buf_size() const noexcept { return buf_size_; }
+    // Bytes from one buffer to the next: buf_size() rounded up to the alignment.
     size_t stride() const noexcept { return stride_; }
 
 private:

@@ -44,14 +44,17 @@ public:
     // that is (partly) free already or outside the allowed ranges is an error, not a crash.
     Result<void> free(Iova iova, uint64_t len);
 
+    // The unit of allocation in bytes, as given to create(): every range handed out is a
+    // multiple of it and aligned to it.
     uint64_t page_size() const { return page_; }
     // The allowed ranges after normalisation (page-aligned, sorted, merged).
     const std::vector<vfio::IovaRange>& ranges() const { return allowed_; }
     // The free list, lowest address first.
     std::vector<vfio::IovaRange> free_ranges() const;
-    // Bytes free in total and in the largest free range (saturating at UINT64_MAX, which only
-    // a range covering the whole 64-bit space reaches).
+    // Bytes free in total (saturating at UINT64_MAX, which only a range covering the whole
+    // 64-bit space reaches).
     uint64_t free_bytes() const;
+    // Bytes in the largest free range, the most one allocate() can get (saturating likewise).
     uint64_t largest_free() const;
 
 private:

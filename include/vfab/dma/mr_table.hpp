@@ -56,9 +56,13 @@ enum class Access : uint32_t {
     all = (1u << 6) - 1,
 };
 
+// The rights of both.
 constexpr Access operator|(Access a, Access b) noexcept { return Access(uint32_t(a) | uint32_t(b)); }
+// The rights common to both.
 constexpr Access operator&(Access a, Access b) noexcept { return Access(uint32_t(a) & uint32_t(b)); }
+// The rights of Access::all that `a` lacks.
 constexpr Access operator~(Access a) noexcept { return Access(~uint32_t(a) & uint32_t(Access::all)); }
+// Adds `b`'s rights to `a`.
 constexpr Access& operator|=(Access& a, Access b) noexcept { return a = a | b; }
 // True when `set` holds every bit of `bits`.
 constexpr bool has(Access set, Access bits) noexcept { return (set & bits) == bits; }
@@ -74,6 +78,7 @@ enum class MrStatus : uint8_t {
     discontiguous,   // translate(): the range spans blocks of a fast-register MR that do not
                      // follow each other (translate_span() and copy_to() handle it)
 };
+// A short description ("stale key"), for messages; "?" for another value.
 const char* to_string(MrStatus s) noexcept;
 
 enum class MrState : uint8_t { free, valid, invalid };
@@ -119,18 +124,25 @@ struct Translation {
     uint64_t pos = 0;                // and where the first byte lies in them
 };
 
-// Copies across the blocks of a scattered MR, from position `pos` (Translation::pos).
+// Copies `len` bytes from `from` into the blocks of a scattered MR, from position `pos`
+// (Translation::pos) on. Unchecked: the range must lie in the MR (translate_span() says so).
 void copy_to(const BlockMap& map, uint64_t pos, const void* from, uint64_t len) noexcept;
+// Copies `len` bytes out of the blocks of a scattered MR, from position `pos` on, to `to`.
+// Unchecked, as copy_to().
 void copy_from(const BlockMap& map, uint64_t pos, void* to, uint64_t len) noexcept;
 
+// The key of slot `index` (below 2^24) under `consumer_key`: index << 8 | consumer_key.
 constexpr uint32_t make_key(uint32_t index, uint8_t consumer_key) noexcept { return index << 8 | consumer_key; }
+// The slot index of `key` (its upper 24 bits).
 constexpr uint32_t key_index(uint32_t key) noexcept { return key >> 8; }
+// The consumer key of `key` (its low 8 bits).
 constexpr uint8_t key_consumer(uint32_t key) noexcept { return uint8_t(key & 0xff); }
 
 class MrTable {
 public:
     static constexpr uint32_t kMaxCapacity = 1u << 24;   // what a 24-bit index can address
 
+    // A table of `capacity` slots, sized here; EINVAL unless 1 <= capacity <= kMaxCapacity.
     static Result<MrTable> create(uint32_t capacity);
 
     // Registers `e` (ibv_reg_mr). Errors: zero length, a range that wraps, REMOTE_WRITE or
@@ -157,22 +169,29 @@ public:
     Translation translate_span(uint32_t key, uint64_t addr, uint64_t len, Access required,
                                uint32_t remote_qpn = 0) const noexcept;
 
-    // Fast registration: a slot of at most `max_len` bytes, invalid until bound, which may be
-    // bound to up to `max_blocks` scattered blocks (blocks that follow each other count as one
-    // run, whatever their number).
+    // alloc_unbound()'s default `max_blocks` (kMaxBlocks is the most it accepts).
     static constexpr uint32_t kDefaultMaxBlocks = 256;
     static constexpr uint32_t kMaxBlocks = 1u << 20;
+    // Fast registration (ibv_alloc_mr): a slot of at most `max_len` bytes, invalid until bound,
+    // which may be bound to up to `max_blocks` scattered blocks (blocks that follow each other
+    // are one run: bind() them, whatever their number). Returns its key. EINVAL for max_len 0
+    // or max_blocks outside 1..kMaxBlocks, ENOSPC when full. Allocates the block map.
     Result<uint32_t> alloc_unbound(uint64_t max_len, uint32_t max_blocks = kDefaultMaxBlocks);
     // Binds the unbound MR `key` to `e` under the new consumer key `new_key` (the application
-    // picks it, usually key + 1); the MR's key is then make_key(key_index(key), new_key). `host`
-    // is the CPU's address of the first byte (e.addr unless the MR's addresses are not its own).
+    // picks it, usually key + 1); the MR's key is then make_key(key_index(key), new_key).
+    // invalid_state unless `key` is an unbound fast-register MR; out_of_bounds for a length of
+    // 0, above max_len or wrapping; access_denied for rights add() would refuse.
     MrStatus bind(uint32_t key, uint8_t new_key, const MrEntry& e) noexcept { return bind(key, new_key, e, e.addr); }
+    // The same with `host`, the CPU's address of the first byte, given apart (e.addr unless
+    // the MR's addresses are not its own, as a zero-based MR's are not).
     MrStatus bind(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t host) noexcept;
-    // The same for scattered blocks: the caller fills blocks(key, n) (each block's CPU address
-    // and IOVA), then binds the MR to e.length bytes from `first_offset` of them (e.iova is
-    // unused). blocks() is empty when `key` is not an unbound fast-register MR or n exceeds
-    // its max_blocks.
+    // For scattered blocks: the first `n` entries of the MR's block map, for the caller to fill
+    // (each block's CPU address and IOVA) before bind_blocks(). Empty when `key` is not an
+    // unbound fast-register MR, or n is 0 or exceeds its max_blocks.
     std::span<Block> blocks(uint32_t key, uint32_t n) noexcept;
+    // Binds the MR to e.length bytes from `first_offset` into the `n` blocks of `block_size`
+    // bytes filled through blocks() (e.iova is unused). Status as bind(); out_of_bounds too when
+    // the blocks cannot hold the range or n exceeds max_blocks.
     MrStatus bind_blocks(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t block_size, uint64_t first_offset,
                          uint32_t n) noexcept;
     uint32_t max_blocks(uint32_t key) const noexcept;   // of a fast-register MR; 0 otherwise
@@ -190,6 +209,8 @@ public:
     // bound already (rebinding replaces it), and a zero length unbinds it.
     MrStatus bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_key, uint64_t addr, uint64_t len,
                          Access access, uint32_t owner_qpn = 0) noexcept;
+    // Valid -> invalid for a window of either type (idempotent), with no queue-pair check;
+    // invalid_state for MRs of any kind.
     MrStatus invalidate_window(uint32_t key) noexcept;
     // Invalidation by a work request (LOCAL_INV) or a peer's SEND_WITH_INV on queue pair `qpn`:
     // fast-register MRs, and type 2B windows bound to that queue pair. Regions (remove() ends
@@ -200,7 +221,9 @@ public:
     // Inspection (diagnostics, tests, the control path).
     MrState state(uint32_t key) const noexcept;   // of the key's slot, whatever its consumer key
     const MrEntry* find(uint32_t key) const noexcept;   // the entry when `key` is current, else null
+    // The number of slots, fixed at create(): regions, fast-register MRs and windows together.
     uint32_t capacity() const noexcept { return static_cast<uint32_t>(slots_.size()); }
+    // Slots in use, valid or not.
     uint32_t size() const noexcept { return capacity() - free_count_; }
 
 private:

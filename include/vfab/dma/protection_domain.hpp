@@ -60,6 +60,11 @@ public:
     // the domain.
     Result<DmaArena*> create_arena(size_t len, const DmaMemoryOptions& opts = {});
 
+    // Registers the `len` bytes at `addr` with `access`. Inside one of the domain's arenas: a
+    // table entry, no system call. Elsewhere its pages are pinned and mapped, shared with other
+    // registrations of the same pages.
+    // EINVAL for a zero length, a wrapping range or rights MrTable::add refuses, ENOSPC when
+    // the key table is full, and the address space's mapping errors (ENOMEM: RLIMIT_MEMLOCK).
     Result<MemoryRegion> register_memory(void* addr, uint64_t len, Access access);
     // Memory of another device — `len` bytes from `offset` of region (BAR) `bar` of the VFIO
     // device `dev`, as a GPU's memory would be — for peer-to-peer DMA: this domain's device
@@ -81,17 +86,23 @@ public:
     // unmaps it once no other registration shares the mapping: the device's DMA to it faults.
     Result<void> deregister(const MemoryRegion& mr);
 
+    // MrTable::translate() for a local access (windows refuse it): O(1), no lock, no
+    // allocation. Must not race deregister() or dealloc() of the same key.
     Translation translate(uint32_t key, uint64_t addr, uint64_t len, Access required) const noexcept {
         return table_.translate(key, addr, len, required);
     }
 
+    // The key table, for fast-path lookups (translate_span, window_type, max_blocks). Not
+    // locked: change registrations through the domain, which keeps its mappings in step.
     MrTable& table() { return table_; }
 
-    // The memory-management verbs, serialised with registration (the RDMA transport's work
-    // requests and a peer's SEND_WITH_INV come here from the queue pair's thread).
-    // An MR with no memory, invalid until fast_register() (ibv_alloc_mr); a memory window.
-    // It may be bound to up to `max_blocks` scattered blocks (ibv_alloc_mr's max_num_sg).
+    // The memory-management verbs below are serialised with registration (the RDMA transport's
+    // work requests and a peer's SEND_WITH_INV come here from the queue pair's thread).
+    // An MR with no memory, invalid until fast_register() (ibv_alloc_mr), of at most `max_len`
+    // bytes in up to `max_blocks` scattered blocks (max_num_sg); errors as MrTable::alloc_unbound.
     Result<uint32_t> alloc_mr(uint64_t max_len, uint32_t max_blocks = MrTable::kDefaultMaxBlocks);
+    // A memory window (ibv_alloc_mw), invalid until bind_window(); its key. EINVAL for an
+    // unknown type, ENOSPC when the key table is full.
     Result<uint32_t> alloc_mw(WindowType type);
     // Frees what alloc_mr / alloc_mw gave (register_memory's regions: deregister()).
     Result<void> dealloc(uint32_t key);
@@ -104,11 +115,19 @@ public:
     // maps; at most the MR's max_blocks).
     MrStatus fast_register_blocks(uint32_t key, uint32_t new_key, const uint64_t* blocks, uint32_t n,
                                   uint64_t block_size, uint64_t first_offset, uint64_t len, uint64_t va, Access access);
+    // Binds window `window_key` to the `len` bytes at `addr` of MR `mr_key`, with `access`, as
+    // MrTable::bind_window; `new_key` is the window's whole new key (bad_key unless it has
+    // window_key's index). A type 2B window is tied to queue pair `owner_qpn`.
     MrStatus bind_window(uint32_t mr_key, uint32_t window_key, uint32_t new_key, uint64_t addr, uint64_t len,
                          Access access, uint32_t owner_qpn);
+    // LOCAL_INV, or a peer's SEND_WITH_INV arriving on queue pair `qpn` (MrTable::invalidate):
+    // fast-register MRs and type 2B windows become invalid; regions, type 1 windows and windows
+    // tied to another queue pair give invalid_state.
     MrStatus invalidate(uint32_t key, uint32_t qpn);
     // The IOVA of [host, host + len) when this domain maps all of it.
     std::optional<Iova> iova_of(const void* host, uint64_t len) const;
+    // The address space (IOMMU context or vhost-user memory table) the domain maps into; the
+    // domain holds it.
     vfio::AddressSpace& address_space() const { return *ctx_; }
     // IOMMU mappings made for user memory (not arenas), shared ones counted once.
     size_t user_mappings() const;

@@ -79,11 +79,16 @@ struct QueueTraits {
     struct TxContext {
         uint8_t ipcss, ipcso, tucss, tucso;
         uint32_t tucmd;
+        // post_send writes a context descriptor only when the context changes.
         bool operator==(const TxContext&) const = default;
     };
     static constexpr uint32_t kRxDD = rxd::DD, kRxEOP = rxd::EOP, kRxErrFrame = rxd::ERR_FRAME;
 
+    // The device wrote DD back (RS is set on a packet's last data descriptor), §7.2.10.3.
     static bool tx_done(const volatile TxDesc& d) noexcept { return d.status & txd::STA_DD; }
+    // send_ip_csum's context from the parsed headers (§7.2.10.2): the IPv4 header checksum at
+    // l3 + 10, the TCP/UDP one from l4 to the end; popts IXSM (IPv4) and TXSM. False when the
+    // L4 header starts past byte 255 (the descriptor's offsets are one byte).
     static bool make_context(const net::L4Offsets& o, TxContext& ctx, uint32_t& popts) noexcept {
         if (o.l4 > 255) return false;   // the context's offsets are one byte
         ctx = {uint8_t(o.l3), uint8_t(o.l3 + 10), uint8_t(o.l4), uint8_t(o.csum),
@@ -91,10 +96,14 @@ struct QueueTraits {
         popts = (o.ipv4 ? txd::POPTS_IXSM : 0) | txd::POPTS_TXSM;
         return true;
     }
+    // The TCP/IP context descriptor (§7.2.10.2): IPCSE the byte before the L4 header (0 for
+    // IPv6), TUCSE 0 (to the end of the packet).
     static void write_context(TxContextDesc& c, const TxContext& ctx) noexcept {
         c = {ctx.ipcss, ctx.ipcso, uint16_t(ctx.tucss - 1), ctx.tucss, ctx.tucso, 0, txd::CMD_DEXT | ctx.tucmd, 0, 0, 0};
         if (!(ctx.tucmd & txd::TUCMD_IP)) c.ipcse = 0;
     }
+    // An extended data descriptor (§7.2.10.3) for one SGE: the FCS inserted, EOP and RS on the
+    // packet's last, popts in each.
     static void write_data(TxDesc& d, uint64_t iova, uint32_t len, bool /*first*/, bool last, uint32_t /*total*/,
                            uint32_t popts, uint32_t /*flags*/) noexcept {
         d.buffer_addr = iova;
@@ -103,10 +112,14 @@ struct QueueTraits {
         d.popts = uint8_t(popts);   // in every data descriptor of the packet
         d.vlan = 0;
     }
+    // Hands the device a buffer: the extended receive descriptor's read format (§7.1.5.2), DD
+    // cleared.
     static void write_rx(RxDesc& d, uint64_t iova) noexcept {
         d.read.buffer_addr = iova;
         d.read.reserved = 0;
     }
+    // wc_ip_csum_ok: the device checked the IPv4 header and TCP/UDP checksums (IPCS, TCPCS) and
+    // found no error (IPE, TCPE); never for IPv6.
     static bool rx_csum_ok(uint32_t se) noexcept {
         return (se & (rxd::IPCS | rxd::TCPCS)) == (rxd::IPCS | rxd::TCPCS) && !(se & (rxd::ERR_IPE | rxd::ERR_TCPE));
     }

@@ -65,12 +65,16 @@ public:
     // cfg asks for; kept across reset(). A receive completion whose frame latched has
     // wc_timestamped.
     Result<void> enable_timestamps(const TimestampConfig& cfg);
+    // The device's clock now, in ns: SYSTIM (counting ns once enable_timestamps() ran) plus
+    // set_clock_ns()'s offset. Two register reads, no lock, no system call.
     uint64_t clock_ns();
     // Sets the clock's reading to `ns` (e.g. CLOCK_REALTIME's, or a PTP master's): every later
     // clock_ns() and latched time counts from there. Until then the epoch is the device's.
     void set_clock_ns(uint64_t ns);
     // The latched time, if one is waiting; taking it frees the latch for the next frame.
     std::optional<uint64_t> take_tx_timestamp();
+    // The same for the receive latch: the arrival time, with the PTP source port and sequence
+    // id that match it to the completion that had wc_timestamped.
     std::optional<RxTimestamp> take_rx_timestamp();
 
 private:

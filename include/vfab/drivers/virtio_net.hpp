@@ -83,9 +83,16 @@ public:
     // Up to out.size() completions, oldest first per queue; -ENODEV once destroyed. Over
     // vhost-user, an idle queue now and then checks that the back-end is still there.
     int poll(std::span<Completion> out) noexcept;
+    // Requests one notification on channel_fd() for the next completion: turns on used-buffer
+    // notifications of the virtqueues it polls (§2.7.7, §2.8.10). A completion already waiting,
+    // or a queue pair out of the ready state, signals the channel at once. Not concurrently
+    // with poll(). ENODEV when destroyed or of no device.
     Result<void> arm();
     // Reads and clears the channel, and turns the queues' notifications off until arm().
     uint64_t take_events() noexcept;
+    // Frees its completion channel for another create_cq(). EBUSY while a queue pair uses it;
+    // ENODEV when already destroyed or of no device. The object lives until the device closes
+    // (poll() then returns -ENODEV).
     Result<void> destroy();
     // A completion queue of no device, for a queue pair over rings in plain memory (bench/'s
     // device model): poll() works; arm() and destroy() return ENODEV.
@@ -133,26 +140,51 @@ public:
     // A queue pair of no device over virtqueues in memory the caller owns, completing on `cq`
     // (bench/'s device model); destroy() returns ENODEV.
     QueuePair(QueueRings<virtio::SplitQueue>&& rings, CompletionQueue& cq);
+    // The same over packed virtqueues.
     QueuePair(QueueRings<virtio::PackedQueue>&& rings, CompletionQueue& cq);
 
+    // Queues frames to send (see PostResult); a bad lkey completes with local_protection_error.
+    // EINVAL also for a frame under 14 or over attr().mtu + 14 bytes, an empty SGE, send_ip_csum
+    // without VIRTIO_NET_F_CSUM or TCP/UDP headers in the first SGE (it writes the IPv4 and
+    // pseudo-header sums into the frame). Fast path: no allocation, no lock; one doorbell at
+    // most, when the device asks (an MMIO store; over vhost-user a write(2)).
     PostResult post_send(std::span<const SendWr> wrs) noexcept {
         return packed_ ? send_impl(*ptx_, wrs) : send_impl(*stx_, wrs);
     }
+    // Queues receive buffers, each for one whole frame (see PostResult): EINVAL under
+    // attr().recv_buffer_size bytes or with an empty SGE; an lkey that is bad or lacks
+    // LOCAL_WRITE completes with local_protection_error. The 12-byte virtio_net_hdr goes to
+    // the driver's own memory. Fast path, as post_send().
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept {
         return packed_ ? recv_impl(*prx_, wrs) : recv_impl(*srx_, wrs);
     }
+    // ready; error after a removal, a fatal error or reset(), or when destroying another queue
+    // pair restarted the device while this one had WRs outstanding (they flush: destroy it);
+    // destroyed.
     QpState state() const noexcept { return state_.load(std::memory_order_relaxed); }
+    // Its number in completions (Completion::qp_num): queue() + 1.
     uint32_t qp_num() const noexcept { return qp_num_; }   // queue() + 1
     // The queue pair's index on the device (receiveq = 2 * queue(), transmitq = that + 1);
     // RssConfig::table names queue pairs by it.
     uint32_t queue() const noexcept { return queue_; }
+    // Frames and bytes of its successful completions, counted as poll() retires them (signaled
+    // or not); readable from any thread.
     QpStats stats() const noexcept {
         return {tx_packets_.get(), tx_bytes_.get(), rx_packets_.get(), rx_bytes_.get()};
     }
+    // What it was created with, rounded up: WRs each way are its virtqueue's size (a power of
+    // 2) divided by the SGEs + 1 (a descriptor per SGE and one for the header).
     const QpCaps& caps() const noexcept { return caps_; }
+    // split or packed: the format of its virtqueues.
     RingFormat ring_format() const noexcept { return packed_ ? RingFormat::packed : RingFormat::split; }
+    // Send WRs posted that poll() has not retired yet (signaled or not).
     uint32_t send_outstanding() const noexcept { return sq_.tail - sq_.head; }
+    // Receive WRs posted that poll() has not retired yet.
     uint32_t recv_outstanding() const noexcept { return rq_.tail - rq_.head; }
+    // Stops its virtqueues and frees them; outstanding WRs are dropped. Virtio cannot stop one
+    // queue: the device restarts, and other queue pairs with WRs outstanding go to the error
+    // state. ENODEV when already destroyed or of no device; the object lives until the device
+    // closes.
     Result<void> destroy();
 
 private:
@@ -232,6 +264,10 @@ private:
 
 class Device {
 public:
+    // Opens the virtio-net function at `addr`, bound to vfio-pci, and negotiates its features
+    // (§3.1.1). ENODEV: not 1af4:1041 (a transitional device included) or no virtio 1.x
+    // capabilities; ENOTSUP: no VERSION_1 or ACCESS_PLATFORM (the IOMMU), fewer than 2 MSI-X
+    // vectors, or RingFormat::packed not offered; EINVAL: an mtu outside 68 to kMaxMtu.
     static Result<std::unique_ptr<Device>> open(const PciAddress& addr, const DeviceOptions& opts = {});
     // The same driver over vhost-user: a back-end process (DPDK's vhost PMD, a software switch)
     // listening on the UNIX socket `socket_path` serves the virtqueues; no VM, no VFIO. Only
@@ -243,13 +279,25 @@ public:
     Device(const Device&) = delete;
     Device& operator=(const Device&) = delete;
 
+    // What the device is and can do. max_qp: max_virtqueue_pairs with VIRTIO_NET_F_MQ, else 1;
+    // max_cq: MSI-X vectors - 1 (over vhost-user 8); mac: the device's, else DeviceOptions::mac.
     const DeviceAttr& attr() const;
+    // With VIRTIO_NET_F_STATUS the device's link status (a configuration read, §5.1.4); else up
+    // until the device is gone. Speed 0: unknown.
     LinkState link() const;
+    // Frames and bytes sent and received, from the queue pairs' software counters (destroyed
+    // ones included); virtio has no other counters: the rest stay 0.
     DeviceStats stats();
+    // Memory registration: keys for the SGEs of work requests. Over vhost-user only memory from
+    // pd().create_arena() can be registered.
     dma::ProtectionDomain& pd();
     uint64_t features() const;   // negotiated
+    // split or packed, as negotiated at open (never automatic).
     RingFormat ring_format() const;
 
+    // A completion queue on a completion channel of its own (an MSI-X vector; over vhost-user a
+    // call eventfd), owned by the device. `cqe` is a capacity hint: 1 to 65536, else EINVAL.
+    // ENOSPC when attr().max_cq are in use.
     Result<CompletionQueue*> create_cq(uint32_t cqe);
     // Up to attr().max_qp queue pairs (VIRTIO_NET_F_MQ), each on its own receive and transmit
     // virtqueues, taking the lowest free queue index. A virtio device takes new queues only
@@ -265,11 +313,20 @@ public:
     // multicast frame arrives (§5.1.6.5.1). Checks the groups and returns.
     Result<void> set_multicast(std::span<const MacAddress> groups);
 
+    // Readable when an event may be waiting (a configuration change, the kernel asking for the
+    // device back, the vhost-user back-end hanging up): then call next_event().
     int event_fd() const;
+    // The next event, without blocking: device_removal (once) when the device or back-end is
+    // gone, device_fatal when it asks for a reset (DEVICE_NEEDS_RESET, §2.1.2), link_up or
+    // link_down; EventType::none otherwise. The first two put the queue pairs in the error state.
     Event next_event();
+    // Resets the device and negotiates the same features again (over vhost-user: stops the
+    // vrings). Every queue pair goes to the error state: destroy and create them again.
+    // ENODEV once the device is gone.
     Result<void> reset();
 
     vfio::Device& vfio();   // over VFIO/PCI only
+    // Whether it was opened with open_vhost_user() (then vfio() must not be called).
     bool is_vhost_user() const;
 
 private:

@@ -17,7 +17,9 @@ struct L4Offsets {
     bool tcp = false;         // else UDP
 };
 
+// The 16-bit big-endian (network order) value at `p`; no alignment needed.
 inline uint16_t load_be16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+// Writes `v` at `p` in big-endian (network) order; no alignment needed.
 inline void store_be16(uint8_t* p, uint16_t v) {
     p[0] = uint8_t(v >> 8);
     p[1] = uint8_t(v);
@@ -75,6 +77,8 @@ inline uint32_t sum16(const uint8_t* p, size_t n, uint32_t acc = 0) {
     return acc;
 }
 
+// Folds a sum16() accumulator to 16 bits, adding the carries back in (RFC 1071); not
+// complemented: the checksum field takes ~fold(acc).
 inline uint16_t fold(uint32_t acc) {
     while (acc >> 16) acc = (acc & 0xffff) + (acc >> 16);
     return uint16_t(acc);

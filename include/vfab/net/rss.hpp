@@ -42,9 +42,13 @@ inline uint32_t toeplitz_hash(std::span<const uint8_t> key, std::span<const uint
 struct RssInput {
     std::array<uint8_t, 36> bytes{};
     size_t size = 0;
+    // The first `size` bytes of `bytes`: what toeplitz_hash() takes as its input.
     std::span<const uint8_t> span() const { return {bytes.data(), size}; }
 };
 
+// The hash input of the first `len` bytes of `frame` under `hash_types` (RssHash bits), as
+// described at RssInput; size 0 when no enabled type applies or the frame is not TCP or UDP
+// over IPv4/IPv6 as parse_l4() reads it (an IPv4 fragment, another protocol). No allocation.
 inline RssInput rss_input(const uint8_t* frame, size_t len, uint32_t hash_types) {
     RssInput in;
     L4Offsets o;

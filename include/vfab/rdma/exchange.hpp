@@ -33,6 +33,8 @@ inline constexpr uint16_t kPingpongPort = 18515;
 inline constexpr size_t kSrqPingpongEndpoints = 256;   // ibv_srq_pingpong's MAX_QP
 
 std::string format_endpoint(const Endpoint& e);                   // kPingpongMessage - 1 characters
+// The endpoint in a message as format_endpoint() writes it, read up to its NUL or `len`
+// bytes; EPROTO when it is not LID:QPN:PSN:GID in hex, the GID as 32 digits.
 Result<Endpoint> parse_endpoint(const char* msg, size_t len);
 std::string gid_to_string(const Gid& g);                          // as inet_ntop(AF_INET6) writes it
 
@@ -48,6 +50,10 @@ Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
 // The same with mine.size() endpoints each way (the peer sends as many).
 Result<std::vector<Endpoint>> exchange_as_client(const std::string& host, uint16_t port, std::span<const Endpoint> mine,
                                                  int timeout_ms = 30000);
+// The server's side of it: listens on `port` (any address, IPv4 or IPv6), reads mine.size()
+// endpoints from one client, runs `connect` on them, sends its own; an error of `connect` is
+// returned before ours are sent. ETIMEDOUT when no client comes or a step stalls within
+// `timeout_ms`; EADDRINUSE (bind's errno) when the port is taken.
 Result<std::vector<Endpoint>> exchange_as_server(
     uint16_t port, std::span<const Endpoint> mine,
     const std::function<Result<void>(std::span<const Endpoint>)>& connect, int timeout_ms = 60000);

@@ -12,7 +12,10 @@ namespace vfab::rdma {
 // A running CRC-32 (reflected 0xEDB88320, the register kept uninverted between calls).
 struct Crc32 {
     uint32_t reg = 0xFFFFFFFFu;
+    // Feeds `n` bytes from `p`, by the process's Crc32Method (runs of 64 bytes and more folded
+    // with PCLMULQDQ under clmul, the rest by tables). No allocation, no system call.
     void update(const uint8_t* p, size_t n) noexcept;
+    // The CRC of the bytes fed so far (the register inverted); update() may continue after it.
     uint32_t value() const noexcept { return ~reg; }
 };
 
@@ -26,6 +29,8 @@ enum class Crc32Method : uint8_t {
 };
 // Sets the method; returns the one in effect (never automatic).
 Crc32Method use_crc32_method(Crc32Method m) noexcept;
+// The method in effect: tables until use_crc32_method() (or a port's creation) sets one;
+// never automatic.
 Crc32Method crc32_method() noexcept;
 
 // Starts the ICRC of an IPv4 RoCEv2 packet: `ipv4` points at its IP header (20 bytes, no
@@ -40,6 +45,7 @@ uint32_t icrc_ipv4(const uint8_t* ipv4, size_t len) noexcept;
 inline void store_icrc(uint8_t* p, uint32_t crc) noexcept {
     p[0] = uint8_t(crc); p[1] = uint8_t(crc >> 8); p[2] = uint8_t(crc >> 16); p[3] = uint8_t(crc >> 24);
 }
+// Reads the ICRC at `p` (least significant byte first), as store_icrc() writes it.
 inline uint32_t load_icrc(const uint8_t* p) noexcept {
     return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }

@@ -23,7 +23,10 @@ namespace vfab::rdma {
 class RawLink {
 public:
     virtual ~RawLink() = default;
+    // The device's attributes: the port takes its MAC, MTU and queue limits from them.
     virtual const DeviceAttr& attr() const = 0;
+    // The device's protection domain: the port's frame buffers and the RDMA memory regions are
+    // registered in it.
     virtual dma::ProtectionDomain& pd() = 0;
     // Makes the raw queue pair with up to `rx` receive and `tx` send WRs (each at least 8); on
     // success they hold what it took, which may be fewer.
@@ -32,13 +35,22 @@ public:
     virtual void close() noexcept = 0;
     // Send completions come on poll_send; with one CQ (one_cq()) received frames may be among them.
     virtual bool one_cq() const noexcept = 0;
+    // Frames to send on the raw queue pair, as vfab::QueuePair::post_send (PostResult). Fast
+    // path, as are the post and poll calls below; all only between open() and close().
     virtual PostResult post_send(std::span<const SendWr> wrs) noexcept = 0;
+    // Receive buffers for the raw queue pair, as vfab::QueuePair::post_recv. Fast path.
     virtual PostResult post_recv(std::span<const RecvWr> wrs) noexcept = 0;
+    // Up to out.size() completions of the receive CQ (with one_cq(), send completions among
+    // them); a negative errno when the CQ is gone. Fast path.
     virtual int poll_recv(std::span<Completion> out) noexcept = 0;
+    // Up to out.size() completions of the send CQ (with one_cq() the receive CQ, received
+    // frames among them); a negative errno when the CQ is gone. Fast path.
     virtual int poll_send(std::span<Completion> out) noexcept = 0;
     // The receive CQ's channel: readable after arm_recv() once a frame arrives.
     virtual int recv_channel_fd() const noexcept = 0;
+    // Asks the receive CQ for one notification on recv_channel_fd(), as CompletionQueue::arm.
     virtual Result<void> arm_recv() = 0;
+    // Clears the receive channel's notifications (CompletionQueue::take_events).
     virtual void take_recv_events() noexcept = 0;
     // The multicast groups the device passes up (vfab::Device::set_multicast).
     virtual Result<void> set_multicast(std::span<const MacAddress> groups) = 0;
@@ -68,10 +80,13 @@ public:
     using Cq = std::remove_pointer_t<decltype(std::declval<InitAttr&>().send_cq)>;
     using Qp = std::remove_pointer_t<std::remove_cvref_t<decltype(*std::declval<Dev&>().create_qp(std::declval<InitAttr&>()))>>;
 
+    // Over `dev`, which must outlive the link; nothing is made on it until open().
     explicit DeviceLink(Dev& dev) : dev_(dev) {}
     ~DeviceLink() override { close(); }
 
+    // The device's attributes (Dev::attr()).
     const DeviceAttr& attr() const override { return dev_.attr(); }
+    // The device's protection domain (Dev::pd()).
     dma::ProtectionDomain& pd() override { return dev_.pd(); }
 
     Result<void> open(uint32_t& rx, uint32_t& tx) override {
@@ -113,12 +128,18 @@ public:
     }
 
     bool one_cq() const noexcept override { return rcq_ == scq_; }
+    // The queue pair's post_send, inlined for a direct device. After open() only.
     PostResult post_send(std::span<const SendWr> wrs) noexcept override { return qp_->post_send(wrs); }
+    // The queue pair's post_recv, inlined for a direct device. After open() only.
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept override { return qp_->post_recv(wrs); }
+    // The receive CQ's poll, inlined for a direct device. After open() only.
     int poll_recv(std::span<Completion> out) noexcept override { return rcq_->poll(out); }
+    // The send CQ's poll (the receive CQ's when one_cq()). After open() only.
     int poll_send(std::span<Completion> out) noexcept override { return scq_->poll(out); }
     int recv_channel_fd() const noexcept override { return rcq_->channel_fd(); }
+    // The receive CQ's arm(). After open() only.
     Result<void> arm_recv() override { return rcq_->arm(); }
+    // The receive CQ's take_events(), its count dropped. After open() only.
     void take_recv_events() noexcept override { (void)rcq_->take_events(); }
     Result<void> set_multicast(std::span<const MacAddress> groups) override {
         if constexpr (requires { dev_.set_multicast(groups); })

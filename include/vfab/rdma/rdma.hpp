@@ -107,6 +107,8 @@ public:
     // srq_attr_limit arms the limit: when a queue pair takes a WR and fewer than srq_limit stay
     // posted, the port raises AsyncEventType::srq_limit_reached once and the limit goes back to 0.
     virtual Result<void> modify(const SrqAttr& attr, uint32_t mask) = 0;
+    // ibv_query_srq: its depth (max_wr), SGEs per WR and the armed limit (0: not armed, as
+    // after the limit event fired).
     virtual SrqAttr query() const = 0;
     // ibv_get_srq_num: the number an XRC sender names (SendWr::remote_srqn) to reach it.
     virtual uint32_t srq_num() const noexcept = 0;
@@ -150,11 +152,22 @@ public:
     // ibv_modify_qp: the attributes `mask` names (QpAttrMask), with the state transitions and
     // required attributes of IB spec 11.2.5 (table 91); an error says what is missing.
     virtual Result<void> modify(const QpAttr& attr, uint32_t mask) = 0;
+    // ibv_query_qp: the attributes modify() set so far, with the current state in qp_state.
     virtual QpAttr query() const = 0;
+    // ibv_post_send; packets start leaving within the call. EINVAL: a WR its type or state
+    // (before RTS) cannot take, too many SGEs or inline bytes, UD without a live AH; ENOMEM: the
+    // send queue is full; ENODEV: destroyed. A bad lkey fails the WR in its completion
+    // (LOC_PROT_ERR) and the QP with it. Non-inline buffers are in use until the WR completes.
     virtual PostResult post_send(std::span<const SendWr> wrs) noexcept = 0;
+    // ibv_post_recv: EINVAL in RESET, with an SRQ or XRC (post to the SRQ), or more SGEs than
+    // max_recv_sge; ENOMEM: the queue is full; ENODEV: destroyed. A bad lkey fails the WR in its
+    // completion (LOC_PROT_ERR) and the QP with it.
     virtual PostResult post_recv(std::span<const RecvWr> wrs) noexcept = 0;
+    // Its QP number: what the peer sets as dest_qp_num (RC) or remote_qpn (UD).
     virtual uint32_t qp_num() const noexcept = 0;
+    // The type it was created with (QpInitAttr::qp_type).
     virtual QpType type() const noexcept = 0;
+    // The current state: modify() moves it; a failed WR or exhausted retries move it to error.
     virtual QpState state() const noexcept = 0;
     // ibv_bind_mw: binds the type 1 window `mw_key` as `info` says, through this queue pair's
     // send queue (a BIND_MW completion when signalled); the window's new key (next_key(mw_key)).
@@ -166,6 +179,8 @@ public:
     // qp_create_block_self_mcast_lb and sent them itself). The port asks its device to pass the
     // group's frames up. `lid` is unused on RoCE. docs/rdma-multicast.md.
     virtual Result<void> attach_mcast(const Gid& gid, uint16_t lid) = 0;
+    // Leaves the group; the device stops passing it up once no queue pair of the port is in
+    // it. EINVAL: not an IPv4-mapped multicast GID, or not in that group; ENODEV: destroyed.
     virtual Result<void> detach_mcast(const Gid& gid, uint16_t lid) = 0;
     // Outstanding WRs are dropped, as ibv_destroy_qp; its multicast groups are left.
     virtual Result<void> destroy() = 0;
@@ -187,7 +202,10 @@ struct AsyncEvent {
 // A UD destination (ibv_create_ah); the port resolves its MAC with ARP when first used.
 class AddressHandle {
 public:
+    // The attributes it was created with.
     virtual const AhAttr& attr() const noexcept = 0;
+    // ibv_destroy_ah: later post_send calls naming it fail (EINVAL); WRs already posted still
+    // go. ENODEV when already destroyed.
     virtual Result<void> destroy() = 0;
     AddressHandle(const AddressHandle&) = delete;
     AddressHandle& operator=(const AddressHandle&) = delete;
@@ -214,8 +232,14 @@ public:
     // ibv_query_device: the limits, the verbs' capability flags and vfab's own (device.hpp).
     virtual DeviceCaps query_device() const = 0;
 
+    // ibv_create_cq: room for `cqe` completions (1 to 2^20, rounded up to a power of 2).
+    // EINVAL: cqe out of range; ENOSPC: the port has 65536 CQs; eventfd's or epoll's errno.
     virtual Result<Cq*> create_cq(uint32_t cqe) = 0;
+    // ibv_create_qp: a queue pair in RESET. EINVAL: another type, CQs/SRQ/domain not of this
+    // port or not as its type needs, unknown create_flags, caps out of range (WRs 1 to 16384,
+    // SGEs 1 to 32, inline up to 4096 bytes); ENOSPC: PortConfig::max_qp queue pairs live.
     virtual Result<Qp*> create_qp(const QpInitAttr& attr) = 0;
+    // ibv_create_ah. EINVAL: attr.dgid is not IPv4-mapped; ENOSPC: 65536 handles live.
     virtual Result<AddressHandle*> create_ah(const AhAttr& attr) = 0;
     // ibv_create_srq: attr.max_wr WRs (1 to 16384) of attr.max_sge SGEs (1 to 32), the limit armed
     // when attr.srq_limit is not 0.
@@ -223,12 +247,16 @@ public:
     // XRC (docs/rdma-xrc.md): a domain (ibv_open_xrcd), and an XRC SRQ in it whose receive
     // completions go to `cq` (ibv_create_srq_ex with IBV_SRQT_XRC).
     virtual Result<XrcDomain*> create_xrcd() = 0;
+    // The XRC SRQ, with create_srq()'s limits and errors; EINVAL too when xrcd or cq is not
+    // this port's. Messages reach it through an XRC receive queue pair of the same domain.
     virtual Result<Srq*> create_xrc_srq(const SrqAttr& attr, XrcDomain* xrcd, Cq* cq) = 0;
 
     // Asynchronous events (ibv_get_async_event): the progress of the application's calls raises
     // them; async_fd() is readable while one waits. The next event, false when none; events
     // beyond 256 unread ones are counted in PortStats::async_events_lost.
     virtual bool get_async_event(AsyncEvent& out) noexcept = 0;
+    // An eventfd, readable while an event waits (poll it; get_async_event() drains it). The
+    // port owns it.
     virtual int async_fd() const noexcept = 0;
 
     // Runs the protocol once: received frames, due timers, frames waiting to be sent. The
@@ -237,8 +265,11 @@ public:
     // The opt-in progress thread for passive targets: it runs progress() in a loop on `cpu`
     // (-1: no pinning) until stop_progress_thread() or the port goes.
     virtual Result<void> start_progress_thread(int cpu) = 0;
+    // Stops the progress thread and joins it (nothing when none runs); calls then no longer
+    // take the port's lock.
     virtual void stop_progress_thread() = 0;
 
+    // A copy of the port's counters, cumulative since create().
     virtual PortStats stats() const = 0;
 
     // Raw Ethernet frames beside RDMA on the port's device queue (the same interfaces as a
@@ -251,11 +282,15 @@ public:
         vfab::QueuePair* qp = nullptr;
         vfab::CompletionQueue* cq = nullptr;
     };
+    // The raw queue described above. EINVAL: on the first call, `depth` not 8 to 16384; later
+    // calls return the same pair whatever `depth`. The port owns both.
     virtual Result<RawQueue> raw_queue(uint32_t depth = 256) = 0;
 
     // A test hook: received frames for which `drop(ctx, frame, len)` returns true are dropped
     // before the transport sees them (loss injection). nullptr removes it.
     using DropHook = bool (*)(void* ctx, const uint8_t* frame, uint32_t len);
+    // Sets the receive hook (`ctx` passed back to it); its drops still count in rx_frames.
+    // Not synchronised with the progress thread: set it before start_progress_thread().
     virtual void set_rx_drop_hook(DropHook drop, void* ctx) = 0;
     // The same for frames about to be sent (they are counted as sent and never leave).
     virtual void set_tx_drop_hook(DropHook drop, void* ctx) = 0;

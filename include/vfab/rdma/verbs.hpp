@@ -20,6 +20,8 @@ enum class QpType : uint32_t { rc = 2, ud = 4, xrc_send = 9, xrc_recv = 10 };
 
 // enum ibv_qp_state.
 enum class QpState : uint32_t { reset = 0, init = 1, rtr = 2, rts = 3, sqd = 4, sqe = 5, error = 6 };
+// The state's short name: "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR" ("?" for a
+// value outside the enum). A static string: never freed, never null.
 const char* to_string(QpState s) noexcept;
 
 // enum ibv_wr_opcode.
@@ -122,10 +124,12 @@ struct Wc {
 // A global identifier: for RoCEv2 over IPv4, ::ffff:a.b.c.d (the IPv4-mapped IPv6 address).
 struct Gid {
     uint8_t raw[16] = {};
+    // ::ffff:a.b.c.d for the IPv4 address `ip_host_order` (10.77.0.1 is 0x0a4d0001).
     static Gid from_ipv4(uint32_t ip_host_order) noexcept;
+    // Whether it is IPv4-mapped: ten zero bytes, then 0xff 0xff.
     bool is_ipv4() const noexcept;
     uint32_t ipv4() const noexcept;   // host order; meaningful when is_ipv4()
-    bool operator==(const Gid&) const = default;
+    bool operator==(const Gid&) const = default;   // all 16 bytes equal
 };
 
 // Where a UD datagram goes, or an RC QP's peer (struct ibv_ah_attr's global route).

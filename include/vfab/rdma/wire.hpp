@@ -14,19 +14,27 @@ namespace vfab::rdma::wire {
 
 // ---- byte order ------------------------------------------------------------------------------
 
+// The 16-bit big-endian (network order) field at `p`; no alignment needed.
 inline uint16_t load16(const uint8_t* p) noexcept { return uint16_t(p[0] << 8 | p[1]); }
+// The 24-bit big-endian field at `p` (a BTH's DestQP or PSN, 9.2).
 inline uint32_t load24(const uint8_t* p) noexcept { return uint32_t(p[0]) << 16 | uint32_t(p[1]) << 8 | p[2]; }
+// The 32-bit big-endian field at `p`.
 inline uint32_t load32(const uint8_t* p) noexcept {
     return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
 }
+// The 64-bit big-endian field at `p` (a RETH's or AtomicETH's VA, 9.3).
 inline uint64_t load64(const uint8_t* p) noexcept { return uint64_t(load32(p)) << 32 | load32(p + 4); }
+// Writes `v` at `p`, big-endian; no alignment needed.
 inline void store16(uint8_t* p, uint16_t v) noexcept { p[0] = uint8_t(v >> 8); p[1] = uint8_t(v); }
+// Writes the low 24 bits of `v` at `p`, big-endian (3 bytes).
 inline void store24(uint8_t* p, uint32_t v) noexcept {
     p[0] = uint8_t(v >> 16); p[1] = uint8_t(v >> 8); p[2] = uint8_t(v);
 }
+// Writes `v` at `p`, big-endian.
 inline void store32(uint8_t* p, uint32_t v) noexcept {
     p[0] = uint8_t(v >> 24); p[1] = uint8_t(v >> 16); p[2] = uint8_t(v >> 8); p[3] = uint8_t(v);
 }
+// Writes `v` at `p`, big-endian.
 inline void store64(uint8_t* p, uint64_t v) noexcept { store32(p, uint32_t(v >> 32)); store32(p + 4, uint32_t(v)); }
 
 // ---- Ethernet, IPv4, UDP ---------------------------------------------------------------------
@@ -49,6 +57,7 @@ inline constexpr size_t kGrhSize = 40;
 // IPv4 multicast (224.0.0.0/4) and its Ethernet addresses: 01:00:5e and the group's low 23
 // bits (RFC 1112 §6.4). RoCEv2 multicast is UD to such a group (Annex A17.4.5.2).
 constexpr bool is_ipv4_multicast(uint32_t ip) noexcept { return (ip >> 28) == 0xE; }
+// Writes the 6-byte Ethernet address of the group `ip` (host order) to `mac`.
 inline void ipv4_multicast_mac(uint32_t ip, uint8_t* mac) noexcept {
     mac[0] = 0x01; mac[1] = 0x00; mac[2] = 0x5e;
     mac[3] = uint8_t((ip >> 16) & 0x7f); mac[4] = uint8_t(ip >> 8); mac[5] = uint8_t(ip);
@@ -137,7 +146,9 @@ enum OpFlags : uint32_t {
 
 struct OpInfo {
     uint32_t flags = 0;   // OpFlags; 0: not an opcode of RC or UD
+    // Whether the opcode is one this transport knows (flags not 0).
     constexpr bool valid() const noexcept { return flags != 0; }
+    // Whether every OpFlags bit of `f` is set.
     constexpr bool has(uint32_t f) const noexcept { return (flags & f) == f; }
 };
 
@@ -174,6 +185,8 @@ constexpr OpInfo rc_op_info(uint8_t code) noexcept {
     }
 }
 
+// What a BTH opcode (9.2.1, table 38) carries: RC's, UD's two SENDs (with DETH), XRC's (is_xrc,
+// and has_xrceth on requests) and vfab's masked atomics; invalid for any other, CNP included.
 constexpr OpInfo op_info(uint8_t opcode) noexcept {
     if ((opcode & 0xE0) == op::kRcBase) return rc_op_info(opcode);
     if ((opcode & 0xE0) == op::kXrcBase) {   // XRC: RC's meanings; requests carry XRCETH
@@ -219,6 +232,7 @@ inline constexpr uint32_t kMsnMask = 0xFFFFFF;
 
 // ---- PSN arithmetic (9.7.1: PSNs are 24-bit and compared within half the space) ------------------
 
+// `psn` advanced by `n`, wrapping in the 24-bit space.
 inline constexpr uint32_t psn_add(uint32_t psn, uint32_t n) noexcept { return (psn + n) & kPsnMask; }
 // a - b as a signed distance in the 24-bit space.
 inline constexpr int32_t psn_diff(uint32_t a, uint32_t b) noexcept {

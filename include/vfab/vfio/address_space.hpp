@@ -48,10 +48,13 @@ public:
     // Live mappings (iova -> length). Not to be read while another thread maps or unmaps.
     virtual const std::map<uint64_t, size_t>& mappings() const = 0;
 
-    // Why another device's memory (a BAR's mmap) or a dma-buf cannot be mapped, with what to
-    // do; null when it can.
+    // Why another device's memory (a BAR's mmap) cannot be mapped, with what to do; null when
+    // it can. ProtectionDomain::register_device_memory fails with ENOTSUP and this text.
     virtual const char* device_memory_refusal() const = 0;
+    // Why a dma-buf cannot be mapped, with what to do; null when it can.
+    // ProtectionDomain::register_dmabuf fails with ENOTSUP and this text.
     virtual const char* dmabuf_refusal() const = 0;
+    // Whether another device's memory can be mapped: device_memory_refusal() is null.
     bool maps_device_memory() const { return device_memory_refusal() == nullptr; }
 
 protected:

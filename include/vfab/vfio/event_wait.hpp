@@ -21,12 +21,17 @@ Result<int> wait_any(std::span<const int> fds, int timeout_ms);
 // An epoll set for waiting on many interrupts repeatedly without rebuilding the set.
 class EventWaiter {
 public:
+    // An empty epoll set (close-on-exec), closed when the waiter goes; epoll_create1's errno
+    // on failure.
     static Result<EventWaiter> create();
     // Watches fd; `tag` is what wait() reports when it fires.
     Result<void> add(int fd, uint64_t tag);
+    // Stops watching `fd`; epoll_ctl's errno on failure (ENOENT when it was not watched).
     Result<void> remove(int fd);
     // Fills `tags` with the tags of ready fds; returns how many (0 on timeout).
     Result<size_t> wait(std::span<uint64_t> tags, int timeout_ms);
+    // The epoll fd itself, readable while any watched fd is: nests the set in an application's
+    // own epoll or io_uring loop. Owned by the waiter.
     int fd() const { return epoll_.get(); }
 
 private:

@@ -44,6 +44,8 @@ struct IrqInfo {
 struct IovaRange {
     uint64_t start = 0;
     uint64_t last = 0;  // inclusive
+    // Whether [iova, iova + len) lies wholly inside the range; false for len 0. Cannot
+    // overflow, even for a range ending at 2^64 - 1.
     bool contains(uint64_t iova, uint64_t len) const {
         return len != 0 && iova >= start && iova - start <= last - start && len - 1 <= last - iova;
     }

@@ -26,6 +26,7 @@
 
 namespace vfab::vfio {
 
+// "auto", "legacy", "iommufd" or "noiommu": the names parse_iommu_backend() accepts.
 const char* to_string(IommuBackend b);
 // "auto", "legacy", "iommufd", "noiommu"; for VFAB_IOMMU_BACKEND and command lines.
 Result<IommuBackend> parse_iommu_backend(std::string_view text);
@@ -54,9 +55,11 @@ public:
     // when the first device joins; iommufd narrows its IOVA ranges with each device.
     static Result<std::shared_ptr<IommuContext>> create(IommuBackend backend, Sys& sys = Sys::real());
 
+    // The backend it was created with (never automatic).
     IommuBackend backend() const { return backend_; }
     const IommuInfo& info() const override { return info_; }
     bool translates() const override { return backend_ != IommuBackend::noiommu; }
+    // Devices attached now; map_dma() is ENODEV while there is none.
     size_t device_count() const { return devices_; }
 
     // Makes [va, va + len) reachable by this context's devices at `iova`, for `access`.
@@ -68,20 +71,30 @@ public:
     Result<Iova> map_dma(void* va, size_t len, Iova iova, unsigned access = kDmaReadWrite,
                          MemoryFile file = {}) override;
     Result<void> unmap_dma(Iova iova, size_t len) override;
-    // The legacy type1 container maps another device's memory; iommufd pins host memory only;
-    // no-IOMMU mode has no bus address for it. dma-bufs need iommufd's IOMMU_IOAS_MAP_FILE.
+    // Null for the legacy type1 container, which maps another device's memory; iommufd pins
+    // host memory only, and no-IOMMU mode has no bus address for it: those say what to do.
     const char* device_memory_refusal() const override;
+    // Never null: dma-bufs go through iommufd, and there they need IOMMU_IOAS_MAP_FILE, which
+    // this build's kernel headers lack. Says what to use instead.
     const char* dmabuf_refusal() const override;
 
     // Live mappings made through this context (iova -> length).
     const std::map<uint64_t, size_t>& mappings() const override { return mappings_; }
 
 protected:
+    // For the backends; `sys` must outlive the context.
     IommuContext(IommuBackend b, Sys& sys) : backend_(b), sys_(sys) {}
     // Opens `addr` (bound to vfio-pci) into this context.
     virtual Result<DeviceAttachment> attach(const PciAddress& addr, const PciSysfs& sysfs) = 0;
+    // The backend's mapping, called by map_dma() with mutex_ held and the arguments checked;
+    // returns the device's address (`iova`, or the physical address without an IOMMU).
+    // Errors through explain_map_failure().
     virtual Result<Iova> do_map(void* va, size_t len, Iova iova, unsigned access) = 0;
+    // Undoes one do_map(); called with mutex_ held by unmap_dma() and unmap_all().
     virtual Result<void> do_unmap(Iova iova, size_t len) = 0;
+    // The Error for a mapping that failed with errno `err`, saying what to do: ENOMEM names
+    // RLIMIT_MEMLOCK and kRaiseMemlock, ENOSPC the type1 mapping limit; EEXIST (IOVA mapped
+    // already) and EFAULT (memory not mapped) are explained, other codes keep strerror's text.
     Error explain_map_failure(int err, size_t len, Iova iova) const;
     void unmap_all();   // for destructors of the backends
 

@@ -43,6 +43,8 @@ struct Capability {
 // (pointer into the header, a loop) ends the walk instead of looping.
 std::vector<Capability> parse_capabilities(std::span<const uint8_t> config);
 
+// The first capability `id` of the standard list (`extended` false) or the extended list
+// (true); nullopt when the device has none.
 std::optional<Capability> find_capability(std::span<const Capability> caps, uint16_t id, bool extended = false);
 
 }  // namespace vfab::pci

@@ -22,11 +22,14 @@ struct PciIds {
 
 class PciSysfs {
 public:
+    // Reads the tree under `sysfs_root` (tests pass a fake one); nothing is read until a call.
     explicit PciSysfs(std::string sysfs_root = "/sys") : root_(std::move(sysfs_root)) {}
 
     // The device's directory, /sys/bus/pci/devices/<bdf>; an error when there is no such device.
     Result<std::string> device_dir(const PciAddress& addr) const;
 
+    // The IDs and class code from the device's vendor, device, subsystem_* and class files.
+    // ENODEV when there is no such device; a read's errno, or EIO for a file that holds no number.
     Result<PciIds> ids(const PciAddress& addr) const;
 
     // The bound driver's name; nullopt when no driver is bound.
@@ -53,6 +56,7 @@ public:
     // and the kernel has CONFIG_VFIO_DEVICE_CDEV; nullopt otherwise.
     Result<std::optional<std::string>> vfio_cdev(const PciAddress& addr) const;
 
+    // The sysfs root given at construction.
     const std::string& root() const { return root_; }
 
 private:

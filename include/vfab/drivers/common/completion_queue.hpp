@@ -31,16 +31,23 @@ public:
     }
     // An eventfd (the MSI-X vector's): readable after arm() once a completion arrives.
     int channel_fd() const noexcept { return efd_; }
+    // Whether destroy() succeeded: the object stays (the device owns it), poll() returns -ENODEV.
     bool destroyed() const noexcept { return destroyed_; }
+    // The capacity hint given to create_cq (`cqe`); nothing is bounded by it.
     uint32_t capacity() const noexcept { return cqe_; }
+    // The MSI-X vector it took at create_cq (the lowest free one); channel_fd() is its eventfd.
     uint32_t vector() const noexcept { return vector_; }
 
 protected:
     friend struct Control;
     CompletionQueueCore() = default;
+    // A device's completion queue: its capacity hint, MSI-X vector and that vector's eventfd
+    // (owned by the device's VFIO interrupts, not closed here).
     CompletionQueueCore(uint32_t cqe, uint32_t vector, int efd) : cqe_(cqe), vector_(vector), efd_(efd) {}
     ~CompletionQueueCore() = default;
 
+    // poll() without the destroyed check: up to out.size() completions, the receives first on
+    // one call and the sends first on the next, so that neither starves. Fast path.
     uint32_t poll_queues(std::span<Completion> out) noexcept {
         const auto max = static_cast<uint32_t>(out.size());
         uint32_t n = 0;

@@ -10,6 +10,7 @@ namespace vfab::queue {
 
 class StatCounter {
 public:
+    // Adds n, modulo 2^64 (~0 takes one back). The owning thread only; no lock, no fence.
     void add(uint64_t n) noexcept {
 #if defined(__x86_64__)
         asm("addq %1, %0" : "+m"(v_) : "er"(n));
@@ -17,6 +18,7 @@ public:
         __atomic_store_n(&v_, __atomic_load_n(&v_, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 #endif
     }
+    // The count now, from any thread (a relaxed atomic load).
     uint64_t get() const noexcept { return __atomic_load_n(&v_, __ATOMIC_RELAXED); }
 
 private:

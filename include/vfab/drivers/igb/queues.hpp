@@ -42,11 +42,16 @@ struct QueueTraits {
     using RxDesc = igb::RxDesc;
     struct TxContext {   // what the device's context slot 0 holds (§7.2.2.2)
         uint32_t vlan_macip_lens, type_tucmd;
+        // post_send writes a context descriptor only when the context changes.
         bool operator==(const TxContext&) const = default;
     };
     static constexpr uint32_t kRxDD = rxd::DD, kRxEOP = rxd::EOP, kRxErrFrame = rxd::ERR_FRAME;
 
+    // The device wrote DD back into olinfo_status (RS is set on a packet's last data
+    // descriptor), §7.2.2.3.
     static bool tx_done(const volatile TxDesc& d) noexcept { return d.olinfo_status & txd::STA_DD; }
+    // send_ip_csum's context (§7.2.2.2): MACLEN l3, IPLEN l4 - l3, TUCMD IPv4 and L4T (TCP or
+    // UDP); popts TXSM and IXSM (IPv4). False when MACLEN (7 bits) or IPLEN (9) cannot hold them.
     static bool make_context(const net::L4Offsets& o, TxContext& ctx, uint32_t& popts) noexcept {
         if (o.l3 > 127 || o.l4 - o.l3 > 511) return false;   // MACLEN is 7 bits, IPLEN 9
         ctx.vlan_macip_lens = uint32_t(o.l4 - o.l3) | uint32_t(o.l3) << txd::MACLEN_SHIFT;
@@ -54,7 +59,10 @@ struct QueueTraits {
         popts = txd::POPTS_TXSM | (o.ipv4 ? txd::POPTS_IXSM : 0);
         return true;
     }
+    // The advanced context descriptor for slot 0 (IDX 0), §7.2.2.2.
     static void write_context(TxContextDesc& c, const TxContext& ctx) noexcept { c = {ctx.vlan_macip_lens, 0, ctx.type_tucmd, 0}; }
+    // An advanced data descriptor (§7.2.2.3) for one SGE: the FCS inserted, EOP and RS on the
+    // packet's last; on its first PAYLEN (the frame's bytes), popts and send_timestamp's TSTAMP.
     static void write_data(TxDesc& d, uint64_t iova, uint32_t len, bool first, bool last, uint32_t total, uint32_t popts,
                            uint32_t flags) noexcept {
         static_assert(txd::CMD_TSTAMP == uint32_t(send_timestamp) << 11);
@@ -65,13 +73,19 @@ struct QueueTraits {
                          (first ? (flags & send_timestamp) << 11 : 0);
         d.olinfo_status = first ? total << txd::PAYLEN_SHIFT | popts : 0;
     }
+    // Hands the device a buffer: the advanced one-buffer read format (§7.1.5.1), no header
+    // buffer, DD cleared.
     static void write_rx(RxDesc& d, uint64_t iova) noexcept {
         d.read.pkt_addr = iova;
         d.read.hdr_addr = 0;
     }
+    // wc_ip_csum_ok: the device checked the IPv4 header and TCP/UDP checksums (IPCS, L4CS) and
+    // found no error (IPE, L4E); never for IPv6.
     static bool rx_csum_ok(uint32_t se) noexcept {
         return (se & (rxd::IPCS | rxd::L4CS)) == (rxd::IPCS | rxd::L4CS) && !(se & (rxd::ERR_IPE | rxd::ERR_L4E));
     }
+    // wc_timestamped when the device latched the frame's arrival time (TS, §7.9): read it with
+    // igb::Device::take_rx_timestamp().
     static uint32_t rx_any_flags(uint32_t se) noexcept { return se & rxd::TS ? uint32_t(wc_timestamped) : 0; }
 };
 

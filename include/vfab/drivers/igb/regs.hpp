@@ -61,6 +61,7 @@ inline constexpr uint32_t GPIE_NSICR = 1u << 0;        // ICR bits cleared on re
 inline constexpr uint32_t GPIE_MULTIPLE_MSIX = 1u << 4;
 inline constexpr uint32_t GPIE_EIAME = 1u << 30;       // EIAM applies on MSI-X messages
 inline constexpr uint32_t GPIE_PBA = 1u << 31;
+// EITR[v]: vector v's interrupt throttling (§8.8); the driver writes 0 to every vector.
 constexpr uint32_t EITR(uint32_t v) { return 0x1680 + 4 * v; }   // throttling; 0: none
 
 // IVAR0[n] maps queue causes to vectors (§8.8.15): rx queue q in byte 0 (q < 8) or byte 2,
@@ -68,8 +69,11 @@ constexpr uint32_t EITR(uint32_t v) { return 0x1680 + 4 * v; }   // throttling; 
 inline constexpr uint32_t IVAR0 = 0x1700;
 inline constexpr uint32_t IVAR_MISC = 0x1740;   // byte 1: the "other" cause's vector
 inline constexpr uint32_t IVAR_VALID = 0x80;
+// The IVAR0 register that holds queue q's causes.
 constexpr uint32_t ivar_reg(uint32_t q) { return IVAR0 + 4 * (q & 7); }
+// The bit where receive queue q's byte starts in it: 0 (q < 8) or 16.
 constexpr uint32_t ivar_rx_shift(uint32_t q) { return (q & 8) << 1; }
+// The bit where transmit queue q's byte starts in it: 8 (q < 8) or 24.
 constexpr uint32_t ivar_tx_shift(uint32_t q) { return ((q & 8) << 1) + 8; }
 
 // ---- receive (§8.10) -------------------------------------------------------------------------
@@ -112,25 +116,40 @@ inline constexpr uint32_t TSYNCRXCFG = 0x5f50;   // bits 15:8: the PTPv2 message
 inline constexpr uint32_t TSYNC_VALID = 1u << 0, TSYNC_EN = 1u << 4;
 inline constexpr uint32_t TSYNCRXCTL_TYPE_L2_V2 = 2u << 1;
 inline constexpr uint32_t TIMINCA_1NS = 1u << 24 | 16;   // INCPERIOD 1 (16 ns), INCVALUE 16: SYSTIM in ns
+// EtherType queue filter n: the driver's (kPtpEtqf) marks PTP frames for the receive latch.
 constexpr uint32_t ETQF(uint32_t n) { return 0x5cb0 + 4 * n; }
 inline constexpr uint32_t ETQF_FILTER_ENABLE = 1u << 26, ETQF_1588 = 1u << 30;
 inline constexpr uint32_t kEtherTypePtp = 0x88f7;
 inline constexpr uint32_t kPtpEtqf = 3;   // the filter the driver uses (Linux's igb uses 3 too)
 
 // Per queue n (§8.10.2-8): the rx queues at 0xc000, the tx queues at 0xe000, 0x40 apart.
+// RDBAL: receive queue n's ring base, low 32 bits.
 constexpr uint32_t RDBAL(uint32_t n) { return 0xc000 + 0x40 * n; }
+// Receive queue n's ring base, high 32 bits.
 constexpr uint32_t RDBAH(uint32_t n) { return 0xc004 + 0x40 * n; }
+// Receive queue n's ring length in bytes (a multiple of 128).
 constexpr uint32_t RDLEN(uint32_t n) { return 0xc008 + 0x40 * n; }
+// Receive queue n's buffer size (1 KB units), descriptor type and drop enable.
 constexpr uint32_t SRRCTL(uint32_t n) { return 0xc00c + 0x40 * n; }
+// Receive queue n's head: the next descriptor the device writes back.
 constexpr uint32_t RDH(uint32_t n) { return 0xc010 + 0x40 * n; }
+// Receive queue n's tail: one past the last descriptor handed to the device.
 constexpr uint32_t RDT(uint32_t n) { return 0xc018 + 0x40 * n; }
+// Receive queue n's control: XDCTL_ENABLE starts and stops it.
 constexpr uint32_t RXDCTL(uint32_t n) { return 0xc028 + 0x40 * n; }
+// Receive queue n's frames dropped for want of a descriptor (SRRCTL_DROP_EN).
 constexpr uint32_t RQDPC(uint32_t n) { return 0xc030 + 0x40 * n; }   // drops: no descriptor
+// Transmit queue n's ring base, low 32 bits.
 constexpr uint32_t TDBAL(uint32_t n) { return 0xe000 + 0x40 * n; }
+// Transmit queue n's ring base, high 32 bits.
 constexpr uint32_t TDBAH(uint32_t n) { return 0xe004 + 0x40 * n; }
+// Transmit queue n's ring length in bytes (a multiple of 128).
 constexpr uint32_t TDLEN(uint32_t n) { return 0xe008 + 0x40 * n; }
+// Transmit queue n's head: the next descriptor the device reads.
 constexpr uint32_t TDH(uint32_t n) { return 0xe010 + 0x40 * n; }
+// Transmit queue n's tail: one past the last descriptor handed to the device.
 constexpr uint32_t TDT(uint32_t n) { return 0xe018 + 0x40 * n; }
+// Transmit queue n's control: XDCTL_ENABLE starts and stops it.
 constexpr uint32_t TXDCTL(uint32_t n) { return 0xe028 + 0x40 * n; }
 // The same registers as offsets in a queue's block, wherever the device has it (QueueLayout).
 inline constexpr uint32_t Q_BAL = 0x00, Q_BAH = 0x04, Q_LEN = 0x08, Q_SRRCTL = 0x0c, Q_HEAD = 0x10, Q_TAIL = 0x18,

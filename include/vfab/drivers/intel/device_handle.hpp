@@ -24,14 +24,29 @@ namespace vfab::intel {
 template <class Derived, class Impl, class Traits, class Options>
 class DeviceHandle {
 public:
+    // Opens the function at `addr` (bound to vfio-pci), resets and sets it up and waits up to
+    // opts.link_timeout_ms for link (still down: no error); deleting the device quiesces it and
+    // frees its queues and protection domain. ENODEV: its PCI IDs are not the driver's
+    // (kPciIds); EINVAL: a bad option (mtu, mac); EIO: BAR 0 cannot be mmapped or the reset
+    // does not complete; ENOTSUP: too few MSI-X vectors; igbvf: ETIMEDOUT, EAGAIN, ECONNRESET
+    // or EPROTO from its PF's mailbox; VFIO's errors. Set-up only.
     static Result<std::unique_ptr<Derived>> open(const PciAddress& addr, const Options& opts = {});
     ~DeviceHandle();
     DeviceHandle(const DeviceHandle&) = delete;
     DeviceHandle& operator=(const DeviceHandle&) = delete;
 
+    // What the device offers, filled in at open() (its MAC address — the EEPROM's, opts.mac or
+    // an igbvf's PF's —, mtu, max_qp, max_cq, recv_buffer_size, offloads, RSS sizes).
     const DeviceAttr& attr() const;
+    // The link as the status register says now (speed in Mb/s; an igbvf's is down while its PF
+    // has not cleared it to send), down once the device is gone. One register read, no lock.
     LinkState link() const;
+    // The device's counters since open(), all queues together: its hardware counters are read
+    // and added up (the last totals once it was removed; an igbvf fills packets, bytes and
+    // rx_multicast only). Control path: register reads under the device's lock.
     DeviceStats stats();
+    // The device's protection domain: register the buffers WRs name here (their lkey). It
+    // lives as long as the device, which frees it only after its queues have stopped.
     dma::ProtectionDomain& pd();
 
     // One MSI-X vector per completion queue (attr().max_cq of them). `cqe` is a capacity hint
@@ -51,6 +66,9 @@ public:
     // returns it (EventType::none when there is none). Put event_fd() in the application's
     // epoll set, or call next_event() now and then: a device removal waits for it.
     int event_fd() const;
+    // The next asynchronous event (link_up/link_down, device_fatal, device_removal; igbvf's
+    // device_reset), EventType::none when there is none, and always none once the device is
+    // gone. Reads the device's eventfds and registers under its lock: not for the fast path.
     Event next_event();
     // Resets the device: every queue pair goes to the error state (outstanding WRs complete
     // with wr_flush_error); destroy them and create them again.
@@ -58,9 +76,12 @@ public:
 
     // Provider extensions: the VFIO device and its register BAR.
     vfio::Device& vfio();
+    // BAR 0, the device's registers, mmapped (for diagnostics and tests: a register written
+    // behind the driver's back can break it). Lives as long as the device.
     vfio::Region& bar0();
 
 protected:
+    // Takes the implementation open() built; a driver's Device constructor passes it on.
     explicit DeviceHandle(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };

@@ -64,11 +64,23 @@ public:
     using TxDesc = typename Traits::TxDesc;
     using RxDesc = typename Traits::RxDesc;
 
+    // Queues `wrs` in order, then writes the transmit tail once. Each WR: 1 to
+    // caps().max_send_sge SGEs, 14 to mtu + 14 bytes in all; send_ip_csum wants the headers in
+    // the first SGE (else EINVAL). A bad lkey completes in order with local_protection_error.
+    // Stops at the first WR refused (PostResult). Fast path: no allocation, system call or lock.
     PostResult post_send(std::span<const SendWr> wrs) noexcept;
+    // Hands the device one buffer per WR (one SGE of at least attr().recv_buffer_size bytes, in
+    // a region with local_write) and writes the receive tail once. A bad lkey completes in
+    // order with local_protection_error. Stops at the first WR refused (PostResult). Fast path.
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept;
 
+    // ready; error after reset() or a device error or removal (posts: EIO; outstanding WRs
+    // flush); destroyed after destroy() (posts: ENODEV). From any thread.
     QpState state() const noexcept { return state_.load(std::memory_order_relaxed); }
+    // The number its completions carry (Completion::qp_num): queue() + 1, never 0.
     uint32_t qp_num() const noexcept { return qp_num_; }   // queue() + 1
+    // What it got for create_qp's caps: max_send_wr rounded up to a power of 2 (8 at least),
+    // max_recv_wr to one less than one (7 at least), max_send_sge as asked, max_recv_sge 1.
     const QpCaps& caps() const noexcept { return caps_; }
     // The hardware queue pair (receive and transmit queue n); RssConfig::table names it.
     uint32_t queue() const noexcept { return queue_; }
@@ -78,13 +90,23 @@ public:
     QpStats stats() const noexcept { return {tx_packets_.get(), tx_bytes_.get(), rx_packets_.get(), rx_bytes_.get()}; }
     // Outstanding work requests, for tests and diagnostics.
     uint32_t send_outstanding() const noexcept { return sq_tail_ - sq_head_; }
+    // Receives posted and not yet returned by a poll (refused ones included).
     uint32_t recv_outstanding() const noexcept { return rq_tail_ - rq_head_; }
 
 protected:
     // For the completion queue (queue::CompletionQueueCore, a friend of the derived class).
+    // Whether the oldest send has a completion to give: done (DD), refused when posted, or to
+    // flush in the error state.
     bool send_ready() const noexcept;
+    // The same for the oldest receive.
     bool recv_ready() const noexcept;
+    // Up to `max` send completions, oldest first: errors always, successes when signaled (else
+    // the slot is freed silently); unfinished ones as wr_flush_error in the error state. Returns
+    // how many it wrote to `out`. Fast path.
     uint32_t poll_send(Completion* out, uint32_t max) noexcept;
+    // Up to `max` receive completions, oldest first, with byte_len and flags (wc_ip_csum_ok,
+    // wc_timestamped); local_length_error: a frame larger than one buffer; general_error: a bad
+    // frame (CRC, symbol...); wr_flush_error in the error state. Fast path.
     uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
 
     struct Slot {
@@ -97,6 +119,7 @@ protected:
     using TxContext = typename Traits::TxContext;
 
     QueuePairCore() = default;
+    // Over rings already in place (the unit tests' and bench/'s queue pairs): attach_rings(v).
     explicit QueuePairCore(const RingView<Traits>& v) { attach_rings(v); }
     ~QueuePairCore() = default;
     // Control path: takes the rings (the slot rings are allocated here), or lets them go (the
@@ -113,6 +136,9 @@ protected:
         max_frame_ = v.max_frame, rx_buffer_ = v.rx_buffer, sq_sig_all_ = v.sq_sig_all;
         tx_ctx_.reset();
     }
+    // destroy()'s last step, once the device stopped the queues: the state becomes destroyed
+    // and the descriptor rings' DMA memory and the slot rings are freed. Must not run while the
+    // owning thread posts or polls.
     void release_rings() noexcept {
         state_ = QpState::destroyed;
         rings_.reset();
@@ -120,6 +146,9 @@ protected:
         rq_storage_ = {};
         sq_head_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
     }
+    // send_ip_csum: reads the headers in `first` at its CPU address, fills the context and the
+    // data descriptors' options, seeds the TCP/UDP checksum with the pseudo-header; EINVAL when
+    // the SGE does not translate, the frame is not IPv4/IPv6 and TCP/UDP, or Traits refuses it.
     int prepare_checksum(const Sge& first, TxContext& ctx, uint32_t& popts) noexcept;
 
     const dma::MrTable* mrs_ = nullptr;

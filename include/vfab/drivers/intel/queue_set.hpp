@@ -27,7 +27,10 @@ namespace vfab::intel {
 struct QueueLayout {
     static constexpr uint32_t kTail = 0x18;   // RDT / TDT in a queue's block
     uint32_t rx_base = 0x2800, tx_base = 0x3800, stride = 0x100;
+    // The BAR 0 offset of register `reg` (its offset in a queue's block: igb::reg::Q_*, kTail)
+    // of receive queue q.
     constexpr uint32_t rx(uint32_t q, uint32_t reg) const { return rx_base + stride * q + reg; }
+    // The same for transmit queue q.
     constexpr uint32_t tx(uint32_t q, uint32_t reg) const { return tx_base + stride * q + reg; }
 };
 

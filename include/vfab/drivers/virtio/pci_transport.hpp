@@ -40,27 +40,38 @@ public:
     // Writes 0 to device_status and waits for the device to read back 0 (§4.1.4.3.2): the
     // device forgets features and queues. Errors after a timeout (the device is wedged).
     Result<void> reset();
+    // The device_status register (§2.1, §4.1.4.3): kStatus* bits; 0 once a reset is done.
     uint8_t status() const;
+    // Sets `bits` in device_status, keeping those already set (§3.1.1): a read and a write;
+    // whether the device kept them shows in status().
     void add_status(uint8_t bits);
 
+    // The 64 feature bits the device offers (device_feature, both halves, §4.1.4.3).
     uint64_t device_features() const;
     // §3.1.1 steps 4-6: offers `wanted` & what the device has, requires every bit of
     // `required`, sets FEATURES_OK and checks the device kept it. Returns the accepted set.
     Result<uint64_t> negotiate(uint64_t wanted, uint64_t required);
 
+    // The number of virtqueues the device has (num_queues, §4.1.4.3).
     uint16_t num_queues() const;
+    // The most entries virtqueue `queue` takes: its queue_size until setup_queue() writes it
+    // (0: no such queue, §4.1.4.3). Selects the queue (queue_select).
     uint16_t queue_max_size(uint16_t queue) const;
     // Programs queue `queue`: size, ring addresses, MSI-X vector (kNoVector: none); then
     // enables it. The vector is read back: a device that cannot map it says so.
     Result<void> setup_queue(uint16_t queue, uint16_t size, Iova desc, Iova driver, Iova device, uint16_t vector);
     // The doorbell of `queue` (§4.1.4.4): write the queue index (16 bits) there.
     volatile uint16_t* notify_address(uint16_t queue) const;
+    // Configuration-change notifications on MSI-X vector `vector` (kNoVector: none,
+    // §4.1.5.1.2). ENOSPC when the device reads back another value (it could not map it).
     Result<void> set_config_vector(uint16_t vector);
     // Reads and clears the ISR status (INTx only; MSI-X users do not need it).
     uint8_t read_isr();
 
     // Device-specific configuration (§4.1.4.6), read consistently across config_generation.
     void read_device_config(uint32_t offset, void* out, uint32_t len) const;
+    // Bytes of the device-specific configuration (its capability's length):
+    // read_device_config() does not check offset + len against it.
     uint32_t device_config_length() const { return device_.length; }
 
 private:

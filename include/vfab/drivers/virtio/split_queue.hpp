@@ -44,6 +44,7 @@ public:
     // its device-writable length). With IN_ORDER one used entry may stand for a batch (§2.7.9):
     // each buffer of it is returned in turn, the ones before the last as completely used.
     bool poll_used(uint32_t& token, uint32_t& len) noexcept;
+    // Whether poll_used() would return a buffer now (one load of used->idx; false once broken()).
     bool has_used() const noexcept;
 
     // Used buffer notifications (§2.7.7): a hint to the device, not synchronised with it.
@@ -52,13 +53,18 @@ public:
     // With EVENT_IDX it asks for one notification (the next used entry): call it after each.
     bool enable_interrupts() noexcept;
 
+    // Entries (descriptors) in the queue, as given to create().
     uint32_t size() const noexcept { return size_; }
+    // Descriptors free for add(): a chain of n buffers takes n.
     uint32_t free_count() const noexcept { return free_; }   // free descriptors
+    // Buffers (chains) added, published or not, that poll_used() has not returned yet.
     uint32_t outstanding() const noexcept { return outstanding_; }   // buffers added, not used
     // The device returned an id that names no outstanding buffer: poll_used() stops; reset
     // the device, then drain().
     bool broken() const noexcept { return broken_; }
+    // The three areas given to create(): the transport gives the device their IOVAs.
     const QueueMemory& memory() const { return mem_; }
+    // The ring features given to create().
     RingFeatures features() const { return features_; }
 
     // Flushes: calls on_token(token) for every buffer added and not yet returned by poll_used()

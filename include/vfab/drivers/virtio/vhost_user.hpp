@@ -183,7 +183,10 @@ public:
     // back-end in messages.
     static Result<VhostUserFrontend> adopt(vfio::UniqueFd socket, std::string name, const VhostUserOptions& opts = {});
 
+    // Move-only: the connection, its eventfds and state move; a moved-from front-end may only
+    // be destroyed or assigned to (alive() is false, failure() says EBADF).
     VhostUserFrontend(VhostUserFrontend&&) noexcept = default;
+    // Move-only, as above; the connection this one held closes.
     VhostUserFrontend& operator=(VhostUserFrontend&&) noexcept = default;
     VhostUserFrontend(const VhostUserFrontend&) = delete;
     VhostUserFrontend& operator=(const VhostUserFrontend&) = delete;
@@ -206,26 +209,49 @@ public:
     Result<uint32_t> stop_vring(uint32_t index);
 
     // The messages one by one.
+    // GET_FEATURES: the virtio feature bits the back-end offers (bit 30 included).
     Result<uint64_t> get_features();
+    // SET_FEATURES: `features` as given (bit 30 too, to use protocol features); features()
+    // then holds them without bit 30. EIO when the back-end refuses them through REPLY_ACK.
     Result<void> set_features(uint64_t features);
+    // GET_PROTOCOL_FEATURES: the kProtocol* bits the back-end offers. ENOTSUP unless the last
+    // get_features() had bit 30 (kFeatureProtocolFeatures).
     Result<uint64_t> get_protocol_features();
+    // SET_PROTOCOL_FEATURES: takes `features` (not checked against the offer); they show in
+    // protocol_features(), and REPLY_ACK, when among them, applies from the next message on.
     Result<void> set_protocol_features(uint64_t features);
+    // SET_OWNER: this connection becomes the back-end's owner (before the vring messages).
     Result<void> set_owner();
     Result<uint32_t> get_queue_num();   // queue pairs, for virtio-net back-ends (needs MQ)
     // Regions must not overlap (in guest or user addresses); at most 8.
     Result<void> set_mem_table(std::span<const MemRegion> regions);
+    // SET_VRING_NUM: vring `index` (0 to 255) has `size` entries, 1 to 32768 and a power of 2
+    // unless RING_PACKED was set with set_features(). EINVAL otherwise. Before set_vring_addr().
     Result<void> set_vring_num(uint32_t index, uint32_t size);
     // Checks each ring lies inside the memory table (the back-end would just leave the ring
     // unusable without a word) and is aligned.
     Result<void> set_vring_addr(uint32_t index, const void* desc, const void* avail, const void* used);
+    // SET_VRING_BASE: the next available index the back-end reads on vring `index`. Packed
+    // rings: bits 14:0 the index, bit 15 the wrap counter (a new packed ring: 0x8000).
     Result<void> set_vring_base(uint32_t index, uint32_t base);
+    // SET_VRING_KICK: vring `index`'s kick eventfd (kick_fd()), made on first use and owned
+    // here; Notify::none: none (the back-end polls the ring), and one held is closed.
     Result<void> set_vring_kick(uint32_t index, Notify n = Notify::eventfd);
+    // SET_VRING_CALL: the eventfd the back-end signals used buffers on (call_fd()), made on
+    // first use and owned here; Notify::none: no notifications (the driver polls).
     Result<void> set_vring_call(uint32_t index, Notify n = Notify::eventfd);
     // The back-end signals used buffers on `eventfd`, which the caller owns and keeps open
     // (several vrings may share one).
     Result<void> set_vring_call_fd(uint32_t index, int eventfd);
+    // SET_VRING_ERR: an eventfd the back-end signals vring `index`'s errors on (err_fd()),
+    // made on first use and owned here; Notify::none withdraws it.
     Result<void> set_vring_err(uint32_t index, Notify n = Notify::eventfd);
+    // SET_VRING_ENABLE: the back-end starts (true) or stops processing vring `index`. ENOTSUP
+    // unless bit 30 (protocol features) was in the last set_features().
     Result<void> set_vring_enable(uint32_t index, bool enable);
+    // GET_VRING_BASE: stops vring `index`; returns the next available index the back-end would
+    // read (packed: bit 15 the wrap counter), for set_vring_base(). EPROTO (the connection
+    // then drops) when the reply names another vring.
     Result<uint32_t> get_vring_base(uint32_t index);
     // Device configuration space bytes (needs the CONFIG protocol feature).
     Result<std::vector<uint8_t>> get_config(uint32_t offset, uint32_t size);
@@ -238,9 +264,12 @@ public:
     // Notification eventfds (-1 when not set up). Writing 8 bytes to kick_fd rings the
     // doorbell; call_fd becomes readable when the back-end signals used buffers.
     int kick_fd(uint32_t index) const { return index < vrings_.size() ? vrings_[index].kick.get() : -1; }
+    // The eventfd the back-end signals vring `index`'s used buffers on: the one set_vring_call()
+    // made, or the caller's from set_vring_call_fd(); -1 when none.
     int call_fd(uint32_t index) const {
         return index >= vrings_.size() ? -1 : vrings_[index].call ? vrings_[index].call.get() : vrings_[index].call_ext;
     }
+    // Vring `index`'s error eventfd from set_vring_err(); -1 when none.
     int err_fd(uint32_t index) const { return index < vrings_.size() ? vrings_[index].err.get() : -1; }
     // The doorbell. False when the vring has no kick eventfd or the write failed.
     bool kick(uint32_t index) const noexcept {
@@ -259,10 +288,16 @@ public:
     // Why the front-end is dead (empty message while alive).
     Error failure() const;
 
+    // The socket path given to connect(), or the name given to adopt(): how messages name it.
     const std::string& path() const { return path_; }
+    // The virtio feature bits of the last get_features() (bit 30 included); 0 before.
     uint64_t backend_features() const { return backend_features_; }
+    // The virtio features of the last set_features() without bit 30 (what negotiate()
+    // returned); 0 before and after reset().
     uint64_t features() const { return features_; }
+    // The kProtocol* bits of the last set_protocol_features(); 0 before and after reset().
     uint64_t protocol_features() const { return protocol_features_; }
+    // Queue pairs the back-end serves, from the last get_queue_num(); 0 until known (MQ).
     uint32_t queue_num() const { return queue_num_; }   // 0 until known (MQ)
 
 private:

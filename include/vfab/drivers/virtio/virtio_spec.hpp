@@ -72,7 +72,9 @@ inline constexpr unsigned STANDBY = 62;
 inline constexpr unsigned SPEED_DUPLEX = 63;
 }  // namespace net_feature
 
+// The mask of feature bit number `bit` (a feature:: or net_feature:: value), to build a set.
 constexpr uint64_t feature_bit(unsigned bit) { return uint64_t(1) << bit; }
+// Whether bit number `bit` is set in `features` (a set offered or negotiated).
 constexpr bool has_feature(uint64_t features, unsigned bit) { return (features >> bit) & 1; }
 
 // ---- split virtqueue (§2.7) -------------------------------------------------------------------
@@ -101,7 +103,9 @@ inline constexpr uint16_t F_NO_INTERRUPT = 1;   // §2.7.7, only without EVENT_I
 inline constexpr size_t kFlagsOffset = 0;
 inline constexpr size_t kIdxOffset = 2;
 inline constexpr size_t kRingOffset = 4;
+// Offset of used_event (after ring[size]); the device reads it only with EVENT_IDX (§2.7.7).
 constexpr size_t used_event_offset(uint32_t size) { return kRingOffset + 2 * size_t(size); }
+// Bytes of the Driver Area of a queue of `size` entries, used_event included.
 constexpr size_t bytes(uint32_t size) { return 6 + 2 * size_t(size); }
 }  // namespace avail
 
@@ -118,7 +122,9 @@ inline constexpr uint16_t F_NO_NOTIFY = 1;   // §2.7.10, only without EVENT_IDX
 inline constexpr size_t kFlagsOffset = 0;
 inline constexpr size_t kIdxOffset = 2;
 inline constexpr size_t kRingOffset = 4;
+// Offset of avail_event (after ring[size]); the device writes it only with EVENT_IDX (§2.7.10).
 constexpr size_t avail_event_offset(uint32_t size) { return kRingOffset + 8 * size_t(size); }
+// Bytes of the Device Area of a queue of `size` entries, avail_event included.
 constexpr size_t bytes(uint32_t size) { return 6 + 8 * size_t(size); }
 }  // namespace used
 
@@ -165,7 +171,10 @@ inline constexpr unsigned kWrapShift = 15;
 // ---- virtio-net (§5.1) ------------------------------------------------------------------------
 // Virtqueue indices, §5.1.2: receiveq k = 2k, transmitq k = 2k + 1, controlq = 2N.
 constexpr uint16_t rx_queue_index(uint16_t pair) { return uint16_t(2 * pair); }
+// The transmitq of queue pair `pair` (0-based): 2 * pair + 1.
 constexpr uint16_t tx_queue_index(uint16_t pair) { return uint16_t(2 * pair + 1); }
+// The controlq of a device with `pairs` queue pairs (max_virtqueue_pairs with MQ or RSS, else
+// 1): 2 * pairs.
 constexpr uint16_t ctrl_queue_index(uint16_t pairs) { return uint16_t(2 * pairs); }
 
 // Device configuration layout, §5.1.4 (fields past `status` exist only with their features).

@@ -45,6 +45,7 @@ struct Buffer {
 struct RingFeatures {
     bool event_idx = false;   // VIRTIO_F_EVENT_IDX: used_event/avail_event, off_wrap events
     bool in_order = false;    // VIRTIO_F_IN_ORDER: buffers are used in the order they were added
+    // EVENT_IDX and IN_ORDER as found in the `negotiated` feature bits.
     static constexpr RingFeatures from(uint64_t negotiated) {
         return {has_feature(negotiated, feature::EVENT_IDX), has_feature(negotiated, feature::IN_ORDER)};
     }
@@ -67,9 +68,13 @@ struct RingLayout {
     // parts the driver writes and the parts the device writes never share one. The block
     // itself must be aligned to kCacheLine (DMA memory is page-aligned).
     static constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
+    // Offset of the Descriptor Area in the block: 0.
     constexpr size_t desc_offset() const { return 0; }
+    // Offset of the Driver Area: after the descriptors, on the next cache line.
     constexpr size_t driver_offset() const { return align_up(desc.bytes, kCacheLine); }
+    // Offset of the Device Area: after the Driver Area, on the next cache line.
     constexpr size_t device_offset() const { return align_up(driver_offset() + driver.bytes, kCacheLine); }
+    // Bytes to allocate for the block (a whole number of cache lines): what carve() divides.
     constexpr size_t total_bytes() const { return align_up(device_offset() + device.bytes, kCacheLine); }
 };
 
@@ -96,6 +101,9 @@ struct Doorbell {
     volatile uint16_t* mmio = nullptr;
     int kick_fd = -1;
     uint16_t queue = 0;
+    // Notifies the device: a 16-bit MMIO store of `queue` to `mmio` when set, else an 8-byte
+    // write(2) to `kick_fd` (an error is ignored). Fast path, no allocation: call it after
+    // publish() when needs_notify() is true.
     void ring() const noexcept {
         if (mmio) {
             mmio::write<uint16_t>(mmio, 0, queue);
