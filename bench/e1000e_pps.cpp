@@ -7,6 +7,9 @@
 //   vfab-e1000e tx_pps=... rx_pps=... seconds=... batch=... threads=...
 //
 //   e1000e_pps [SECONDS] [BATCH] [THREADS] [TX_BDF] [RX_BDF]
+//
+// A port's device removed or reset mid-run ends it at once with one line naming the port
+// (docs/reliability.md), exit status 1.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_events.hpp"
 #include "vfab/drivers/e1000e.hpp"
 #include "vfab/drivers/virtio_net.hpp"
 #include "vfab/log.hpp"
@@ -130,10 +134,18 @@ int main(int argc, char** argv) {
             (void)rx->qp->post_recv({again, k});
         }
     };
+    // Each thread watches the device it drives (next_event() may flush that device's queues).
+    using Watch = examples::EventWatch<drv::Device>;
+    Watch tx_watch(*tx->dev), rx_watch(*rx->dev);
+    std::string tx_stopped, rx_stopped;
     std::thread rx_thread;
     if (threads == 2)
         rx_thread = std::thread([&] {
-            while (!stop.load(std::memory_order_relaxed)) rx_once();
+            for (uint64_t k = 1; !stop.load(std::memory_order_relaxed); ++k) {
+                rx_once();
+                if ((k & 255) == 0)
+                    if (auto why = rx_watch.stop_reason()) rx_stopped = *why, stop = true;
+            }
         });
 
     Completion wc[64];
@@ -142,7 +154,13 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     const auto end = start + std::chrono::duration<double>(seconds);
     uint64_t loops = 0;
-    while ((++loops & 255) != 0 || std::chrono::steady_clock::now() < end) {
+    while (!stop.load(std::memory_order_relaxed)) {
+        if ((++loops & 255) == 0) {
+            if (auto why = tx_watch.stop_reason()) tx_stopped = *why;
+            else if (threads == 1)
+                if (auto why2 = rx_watch.stop_reason()) rx_stopped = *why2;
+            if (!tx_stopped.empty() || !rx_stopped.empty() || std::chrono::steady_clock::now() >= end) break;
+        }
         if (in_flight + batch <= kRing) {
             const uint32_t first = uint32_t(tx_next % kRing);
             const uint32_t n = std::min(batch, kRing - first);
@@ -157,6 +175,10 @@ int main(int argc, char** argv) {
     }
     stop = true;
     if (rx_thread.joinable()) rx_thread.join();
+    if (!tx_stopped.empty() || !rx_stopped.empty()) {
+        std::fprintf(stderr, "%s pps: %s\n", kName, (tx_stopped.empty() ? rx_stopped : tx_stopped).c_str());
+        return 1;
+    }
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("vfab-%s tx_pps=%.0f rx_pps=%.0f seconds=%.2f batch=%u threads=%d\n", kName, double(sent) / t,
                 double(received.load()) / t, t, batch, threads);

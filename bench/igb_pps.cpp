@@ -13,6 +13,7 @@
 // round-robin, so queue counts compare at equal CPU. One parsable line:
 //   vfab-igb queues=N threads=T tx_pps=... rx_pps=... seconds=... batch=32 tx_packets=...
 //            rx_packets=... lost=... tx_hw=... rx_hw=... rx_queues=a,b,.. rss_expected_pct=a,b,..
+// A device removed or reset mid-run ends it at once with one line naming it, exit status 1.
 // The rates are over the measured window (after a warm-up); the packet counts cover the whole
 // run, the receiver having polled on for a moment after the last send, so lost = tx_packets -
 // rx_packets is what never arrived. Under TCG the sender outruns the receiver and QEMU drops
@@ -27,10 +28,12 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "device_events.hpp"
 #include "vfab/drivers/igb.hpp"
 #include "vfab/net/checksum.hpp"
 #include "vfab/net/rss.hpp"
@@ -284,14 +287,32 @@ int bench(const Args& a) {
         return std::pair{s, r};
     };
     using clock = std::chrono::steady_clock;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));   // past the first bursts
+    // This thread watches both devices while the others run (next_event() may be called beside
+    // the fast path: a queue pair's state is atomic): a removal or reset ends the run at once.
+    examples::EventWatch<igb::Device> tx_watch(*tx->dev), rx_watch(*rx->dev);
+    std::optional<std::string> stopped;
+    auto watch_for = [&](std::chrono::duration<double> d) {
+        for (const auto end = clock::now() + std::chrono::duration_cast<clock::duration>(d); !stopped && clock::now() < end;) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            if (!(stopped = tx_watch.stop_reason())) stopped = rx_watch.stop_reason();
+        }
+        return !stopped;
+    };
+    auto end_run = [&] {
+        run.tx_stop = true;
+        run.rx_stop = true;
+        for (auto& t : threads) t.join();
+        std::fprintf(stderr, "igb_pps: %s\n", stopped->c_str());
+        return 1;
+    };
+    if (!watch_for(std::chrono::milliseconds(300))) return end_run();   // past the first bursts
     const auto [s0, r0] = totals();
     const auto t0 = clock::now();
-    std::this_thread::sleep_for(std::chrono::duration<double>(a.seconds));
+    if (!watch_for(std::chrono::duration<double>(a.seconds))) return end_run();
     const auto [s1, r1] = totals();
     const double secs = std::chrono::duration<double>(clock::now() - t0).count();
     run.tx_stop = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));   // the last frames arrive
+    if (!watch_for(std::chrono::milliseconds(300))) return end_run();   // the last frames arrive
     run.rx_stop = true;
     for (auto& t : threads) t.join();
 

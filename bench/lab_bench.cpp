@@ -1,5 +1,6 @@
 // Lab benchmarks between two wired ports of one driver (e1000e 00:02.0 -> 00:03.0, virtio-net
-// 00:04.0 -> 00:06.0), one JSON object per run for bench/run:
+// 00:04.0 -> 00:06.0, igb 00:05.0 -> 00:0a.0, igbvf: two VFs named with --tx and --rx), one
+// JSON object per run for bench/run:
 //
 //   lab_bench pps --driver e1000e --batch 8 --seconds 3 [--progress] [--json]
 //     64-byte frames, BATCH sends per doorbell, zero copy, one busy-polling thread. At most a
@@ -10,6 +11,9 @@
 //     sees it: once with a thread asleep in poll(2) on the receive CQ's channel after arm()
 //     (MSI-X -> eventfd -> wake-up), once with that thread busy-polling the CQ. The difference
 //     is what the interrupt path costs.
+//
+// Both watch the ports' events (docs/reliability.md): a removal or a reset behind the driver's
+// back ends the run within a few milliseconds with one line naming the port, exit status 1.
 #include <poll.h>
 #include <sys/resource.h>
 
@@ -22,8 +26,11 @@
 #include <iostream>
 #include <thread>
 
+#include "device_events.hpp"
 #include "port.hpp"
 #include "stats.hpp"
+#include "vfab/drivers/igb.hpp"
+#include "vfab/drivers/igbvf.hpp"
 #include "vfab/drivers/virtio_net.hpp"
 #include "vfab/log.hpp"
 
@@ -76,7 +83,36 @@ struct Pair {
         }
         return p;
     }
+
+    // The line that ends the run when either port's device went away or was reset.
+    std::optional<std::string> stop_reason() {
+        if (auto why = tx.stop_reason()) return why;
+        return rx.stop_reason();
+    }
 };
+
+// Every few milliseconds of a busy loop: Pair::stop_reason().
+template <class D>
+class PairWatch {
+public:
+    explicit PairWatch(Pair<D>& p) : p_(p) {}
+    std::optional<std::string> stop_reason() {
+        const auto now = Clock::now();
+        if (now < next_) return std::nullopt;
+        next_ = now + std::chrono::milliseconds(5);
+        return p_.stop_reason();
+    }
+
+private:
+    Pair<D>& p_;
+    Clock::time_point next_{};
+};
+
+// The one line a run ends with when a port's device is gone; exit status 1.
+int stopped(const std::string& why) {
+    std::fprintf(stderr, "lab_bench: %s\n", why.c_str());
+    return 1;
+}
 
 template <class D>
 int pps(const Args& a, Pair<D>& p, nlohmann::json& out) {
@@ -120,6 +156,7 @@ int pps(const Args& a, Pair<D>& p, nlohmann::json& out) {
     const auto start = Clock::now();
     const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
     auto next_line = start + std::chrono::seconds(1);
+    PairWatch<D> watch(p);
     for (uint64_t loops = 1;; ++loops) {
         if (posted - sent + a.batch <= ring && posted - received + a.batch <= window) {
             const auto first = uint32_t(next % ring);
@@ -131,6 +168,7 @@ int pps(const Args& a, Pair<D>& p, nlohmann::json& out) {
         reap_tx();
         reap_rx();
         if ((loops & 255) != 0) continue;
+        if (auto why = watch.stop_reason()) return stopped(*why);
         const auto now = Clock::now();
         if (now >= end) break;
         if (a.progress && now >= next_line) {   // a new line each second: consoles may drop '\r'
@@ -146,6 +184,7 @@ int pps(const Args& a, Pair<D>& p, nlohmann::json& out) {
     // Drain: what was posted must still arrive; give it 200 ms without progress.
     for (auto last = Clock::now(); received < posted || sent < posted;) {
         if (reap_tx() | reap_rx()) last = Clock::now();
+        else if (auto why = watch.stop_reason()) return stopped(*why);
         else if (seconds_between(last, Clock::now()) > 0.2) break;
     }
     const double t = seconds_between(start, stop), cpu = cpu_seconds() - cpu0;
@@ -208,6 +247,7 @@ nlohmann::json wakeup_run(const Args& a, Pair<D>& p, bool irq, std::string& erro
             }
             for (int k = 0; k < n; ++k)
                 if (wc[k].opcode == WcOpcode::recv) (void)p.rx.post_recv(uint32_t(wc[k].wr_id));
+            if (auto why = p.rx.stop_reason()) waiter_error = *why;
             done.store(i + 1);
             done.notify_one();
         }
@@ -221,6 +261,10 @@ nlohmann::json wakeup_run(const Args& a, Pair<D>& p, bool irq, std::string& erro
     for (uint32_t i = 0; i < a.count; ++i) {
         ready.wait(i);   // sleeps (futex): a spinning sender would take a vCPU from the emulated NIC
         if (finished.load()) break;
+        if (auto why = p.tx.stop_reason()) {   // once per frame (the waiter watches rx's device)
+            error = *why;
+            break;
+        }
         if (irq) std::this_thread::sleep_for(std::chrono::milliseconds(1));   // the waiter is inside poll(2)
         t0.store(Clock::now().time_since_epoch().count());
         if (PostResult r = p.tx.qp().post_send({&p.twr[i % p.twr.size()], 1}); !r) {
@@ -251,6 +295,7 @@ int wakeup(const Args& a, Pair<D>& p, nlohmann::json& out) {
     out = {{"bench", "wakeup"}, {"driver", a.driver}, {"count", a.count}};
     out["poll"] = wakeup_run(a, p, false, error);
     if (error.empty()) out["interrupt"] = wakeup_run(a, p, true, error);
+    if (auto why = p.stop_reason()) return stopped(*why);   // a timeout or failed post may be its symptom
     if (!error.empty()) {
         std::fprintf(stderr, "lab_bench: wakeup: %s\n", error.c_str());
         return 1;
@@ -289,7 +334,9 @@ int run(int argc, char** argv) {
     });
     Args a;
     auto common = [&](CLI::App* c) {
-        c->add_option("--driver", a.driver, "e1000e or virtio-net")->capture_default_str()->check(CLI::IsMember({"e1000e", "virtio-net"}));
+        c->add_option("--driver", a.driver, "e1000e, virtio-net, igb or igbvf")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"e1000e", "virtio-net", "igb", "igbvf"}));
         c->add_option("--tx", a.tx, "Sending port (default: the lab's first port of the driver)");
         c->add_option("--rx", a.rx, "Receiving port (default: the lab's second port)");
         c->add_flag("--json", a.json, "One JSON object on stdout");
@@ -307,9 +354,13 @@ int run(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e) == 0 ? 0 : 2;
     }
-    const bool virtio = a.driver == "virtio-net";
-    if (a.tx.empty()) a.tx = virtio ? "0000:00:04.0" : "0000:00:02.0";
-    if (a.rx.empty()) a.rx = virtio ? "0000:00:06.0" : "0000:00:03.0";
+    const bool virtio = a.driver == "virtio-net", on_igb = a.driver == "igb", vf = a.driver == "igbvf";
+    if (vf && (a.tx.empty() || a.rx.empty())) {
+        std::fprintf(stderr, "lab_bench: igbvf: name two VFs wired together with --tx and --rx\n");
+        return 2;
+    }
+    if (a.tx.empty()) a.tx = virtio ? "0000:00:04.0" : on_igb ? "0000:00:05.0" : "0000:00:02.0";
+    if (a.rx.empty()) a.rx = virtio ? "0000:00:06.0" : on_igb ? "0000:00:0a.0" : "0000:00:03.0";
     if (a.tx == a.rx) {
         std::fprintf(stderr, "lab_bench: --tx and --rx name the same port; they must be two ports wired together\n");
         return 2;
@@ -317,6 +368,8 @@ int run(int argc, char** argv) {
     const std::string which = pps_cmd->parsed() ? "pps" : "wakeup";
     // virtio-net: each WR is a two-descriptor chain, so 128 WRs fill a 256-entry virtqueue.
     if (virtio) return run_driver<virtio_net::Driver>(which, a, {.send_slots = 128, .recv_slots = 127});
+    if (on_igb) return run_driver<igb::Driver>(which, a, {.send_slots = 512, .recv_slots = 511});
+    if (vf) return run_driver<igbvf::Driver>(which, a, {.send_slots = 512, .recv_slots = 511});
     return run_driver<e1000e::Driver>(which, a, {.send_slots = 512, .recv_slots = 511});
 }
 

@@ -17,6 +17,8 @@
 // threads); local and server: --passive sleep (a passive target sleeps on its CQ channel
 // between frames instead of busy-polling). Output: one line of key=value figures on stdout ("rdma_bench
 // label=L impl=vfab mode=... "), or "rdma_bench label=L ... FAILED: why" and exit 1.
+// An end's device removed or reset mid-run ends the process at once with one line naming the
+// device and exit 1 (docs/reliability.md); the kernel closes the device with the process.
 #include <net/if.h>
 #include <pthread.h>
 #include <sched.h>
@@ -29,6 +31,7 @@
 #include <memory>
 #include <thread>
 
+#include "device_events.hpp"
 #include "rdma_bench_common.hpp"
 #include "vfab/rdma/rdma.hpp"
 #include "vfab/vfab.hpp"
@@ -187,6 +190,7 @@ public:
         return bool(qp_->post_recv(std::span(&r, 1)));
     }
     int poll(Cqe* out, int n) {
+        if ((++polls_ & 4095) == 0) check_device();   // a counter: no clock read in the measured loops
         if (partner_) partner_();
         vr::Wc wc[64];
         const int k = cq_->poll(std::span(wc, size_t(std::min(n, 64))));
@@ -199,11 +203,13 @@ public:
         return k;
     }
     void progress() {
+        if ((++polls_ & 4095) == 0) check_device();
         port_->progress();
         if (partner_) partner_();
     }
     // A passive target's sleep: on the CQ's channel (a received frame, a deadline) and on `fd`.
     void idle(int fd) {
+        check_device();
         if (!cq_->arm()) return;
         pollfd p[2] = {{cq_->channel_fd(), POLLIN, 0}, {fd, POLLIN, 0}};
         (void)::poll(p, 2, 100);
@@ -226,6 +232,15 @@ public:
 
 private:
     VfabEnd() = default;
+    // The device's events (examples/common/device_events.hpp): on a removal or reset, the one
+    // line and the end of the process; its exit closes the device, which lets a removal finish.
+    void check_device() {
+        if (auto why = vfab::examples::stop_reason(*dev_, dev_->attr().address.to_string())) {
+            std::fprintf(stderr, "rdma_bench: %s\n", why->c_str());
+            std::fflush(nullptr);
+            std::_Exit(1);
+        }
+    }
     static std::unique_ptr<VfabEnd> fail(std::string& err, const std::string& what) {
         err = what;
         return nullptr;
@@ -240,6 +255,7 @@ private:
     uint32_t fast_key_ = 0;           // reg_rate: the MR REG_MR binds, its current key
     std::vector<uint64_t> blocks_;    // the buffer in 4 KiB blocks
     std::function<void()> partner_;
+    uint64_t polls_ = 0;
 };
 
 bool parse_ip(const std::string& s, uint32_t& ip) {

@@ -9,6 +9,9 @@
 // go straight back to the RX ring (one post_recv per poll that received anything, as DPDK's
 // rx_burst refills its ring). Sends are unsignaled unless --signaled: DPDK's tx_burst reports
 // no completions either; their slots are reclaimed by poll.
+//
+// The device's events are read every 4096 polls: the back-end going away (or resetting the
+// device) ends the run with one line naming the socket, exit status 1 (docs/reliability.md).
 #include <span>
 
 #include "vfab/drivers/virtio_net.hpp"
@@ -38,6 +41,7 @@ public:
         auto dev = Device::open_vhost_user(o.socket, d);
         if (!dev) return dev.error().message;
         dev_ = std::move(*dev);
+        socket_ = o.socket;
         auto cq = dev_->create_cq(2 * kRing);
         if (!cq) return cq.error().message;
         cq_ = *cq;
@@ -140,6 +144,7 @@ private:
     // Polls once (at most `max` completions); receive buffers go back to the ring at once.
     // Returns the frames received.
     uint32_t poll(uint32_t max) {
+        if ((++polls_ & 4095) == 0) watch_events();   // outside the counted calls
         const int n = counted_poll(*cq_, std::span<Completion>(wc_.data(), std::min<size_t>(max, wc_.size())));
         if (n < 0) {
             error_ = std::string("poll: ") + std::strerror(-n);
@@ -164,7 +169,15 @@ private:
         return rx;
     }
 
+    void watch_events() {
+        for (Event e = dev_->next_event(); e.type != EventType::none && error_.empty(); e = dev_->next_event())
+            if (e.type == EventType::device_removal || e.type == EventType::device_fatal || e.type == EventType::device_reset)
+                error_ = socket_ + ": " + to_string(e.type) + " (the vhost-user back-end went away or reset the device): stopping";
+    }
+
     std::unique_ptr<Device> dev_;
+    std::string socket_;
+    uint64_t polls_ = 0;
     CompletionQueue* cq_ = nullptr;
     QueuePair* qp_ = nullptr;
     uint8_t* mem_ = nullptr;

@@ -40,7 +40,7 @@ function(vfab_lab_finalize)
       list(APPEND bins $<TARGET_FILE:${t}>)
     endforeach()
     string(REPLACE "-noiommu" "" flavor ${suite})
-    set(opts --kernel ${flavor} --timeout 900)
+    set(opts --kernel ${flavor} --timeout 1200)   # the iommufd suite takes about 11 min in CI
     if(suite MATCHES "-noiommu$")
       list(APPEND opts --no-iommu)
     endif()

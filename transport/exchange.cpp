@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -17,36 +18,71 @@ namespace {
 
 vfio::UniqueFd owned(int fd) { return vfio::UniqueFd(fd, vfio::Sys::real()); }
 
-bool wait_fd(int fd, short events, int timeout_ms) {
-    pollfd p{fd, events, 0};
-    return ::poll(&p, 1, timeout_ms) == 1;
+// How long one step of the exchange may take, and what else to watch meanwhile.
+struct Step {
+    int timeout_ms;
+    const ExchangeWatch& watch;
+};
+
+// Waits until `fd` is ready for `events`: ETIMEDOUT after the step's time, ECANCELED when the
+// watch said stop. `what` names the step ("sending our address") in the error.
+Result<void> wait_fd(int fd, short events, const Step& step, const char* what) {
+    using Clock = std::chrono::steady_clock;
+    const auto end = Clock::now() + std::chrono::milliseconds(step.timeout_ms);
+    const bool watching = step.watch.fd >= 0 && step.watch.keep_going;
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+        if (left <= 0) return Error{ETIMEDOUT, str_cat("side channel: ", what, " timed out")};
+        pollfd p[2] = {{fd, events, 0}, {step.watch.fd, POLLIN, 0}};
+        const int n = ::poll(p, watching ? 2 : 1, int(left));
+        if (n < 0 && errno != EINTR) return Error::from_errno(errno, str_cat("side channel: ", what));
+        if (n <= 0) continue;
+        if (p[0].revents) return {};
+        if (p[1].revents && !step.watch.keep_going())
+            return Error{ECANCELED, str_cat("side channel: stopped while ", what)};
+    }
 }
 
-Result<void> write_all(int fd, const void* buf, size_t len, int timeout_ms, const char* what) {
+Result<void> write_all(int fd, const void* buf, size_t len, const Step& step, const char* what) {
     const char* p = static_cast<const char*>(buf);
     while (len) {
-        if (!wait_fd(fd, POLLOUT, timeout_ms)) return Error{ETIMEDOUT, str_cat("side channel: sending ", what, " timed out")};
+        if (auto r = wait_fd(fd, POLLOUT, step, what); !r) return r;
         const ssize_t n = ::write(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return Error::from_errno(errno, str_cat("side channel: sending ", what));
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n <= 0) return Error::from_errno(errno, str_cat("side channel: ", what));
         p += n;
         len -= size_t(n);
     }
     return {};
 }
 
-Result<void> read_all(int fd, void* buf, size_t len, int timeout_ms, const char* what) {
+Result<void> read_all(int fd, void* buf, size_t len, const Step& step, const char* what) {
     char* p = static_cast<char*>(buf);
     while (len) {
-        if (!wait_fd(fd, POLLIN, timeout_ms)) return Error{ETIMEDOUT, str_cat("side channel: waiting for ", what, " timed out")};
+        if (auto r = wait_fd(fd, POLLIN, step, what); !r) return r;
         const ssize_t n = ::read(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n == 0) return Error{ECONNRESET, str_cat("side channel: the peer closed the connection before ", what)};
-        if (n < 0) return Error::from_errno(errno, str_cat("side channel: reading ", what));
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n == 0) return Error{ECONNRESET, str_cat("side channel: the peer closed the connection while ", what)};
+        if (n < 0) return Error::from_errno(errno, str_cat("side channel: ", what));
         p += n;
         len -= size_t(n);
     }
     return {};
+}
+
+// Connects a socket of `t`'s kind within the step's time: the socket, or the error.
+Result<vfio::UniqueFd> connect_within(const addrinfo* t, const Step& step) {
+    vfio::UniqueFd s = owned(::socket(t->ai_family, t->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, t->ai_protocol));
+    if (!s) return Error::from_errno(errno, "side channel: socket");
+    if (::connect(s.get(), t->ai_addr, t->ai_addrlen) != 0) {
+        if (errno != EINPROGRESS) return Error::from_errno(errno, "side channel: connect");
+        if (auto r = wait_fd(s.get(), POLLOUT, step, "connecting"); !r) return r.take_error();
+        int err = 0;
+        socklen_t len = sizeof err;
+        ::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err) return Error::from_errno(err, "side channel: connect");
+    }
+    return s;
 }
 
 }  // namespace
@@ -84,19 +120,19 @@ std::string gid_to_string(const Gid& g) {
 
 namespace {
 
-Result<void> send_endpoints(int fd, std::span<const Endpoint> mine, int timeout_ms) {
+Result<void> send_endpoints(int fd, std::span<const Endpoint> mine, const Step& step) {
     for (const Endpoint& e : mine) {
         const std::string msg = format_endpoint(e);
-        if (auto r = write_all(fd, msg.c_str(), kPingpongMessage, timeout_ms, "our address"); !r) return r;
+        if (auto r = write_all(fd, msg.c_str(), kPingpongMessage, step, "sending our address"); !r) return r;
     }
     return {};
 }
 
-Result<std::vector<Endpoint>> read_endpoints(int fd, size_t n, int timeout_ms, const char* whose) {
+Result<std::vector<Endpoint>> read_endpoints(int fd, size_t n, const Step& step, const char* whose) {
     std::vector<Endpoint> out;
     for (size_t i = 0; i < n; ++i) {
         char msg[kPingpongMessage];
-        if (auto r = read_all(fd, msg, sizeof msg, timeout_ms, whose); !r) return r.take_error();
+        if (auto r = read_all(fd, msg, sizeof msg, step, whose); !r) return r.take_error();
         auto e = parse_endpoint(msg, sizeof msg);
         if (!e) return e.take_error();
         out.push_back(*e);
@@ -107,7 +143,8 @@ Result<std::vector<Endpoint>> read_endpoints(int fd, size_t n, int timeout_ms, c
 }  // namespace
 
 Result<std::vector<Endpoint>> exchange_as_client(const std::string& host, uint16_t port, std::span<const Endpoint> mine,
-                                                 int timeout_ms) {
+                                                 int timeout_ms, const ExchangeWatch& watch) {
+    const Step step{timeout_ms, watch};
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -115,22 +152,28 @@ Result<std::vector<Endpoint>> exchange_as_client(const std::string& host, uint16
     if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
         return Error{EHOSTUNREACH, str_cat("side channel: ", host, ": ", gai_strerror(rc))};
     vfio::UniqueFd s;
+    Error last{ECONNREFUSED, ""};
     for (addrinfo* t = res; t && !s; t = t->ai_next) {
-        s = owned(::socket(t->ai_family, t->ai_socktype | SOCK_CLOEXEC, t->ai_protocol));
-        if (s && ::connect(s.get(), t->ai_addr, t->ai_addrlen) != 0) s.reset();
+        auto c = connect_within(t, step);
+        if (c) s = std::move(*c);
+        else last = c.take_error();
     }
     ::freeaddrinfo(res);
-    if (!s) return Error{ECONNREFUSED, str_cat("side channel: cannot connect to ", host, ":", port, " — is the server running?")};
-    if (auto r = send_endpoints(s.get(), mine, timeout_ms); !r) return r.take_error();
-    auto peer = read_endpoints(s.get(), mine.size(), timeout_ms, "the server's address");
+    if (!s) {
+        if (last.code == ECANCELED || last.code == ETIMEDOUT) return last;
+        return Error{last.code, str_cat("side channel: cannot connect to ", host, ":", port, " — is the server running?")};
+    }
+    if (auto r = send_endpoints(s.get(), mine, step); !r) return r.take_error();
+    auto peer = read_endpoints(s.get(), mine.size(), step, "waiting for the server's address");
     if (!peer) return peer;
-    if (auto r = write_all(s.get(), "done", sizeof "done", timeout_ms, "done"); !r) return r.take_error();
+    if (auto r = write_all(s.get(), "done", sizeof "done", step, "sending done"); !r) return r.take_error();
     return peer;
 }
 
 Result<std::vector<Endpoint>> exchange_as_server(uint16_t port, std::span<const Endpoint> mine,
                                                  const std::function<Result<void>(std::span<const Endpoint>)>& connect,
-                                                 int timeout_ms) {
+                                                 int timeout_ms, const ExchangeWatch& watch) {
+    const Step step{timeout_ms, watch};
     vfio::UniqueFd ls = owned(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!ls) return Error::from_errno(errno, "side channel: socket");
     int one = 1, zero = 0;
@@ -142,29 +185,31 @@ Result<std::vector<Endpoint>> exchange_as_server(uint16_t port, std::span<const 
     a.sin6_addr = in6addr_any;
     if (::bind(ls.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
         return Error::from_errno(errno, str_cat("side channel: cannot listen on port ", port), "another server may be running");
-    ::listen(ls.get(), 1);
-    if (!wait_fd(ls.get(), POLLIN, timeout_ms)) return Error{ETIMEDOUT, "side channel: no client came"};
+    if (::listen(ls.get(), 1) != 0) return Error::from_errno(errno, str_cat("side channel: listen on port ", port));
+    if (auto r = wait_fd(ls.get(), POLLIN, step, "waiting for a client"); !r) return r.take_error();
     vfio::UniqueFd s = owned(::accept4(ls.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!s) return Error::from_errno(errno, "side channel: accept");
-    auto peer = read_endpoints(s.get(), mine.size(), timeout_ms, "the client's address");
+    auto peer = read_endpoints(s.get(), mine.size(), step, "waiting for the client's address");
     if (!peer) return peer;
     if (auto r = connect(*peer); !r) return r.take_error();
-    if (auto r = send_endpoints(s.get(), mine, timeout_ms); !r) return r.take_error();
+    if (auto r = send_endpoints(s.get(), mine, step); !r) return r.take_error();
     char done[sizeof "done"];
-    if (auto r = read_all(s.get(), done, sizeof done, timeout_ms, "done"); !r) return r.take_error();
+    if (auto r = read_all(s.get(), done, sizeof done, step, "waiting for done"); !r) return r.take_error();
     return peer;
 }
 
-Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, const Endpoint& mine, int timeout_ms) {
-    auto peer = exchange_as_client(host, port, std::span(&mine, 1), timeout_ms);
+Result<Endpoint> exchange_as_client(const std::string& host, uint16_t port, const Endpoint& mine, int timeout_ms,
+                                    const ExchangeWatch& watch) {
+    auto peer = exchange_as_client(host, port, std::span(&mine, 1), timeout_ms, watch);
     if (!peer) return peer.take_error();
     return (*peer)[0];
 }
 
 Result<Endpoint> exchange_as_server(uint16_t port, const Endpoint& mine,
-                                    const std::function<Result<void>(const Endpoint&)>& connect, int timeout_ms) {
+                                    const std::function<Result<void>(const Endpoint&)>& connect, int timeout_ms,
+                                    const ExchangeWatch& watch) {
     auto peer = exchange_as_server(
-        port, std::span(&mine, 1), [&](std::span<const Endpoint> p) { return connect(p[0]); }, timeout_ms);
+        port, std::span(&mine, 1), [&](std::span<const Endpoint> p) { return connect(p[0]); }, timeout_ms, watch);
     if (!peer) return peer.take_error();
     return (*peer)[0];
 }

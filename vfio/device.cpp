@@ -26,10 +26,12 @@ Result<IommuBackend> choose_backend(const PciAddress& addr, const DeviceOptions&
         return opts.context->backend();
     }
     if (b != IommuBackend::automatic) return b;
-    // sysfs names a cdev even where the kernel made no node for it (6.1; no-IOMMU groups).
+    // sysfs names a cdev even where the kernel made no node for it (6.1; no-IOMMU groups). A
+    // user given the device but not /dev/iommu (`vfio-devctl bind --user`) gets the legacy
+    // container, which needs only the group.
     auto cdev = sysfs.vfio_cdev(addr);
     std::error_code ec;
-    bool iommufd = cdev && cdev->has_value() && std::filesystem::exists("/dev/iommu", ec) &&
+    bool iommufd = cdev && cdev->has_value() && ::access("/dev/iommu", R_OK | W_OK) == 0 &&
                    std::filesystem::exists("/dev/vfio/devices/" + **cdev, ec);
     return iommufd ? IommuBackend::iommufd : IommuBackend::legacy;
 }

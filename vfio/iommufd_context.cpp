@@ -130,6 +130,11 @@ Result<std::shared_ptr<IommuContext>> create_iommufd_context(Sys& sys) {
         if (errno == ENOENT)
             return Error{ENOENT, "no /dev/iommu: this kernel has no iommufd (CONFIG_IOMMUFD) — use the "
                                  "legacy backend (VFAB_IOMMU_BACKEND=legacy)"};
+        if (errno == EACCES || errno == EPERM)   // the devices' own files are not enough here
+            return Error{errno, "permission denied opening /dev/iommu, which the iommufd backend needs (root's by "
+                                "default; `vfio-devctl bind --user` hands over the devices only) — give this user "
+                                "read-write access to it (a udev rule: KERNEL==\"iommu\", GROUP=\"vfio\", "
+                                "MODE=\"0660\"), or use the legacy backend (VFAB_IOMMU_BACKEND=legacy)"};
         return explain_open_failure(errno, path, "");
     }
     iommu_ioas_alloc alloc{};

@@ -158,6 +158,13 @@ Event DeviceImpl::next_event() {
         enter_error_state();
         return {EventType::device_fatal};
     }
+    // Reset behind the driver's back (a function-level reset through sysfs, say): the device
+    // forgot its set-up, CTRL_EXT.DRV_LOAD with it (82574L datasheet §10.2.2.3). Reported once; reset() recovers.
+    if (!setup_lost_ && !(bar_->read32(reg::CTRL_EXT) & reg::CTRL_EXT_DRV_LOAD)) {
+        setup_lost_ = true;
+        enter_error_state();
+        return {EventType::device_fatal};
+    }
     if (other) {
         // Clear the "other" causes, then re-arm: EIAC masked OTHER when it fired.
         bar_->write32(reg::ICR, reg::ICR_LSC | reg::ICR_OTHER | reg::ICR_RXO | reg::ICR_RXDMT0);
@@ -179,7 +186,9 @@ Result<void> DeviceImpl::reset() {
     enter_error_state();
     if (auto r = vfio_->enable_bus_master(); !r) return r;
     if (auto r = hw_reset(); !r) return r;
-    return hw_setup();
+    if (auto r = hw_setup(); !r) return r;
+    setup_lost_ = false;
+    return {};
 }
 
 DeviceImpl::~DeviceImpl() {

@@ -45,6 +45,7 @@ private:
     DeviceOptions opts_;
     DeviceStats stats_;
     bool link_up_ = false;
+    bool setup_lost_ = false;   // reported: the device was reset behind the driver's back
     std::vector<MacAddress> multicast_;   // set_multicast()
 };
 

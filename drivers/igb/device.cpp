@@ -166,6 +166,13 @@ Event DeviceImpl::next_event() {
         enter_error_state();
         return {EventType::device_fatal};
     }
+    // Reset behind the driver's back (a function-level reset through sysfs, say): the device
+    // forgot its set-up, CTRL_EXT.DRV_LOAD with it (82576 datasheet §8.2.3). Reported once; reset() recovers.
+    if (!setup_lost_ && !(bar_->read32(reg::CTRL_EXT) & reg::CTRL_EXT_DRV_LOAD)) {
+        setup_lost_ = true;
+        enter_error_state();
+        return {EventType::device_fatal};
+    }
     if (other) {
         (void)bar_->read32(reg::ICR);   // clears the causes (GPIE.NSICR)
         bar_->write32(reg::EIMS, 1u << other_vector_);
@@ -179,6 +186,7 @@ Result<void> DeviceImpl::reset() {
     enter_error_state();
     if (auto r = hw_reset(); !r) return r;
     hw_setup();
+    setup_lost_ = false;
     return {};
 }
 

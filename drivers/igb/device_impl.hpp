@@ -45,6 +45,7 @@ private:
     DeviceStats stats_;
     uint32_t vectors_ = 0, other_vector_ = 0;
     bool link_up_ = false;
+    bool setup_lost_ = false;   // reported: the device was reset behind the driver's back
     std::array<uint8_t, reg::kRssKeyBytes> rss_key_{};
     std::vector<uint16_t> rss_table_;
     uint32_t rss_types_ = 0;

@@ -104,9 +104,12 @@ public:
         pci_.read_device_config(offset, out, len);
     }
     uint32_t config_length() const override { return pci_.device_config_length(); }
+    // The device asks for a reset (§2.1.2), or was reset behind the driver's back: a live
+    // device holds at least ACKNOWLEDGE | DRIVER from open() on, a reset one reads 0 (§2.1).
     bool needs_reset() override {
         vfio::drain_eventfd(msix_->eventfd(kConfigVector));
-        return pci_.status() & kStatusNeedsReset;
+        const uint8_t status = pci_.status();
+        return (status & kStatusNeedsReset) || status == 0;
     }
     bool gone() override {
         if (!gone_ && req_) gone_ = vfio::drain_eventfd(req_->eventfd(0)) != 0;

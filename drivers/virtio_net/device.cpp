@@ -180,7 +180,8 @@ Event DeviceState::next_event() {
         return {EventType::device_removal};
     }
     if (removed_) return {};
-    if (transport_->needs_reset()) {   // §2.1.2
+    if (!fatal_reported_ && transport_->needs_reset()) {   // §2.1.2; reported once, reset() recovers
+        fatal_reported_ = true;
         enter_error_state();
         return {EventType::device_fatal};
     }
@@ -215,7 +216,9 @@ Result<void> DeviceState::reset() {
     std::lock_guard lock(mu_);
     if (removed_) return Error{ENODEV, transport_->gone_message()};
     enter_error_state();
-    return transport_->restart();
+    if (auto r = transport_->restart(); !r) return r;
+    fatal_reported_ = false;
+    return {};
 }
 
 DeviceState::~DeviceState() {

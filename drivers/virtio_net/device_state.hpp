@@ -56,6 +56,7 @@ public:
     bool link_up_ = false;
     bool removed_ = false;         // the device (or vhost-user back-end) is gone
     bool gone_reported_ = false;   // ... and next_event() said so
+    bool fatal_reported_ = false;  // next_event() said the device needs a reset (until reset())
     bool driver_ok_ = false;
 
     std::recursive_mutex mu_;

@@ -120,6 +120,16 @@ inline int next_completions(rdma::Cq* cq, bool events, std::span<rdma::Wc> wc, E
     return cq->poll(wc);
 }
 
+// The device's events while the address exchange waits on the peer: a removal, fatal error or
+// reset stops the exchange (ECANCELED) with `why` set, instead of keeping the kernel's removal
+// waiting for a peer that may never come.
+inline rdma::ExchangeWatch watch_device(vfab::Device& dev, std::string& why) {
+    return {dev.event_fd(), [&dev, &why] {
+                if (auto stop = stop_reason(dev, dev.attr().address.to_string())) why = *stop;
+                return why.empty();
+            }};
+}
+
 inline int failed_status(const rdma::Wc& wc) {
     return fail(std::string("Failed status ") + rdma::to_string(wc.status) + " (" + std::to_string(uint32_t(wc.status)) +
                 ") for wr_id " + std::to_string(wc.wr_id));
@@ -235,16 +245,18 @@ private:
         // progress thread answers its ARP meanwhile (rxe gives up after a second).
         if (auto r = port_->start_progress_thread(-1); !r) return fail(r.error().message);
         Result<rdma::Endpoint> peer = rdma::Endpoint{};
+        std::string why;
+        const rdma::ExchangeWatch watch = watch_device(*dev_, why);
         if (!a_.server.empty()) {
-            peer = rdma::exchange_as_client(a_.server, a_.port, my_);
+            peer = rdma::exchange_as_client(a_.server, a_.port, my_, rdma::kClientTimeoutMs, watch);
         } else {
             peer = rdma::exchange_as_server(a_.port, my_, [&](const rdma::Endpoint& p) -> Result<void> {
                 if (connect(p)) return Error{EIO, "Couldn't connect to remote QP"};
                 return {};
-            });
+            }, rdma::kServerTimeoutMs, watch);
         }
         port_->stop_progress_thread();
-        if (!peer) return fail(peer.error().message);
+        if (!peer) return fail(why.empty() ? peer.error().message : why);
         std::printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", peer->lid, peer->qpn, peer->psn,
                     rdma::gid_to_string(peer->gid).c_str());
         std::fflush(stdout);

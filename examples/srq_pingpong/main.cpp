@@ -103,16 +103,18 @@ private:
         // answers its ARP meanwhile.
         if (auto r = port_->start_progress_thread(-1); !r) return fail(r.error().message);
         Result<std::vector<rdma::Endpoint>> peer = std::vector<rdma::Endpoint>{};
+        std::string why;
+        const rdma::ExchangeWatch watch = watch_device(*dev_, why);
         if (!a_.server.empty()) {
-            peer = rdma::exchange_as_client(a_.server, a_.port, mine_);
+            peer = rdma::exchange_as_client(a_.server, a_.port, mine_, rdma::kClientTimeoutMs, watch);
         } else {
             peer = rdma::exchange_as_server(a_.port, mine_, [&](std::span<const rdma::Endpoint> p) -> Result<void> {
                 if (connect(p)) return Error{EIO, "Couldn't connect to remote QP"};
                 return {};
-            });
+            }, rdma::kServerTimeoutMs, watch);
         }
         port_->stop_progress_thread();
-        if (!peer) return fail(peer.error().message);
+        if (!peer) return fail(why.empty() ? peer.error().message : why);
         for (uint32_t i = 0; i < num_qp_; ++i) {
             const rdma::Endpoint& p = (*peer)[i];
             std::printf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", p.lid, p.qpn, p.psn,

@@ -109,6 +109,9 @@ initramfs_build() {
         [[ -f $bin ]] || continue   # reported as missing by the guest, test by test
         copy_with_libs "$stage" "$bin" "vfab/bin/$(basename "$bin")"
     done
+    # The guest's / is the stage (mktemp made it 0700, DPDK's cached tree copies its own mode onto
+    # it): unprivileged users must reach /vfab/bin.
+    chmod 0755 "$stage"
     ( cd "$stage" && find . -print0 | LC_ALL=C sort -z | cpio -o -H newc --null --quiet ) > "$out" \
         || die "initramfs: cpio failed"
     rm -rf "$stage"

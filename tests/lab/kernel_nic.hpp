@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "packet.hpp"
+#include "pci_removal.hpp"   // driver_of
 #include "spawn.hpp"
 
 namespace vfab::lab {
@@ -66,13 +67,6 @@ inline std::string write_sysfs(const std::string& path, const std::string& value
     out << value << std::flush;
     if (!out) return "writing '" + value + "' to " + path + " failed: " + std::strerror(errno);
     return {};
-}
-
-// The driver bound to a PCI device; empty when none.
-inline std::string driver_of(const std::string& bdf) {
-    std::error_code ec;
-    auto link = std::filesystem::read_symlink("/sys/bus/pci/devices/" + bdf + "/driver", ec);
-    return ec ? std::string() : link.filename().string();
 }
 
 template <class Pred>

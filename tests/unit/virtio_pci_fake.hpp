@@ -74,6 +74,13 @@ public:
         select_queue(0);
     }
     void detach() { base_ = nullptr; }
+    // A reset the driver did not ask for (a function-level reset by someone else): the status
+    // reads 0 (§2.1), and the negotiation is forgotten.
+    void reset_behind_the_drivers_back() {
+        driver_features = 0;
+        status_ = 0;
+        put<uint8_t>(common::device_status, 0);
+    }
 
     // Called after each trapped store, with the offset it wrote (MmioTrap's callback).
     static void on_write(void* self, uint32_t off) { static_cast<CommonCfgModel*>(self)->write(off); }

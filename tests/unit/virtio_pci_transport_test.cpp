@@ -261,6 +261,17 @@ TEST_F(VirtioPciFake, DriverOpensAndClosesAWillingDevice) {
     EXPECT_EQ(statuses(), (std::vector<uint8_t>{0, kAck, kAck | kDrv, kAck | kDrv | kFOk, 0}));
 }
 
+// A reset nobody asked vfab for (a function-level reset through sysfs): the next look at the
+// events says the device stopped working, once, and the queues are in the error state.
+TEST_F(VirtioPciFake, DriverSeesAResetBehindItsBack) {
+    auto dev = open_net();
+    ASSERT_TRUE(dev.ok()) << dev.error().message;
+    EXPECT_EQ((*dev)->next_event().type, EventType::none);
+    sys_.model.reset_behind_the_drivers_back();
+    EXPECT_EQ((*dev)->next_event().type, EventType::device_fatal);
+    EXPECT_EQ((*dev)->next_event().type, EventType::none) << "reported once";
+}
+
 // 1. FEATURES_OK not kept (here: the device will not do packed rings after all).
 TEST_F(VirtioPciFake, DriverReportsFeaturesOkNotKept) {
     sys_.model.refused = feature_bit(vf::RING_PACKED);
