@@ -78,7 +78,7 @@ Result<void> Region::pwrite_value(uint64_t off, unsigned width, uint64_t value) 
 // access reads as all-ones, as a PCI read of an absent device does, and is reported once.
 uint64_t Region::slow_read(uint64_t off, unsigned width) const {
     for (const Mapping& m : maps_)
-        if (off >= m.offset && off + width <= m.offset + m.length) {
+        if (m.covers(off, width)) {
             uint64_t v = 0;
             switch (width) {
             case 1: v = mmio::read<uint8_t>(m.ptr, off - m.offset); break;
@@ -98,7 +98,7 @@ uint64_t Region::slow_read(uint64_t off, unsigned width) const {
 
 void Region::slow_write(uint64_t off, unsigned width, uint64_t value) {
     for (const Mapping& m : maps_)
-        if (off >= m.offset && off + width <= m.offset + m.length) {
+        if (m.covers(off, width)) {
             switch (width) {
             case 1: mmio::write<uint8_t>(m.ptr, off - m.offset, static_cast<uint8_t>(value)); break;
             case 2: mmio::write<uint16_t>(m.ptr, off - m.offset, static_cast<uint16_t>(value)); break;

@@ -165,7 +165,7 @@ TEST_F(Faults, KillNineAnywhereLeavesNothingBehind) {
     }
 }
 
-// Whether `pid` holds a VFIO file and has run for a second of traffic.
+// Waits until `prog` holds a VFIO file, then for 1.5 s of its traffic.
 void wait_for_traffic(Child& prog) {
     for (int i = 0; i < 500 && !holds_vfio(prog.pid()); ++i) std::this_thread::sleep_for(20ms);
     ASSERT_TRUE(holds_vfio(prog.pid())) << "lab_bench did not open its ports within 10 s";

@@ -230,6 +230,12 @@ TEST_F(FakeVfio, SparseBarIsMappedAreaByArea) {
     auto outside = (*bar)->pread_value(0x20000, 4);
     ASSERT_FALSE(outside.ok());
     expect_mentions(outside.error(), "outside region 0");
+    // An offset whose end wraps past 2^64 is outside too, not a pointer into the mappings:
+    // it reads as all-ones (as a failed PCI read) and its write goes nowhere.
+    const uint64_t wraps = ~uint64_t{0} - 1;
+    EXPECT_EQ((*bar)->read32(wraps), 0xffffffffu);
+    (*bar)->write32(wraps, 0x1234);
+    EXPECT_EQ((*bar)->read<uint64_t>(~uint64_t{0} - 3), ~uint64_t{0});
 }
 
 TEST_F(FakeVfio, BackendFromTheEnvironment) {

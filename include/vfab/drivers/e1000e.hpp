@@ -20,6 +20,7 @@
 // path); control calls (create, destroy, stats, reset, events) are thread-safe.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <memory>

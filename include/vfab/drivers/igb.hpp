@@ -56,9 +56,10 @@ inline constexpr uint32_t kMaxMtu = 8000;
 
 class DeviceImpl;   // the control path: drivers/igb/device_impl.hpp
 
-// Up to 16 queue pairs. configure_rss (§7.1.2.8): a table of 1 to 128 queue indices (a power
-// of 2; repeated over the device's 128 entries), a 40-byte key (empty: net::kDefaultRssKey),
-// RssHash types; frames RSS does not hash go to table[0]; hash_types 0: all to queue 0.
+// Up to 8 queue pairs (attr().max_qp: RSS without VMDq names queues 0-7, reg::kRssQueues).
+// configure_rss (§7.1.2.8): a table of 1 to 128 queue indices (a power of 2; repeated over the
+// device's 128 entries), a 40-byte key (empty: net::kDefaultRssKey), RssHash types; frames RSS
+// does not hash go to table[0]; hash_types 0: all to queue 0.
 class Device final : public intel::DeviceHandle<Device, DeviceImpl, QueueTraits, DeviceOptions> {
 public:
     // Starts the clock counting nanoseconds (SYSTIM; on QEMU, the virtual time) and the latches

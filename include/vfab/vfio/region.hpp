@@ -70,7 +70,7 @@ public:
     // is logged and reads as all-ones, as a PCI read of an absent device does.
     template <class T>
     T read(uint64_t off) const {
-        if (off + sizeof(T) <= direct_len_) [[likely]]
+        if (off < direct_len_ && direct_len_ - off >= sizeof(T)) [[likely]]   // no off + size: it may wrap
             return mmio::read<T>(direct_, off);
         return static_cast<T>(slow_read(off, sizeof(T)));
     }
@@ -79,7 +79,7 @@ public:
     // failure is logged only.
     template <class T>
     void write(uint64_t off, T v) {
-        if (off + sizeof(T) <= direct_len_) [[likely]]
+        if (off < direct_len_ && direct_len_ - off >= sizeof(T)) [[likely]]
             return mmio::write<T>(direct_, off, v);
         slow_write(off, sizeof(T), v);
     }
@@ -88,6 +88,10 @@ private:
     struct Mapping {
         uint64_t offset;   // within the region
         uint64_t length;
+        // [off, off + width) lies inside (written so that no sum can wrap).
+        bool covers(uint64_t off, unsigned width) const {
+            return off >= offset && width <= length && off - offset <= length - width;
+        }
         volatile uint8_t* ptr;
     };
     Region(Sys& sys, int fd, RegionInfo info) : sys_(&sys), fd_(fd), info_(std::move(info)) {}
