@@ -42,11 +42,13 @@ pkg-config --exists vfab-e1000e vfab-igb vfab-igbvf vfab-virtio_net || bad "a dr
 step "what each program links, and that it starts"
 for p in vfab-hello-shared vfab-hello-pkgconfig; do
     [[ -x $bin/$p ]] || { bad "$p was not built"; continue; }
-    ldd "$bin/$p" | grep -q "libvfab.so.1 => $prefix/" || bad "$p does not load libvfab.so.1 from the install: $(ldd "$bin/$p")"
+    links=$(ldd "$bin/$p")   # not piped into grep -q: under pipefail, ldd's SIGPIPE would fail the check at random
+    grep -q "libvfab.so.1 => $prefix/" <<<"$links" || bad "$p does not load libvfab.so.1 from the install: $links"
 done
 for p in vfab-hello-static vfab-hello-e1000e-shared vfab-hello-e1000e-static; do
     [[ -x $bin/$p ]] || { bad "$p was not built"; continue; }
-    ldd "$bin/$p" | grep -q libvfab && bad "$p links a shared libvfab; it should carry vfab"
+    links=$(ldd "$bin/$p")
+    grep -q libvfab <<<"$links" && bad "$p links a shared libvfab; it should carry vfab"
 done
 for p in vfab-hello-shared vfab-hello-static vfab-hello-pkgconfig vfab-hello-e1000e-shared; do
     [[ -x $bin/$p ]] || continue
