@@ -83,29 +83,21 @@ struct Pair {
         }
         return p;
     }
-
-    // The line that ends the run when either port's device went away or was reset.
-    std::optional<std::string> stop_reason() {
-        if (auto why = tx.stop_reason()) return why;
-        return rx.stop_reason();
-    }
 };
 
-// Every few milliseconds of a busy loop: Pair::stop_reason().
+// Every few milliseconds of a busy loop (EventWatch): the line that ends the run when either
+// port's device went away or was reset.
 template <class D>
 class PairWatch {
 public:
-    explicit PairWatch(Pair<D>& p) : p_(p) {}
+    explicit PairWatch(Pair<D>& p) : tx_(p.tx.device()), rx_(p.rx.device()) {}
     std::optional<std::string> stop_reason() {
-        const auto now = Clock::now();
-        if (now < next_) return std::nullopt;
-        next_ = now + std::chrono::milliseconds(5);
-        return p_.stop_reason();
+        if (auto why = tx_.stop_reason()) return why;
+        return rx_.stop_reason();
     }
 
 private:
-    Pair<D>& p_;
-    Clock::time_point next_{};
+    EventWatch<typename BasicPort<D>::Device> tx_, rx_;
 };
 
 // The one line a run ends with when a port's device is gone; exit status 1.
@@ -295,7 +287,7 @@ int wakeup(const Args& a, Pair<D>& p, nlohmann::json& out) {
     out = {{"bench", "wakeup"}, {"driver", a.driver}, {"count", a.count}};
     out["poll"] = wakeup_run(a, p, false, error);
     if (error.empty()) out["interrupt"] = wakeup_run(a, p, true, error);
-    if (auto why = p.stop_reason()) return stopped(*why);   // a timeout or failed post may be its symptom
+    if (auto why = PairWatch<D>(p).stop_reason()) return stopped(*why);   // a timeout or failed post may be its symptom
     if (!error.empty()) {
         std::fprintf(stderr, "lab_bench: wakeup: %s\n", error.c_str());
         return 1;

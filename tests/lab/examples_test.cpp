@@ -189,33 +189,22 @@ void expect_removal_ends_the_run(std::vector<std::string> args, const std::strin
                                  const std::string& says) {
     Child prog(std::move(args));
     ASSERT_TRUE(prog.started());
-    ASSERT_TRUE([&] {
+    ASSERT_TRUE(ready.empty() ? wait_until_open(prog) : [&] {
         for (int i = 0; i < 500; ++i, std::this_thread::sleep_for(20ms))
-            if (ready.empty() ? holds_vfio(prog.pid()) : prog.output_so_far().find(ready) != std::string::npos)
-                return true;
+            if (prog.output_so_far().find(ready) != std::string::npos) return true;
         return false;
     }()) << name << " did not start within 10 s";
     std::this_thread::sleep_for(1s);   // traffic running (or, for a program that prints nothing, its set-up done)
-    const auto t0 = std::chrono::steady_clock::now();
-    std::atomic<double> removal_s{-1};
-    std::thread remover([&] {
-        remove_device(kNic1);   // returns once the program has closed the device
-        removal_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    });
-    Outcome r = prog.wait(60s);
-    remover.join();
-    std::printf("%s: the removal of %s finished %.3f s after it was asked for\n", name, kNic1, removal_s.load());
+    const auto [r, removal_s] = remove_while_running(prog, kNic1, 60s);
+    std::printf("%s: the removal of %s finished %.3f s after it was asked for\n", name, kNic1, removal_s);
     EXPECT_FALSE(r.timed_out) << r.summary();
     EXPECT_EQ(r.rc, 1) << r.summary();
-    std::string own;
-    std::istringstream lines(r.err);
-    for (std::string line; std::getline(lines, line);)
-        if (!line.starts_with("vfab: ") && !line.starts_with("throughput: ")) own += line + "\n";
-    EXPECT_EQ(std::count(own.begin(), own.end(), '\n'), 1) << r.err;
-    EXPECT_TRUE(own.starts_with(says + kNic1 + ": the device is being removed")) << r.err;
+    const auto own = own_lines(r.err);
+    EXPECT_EQ(own.size(), 1u) << r.err;   // not ASSERT: the device must be given back below
+    EXPECT_TRUE(!own.empty() && own[0].starts_with(says + kNic1 + ": the device is being removed")) << r.err;
     // Far less than the run's 60 s: the program let go as soon as it saw the event.
-    EXPECT_GE(removal_s.load(), 0.0);
-    EXPECT_LT(removal_s.load(), 20.0);
+    EXPECT_GE(removal_s, 0.0);
+    EXPECT_LT(removal_s, 20.0);
     give_back_to_vfio(kNic1);
     ASSERT_EQ(driver_of(kNic1), "vfio-pci");
     Outcome again = run({example("pktgen"), "--tx", kNic0, "--rx", kNic1, "--count", "200"});

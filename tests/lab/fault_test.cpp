@@ -10,22 +10,19 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <functional>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "caps.hpp"
-#include "port.hpp"
-#include "vfab/drivers/igb.hpp"
-#include "vfab/drivers/virtio_net.hpp"
 #include "kernel_nic.hpp"
 #include "lab_env.hpp"
 #include "leak_check.hpp"
 #include "pci_removal.hpp"
+#include "port.hpp"
 #include "spawn.hpp"
+#include "vfab/drivers/igb.hpp"
+#include "vfab/drivers/virtio_net.hpp"
 
 namespace vfab::lab {
 namespace {
@@ -43,20 +40,13 @@ constexpr Wired kVirtio{"virtio-net", "0000:00:04.0", "0000:00:06.0"};
 constexpr Wired kIgb{"igb", "0000:00:05.0", "0000:00:0a.0"};
 constexpr Wired kDrivers[] = {kE1000e, kVirtio, kIgb};
 
-std::string bench() { return (fs::read_symlink("/proc/self/exe").parent_path() / "lab_bench").string(); }
-std::string devctl() { return (fs::read_symlink("/proc/self/exe").parent_path() / "vfio-devctl").string(); }
+// A program the lab copied beside this test (scripts/lab --extra).
+std::string beside_me(const char* name) { return (fs::read_symlink("/proc/self/exe").parent_path() / name).string(); }
+std::string bench() { return beside_me("lab_bench"); }
+std::string devctl() { return beside_me("vfio-devctl"); }
 
 std::vector<std::string> pps(const Wired& w, const char* seconds) {
     return {bench(), "pps", "--driver", w.driver, "--seconds", seconds};
-}
-
-// The program's own lines on stderr (not vfab's log lines, not progress lines).
-std::vector<std::string> own_lines(const std::string& err) {
-    std::vector<std::string> out;
-    std::istringstream in(err);
-    for (std::string line; std::getline(in, line);)
-        if (!line.empty() && !line.starts_with("vfab: ") && !line.starts_with("throughput ")) out.push_back(line);
-    return out;
 }
 
 // The run failed with exit status 1 and exactly one line of its own: that line in `line`.
@@ -66,49 +56,6 @@ std::vector<std::string> own_lines(const std::string& err) {
         return ::testing::AssertionFailure() << "expected exit status 1 and one line: " << r.summary();
     line = lines[0];
     return ::testing::AssertionSuccess();
-}
-
-// Runs `args` in a forked child after `prepare` ran in it (drop a capability, lower a limit,
-// become another user); false from `prepare` ends the child with status 126.
-Outcome run_prepared(const std::vector<std::string>& args, const std::function<bool()>& prepare,
-                     std::chrono::seconds limit = 60s) {
-    static int serial = 0;
-    const std::string base = "/tmp/vfab-fault-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
-    const std::string out = base + ".out", err = base + ".err";
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-        const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
-        const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
-        if (o < 0 || e < 0 || ::dup2(o, 1) < 0 || ::dup2(e, 2) < 0 || !prepare()) ::_exit(126);
-        std::vector<char*> argv;
-        for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        ::execv(argv[0], argv.data());
-        ::_exit(127);
-    }
-    Outcome r;
-    int status = 0;
-    const auto end = std::chrono::steady_clock::now() + limit;
-    pid_t got = 0;
-    while (pid > 0 && (got = ::waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < end)
-        std::this_thread::sleep_for(10ms);
-    if (pid > 0 && got == 0) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        r.timed_out = true;
-    }
-    r.rc = pid < 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    auto slurp = [](const std::string& path) {
-        std::ifstream in(path);
-        std::stringstream s;
-        s << in.rdbuf();
-        return s.str();
-    };
-    r.out = slurp(out);
-    r.err = slurp(err);
-    fs::remove(out);
-    fs::remove(err);
-    return r;
 }
 
 class Faults : public ::testing::Test {
@@ -167,8 +114,7 @@ TEST_F(Faults, KillNineAnywhereLeavesNothingBehind) {
 
 // Waits until `prog` holds a VFIO file, then for 1.5 s of its traffic.
 void wait_for_traffic(Child& prog) {
-    for (int i = 0; i < 500 && !holds_vfio(prog.pid()); ++i) std::this_thread::sleep_for(20ms);
-    ASSERT_TRUE(holds_vfio(prog.pid())) << "lab_bench did not open its ports within 10 s";
+    ASSERT_TRUE(wait_until_open(prog)) << "the program did not open its ports within 10 s";
     std::this_thread::sleep_for(1500ms);
 }
 
@@ -180,22 +126,15 @@ TEST_F(Faults, RemovalUnderTrafficThenRescanForEachDriver) {
         Child prog(pps(w, "120"));
         ASSERT_TRUE(prog.started());
         wait_for_traffic(prog);
-        const auto t0 = std::chrono::steady_clock::now();
-        std::atomic<double> removal_s{-1};
-        std::thread remover([&] {
-            remove_device(w.rx);   // returns once the program has closed the device
-            removal_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        });
-        Outcome r = prog.wait(120s);
-        remover.join();
+        const auto [r, removal_s] = remove_while_running(prog, w.rx, 120s);
         give_back_to_vfio(w.rx);   // first: whatever failed, the tests that follow need the device
-        std::printf("%s: the removal of %s finished %.3f s after it was asked for\n", w.driver, w.rx, removal_s.load());
+        std::printf("%s: the removal of %s finished %.3f s after it was asked for\n", w.driver, w.rx, removal_s);
         std::string line;
         ASSERT_TRUE(one_line_failure(r, line));
         EXPECT_EQ(line, std::string("lab_bench: ") + w.rx + ": the device is being removed (the kernel asked for it back): "
                                                              "stopping and closing it");
-        EXPECT_GE(removal_s.load(), 0.0);
-        EXPECT_LT(removal_s.load(), 20.0) << "far less than the run's 120 s: the program let go when it saw the event";
+        EXPECT_GE(removal_s, 0.0);
+        EXPECT_LT(removal_s, 20.0) << "far less than the run's 120 s: the program let go when it saw the event";
         ASSERT_EQ(driver_of(w.rx), "vfio-pci");
         expect_clean_and_usable(w, "the removal and rescan");
     }
@@ -204,17 +143,16 @@ TEST_F(Faults, RemovalUnderTrafficThenRescanForEachDriver) {
 // The other benchmarks (bench/): each removal ends the run at once with one line naming the
 // device and exit status 1.
 TEST_F(Faults, BenchProgramsLetARemovedDeviceGo) {
-    auto tool = [](const char* name) { return (fs::read_symlink("/proc/self/exe").parent_path() / name).string(); };
     struct Case {
         std::vector<std::string> args;
         Wired ports;
         const char* removed;
     };
     const Case cases[] = {
-        {{tool("e1000e_pps"), "60"}, kE1000e, kE1000e.rx},
-        {{tool("virtio_net_pps"), "60"}, kVirtio, kVirtio.rx},
-        {{tool("igb_pps"), "--seconds", "60", "--threads", "1"}, kIgb, kIgb.tx},   // igb_pps receives on 05.0
-        {{tool("rdma_bench"), "local", "write_bw", "--nics", std::string(kE1000e.tx) + "," + kE1000e.rx, "-n", "100000000",
+        {{beside_me("e1000e_pps"), "60"}, kE1000e, kE1000e.rx},
+        {{beside_me("virtio_net_pps"), "60"}, kVirtio, kVirtio.rx},
+        {{beside_me("igb_pps"), "--seconds", "60", "--threads", "1"}, kIgb, kIgb.tx},   // igb_pps receives on 05.0
+        {{beside_me("rdma_bench"), "local", "write_bw", "--nics", std::string(kE1000e.tx) + "," + kE1000e.rx, "-n", "100000000",
           "--timeout", "120"},
          kE1000e, kE1000e.rx},
     };
@@ -228,11 +166,7 @@ TEST_F(Faults, BenchProgramsLetARemovedDeviceGo) {
         Child prog(c.args);
         ASSERT_TRUE(prog.started());
         wait_for_traffic(prog);
-        const auto t0 = std::chrono::steady_clock::now();
-        std::thread remover([&] { remove_device(c.removed); });
-        Outcome r = prog.wait(120s);
-        remover.join();
-        const double removal_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const auto [r, removal_s] = remove_while_running(prog, c.removed, 120s);
         give_back_to_vfio(c.removed);   // first: whatever failed, the tests that follow need the device
         std::printf("%s: removal of %s finished %.3f s after it was asked for\n", fs::path(c.args[0]).filename().c_str(),
                     c.removed, removal_s);
@@ -304,7 +238,7 @@ TEST_F(Faults, MemlockTooLowIsOneClearLine) {
     if (!iommu_on()) GTEST_SKIP() << "no-IOMMU mode pins with mlock; the message is checked with the IOMMU on";
     for (const Wired& w : kDrivers) {
         SCOPED_TRACE(w.driver);
-        Outcome r = run_prepared(pps(w, "0.5"), [] {
+        Outcome r = run_program(pps(w, "0.5"), 60s, [] {
             rlimit rl{64 << 10, 64 << 10};
             return drop_ipc_lock() && ::setrlimit(RLIMIT_MEMLOCK, &rl) == 0;
         });
@@ -335,25 +269,25 @@ TEST_F(Faults, UnprivilegedUserRunsAndAnotherIsRefused) {
                    ::setuid(uid) == 0;
         };
     };
-    Outcome u = run_prepared(pps(kE1000e, "0.5"), as(kU));
+    Outcome u = run_program(pps(kE1000e, "0.5"), 60s, as(kU));
     EXPECT_EQ(u.rc, 0) << "as user " << kU << ": " << u.summary();
-    Outcome v = run_prepared(pps(kE1000e, "0.5"), as(kV));
+    Outcome v = run_program(pps(kE1000e, "0.5"), 60s, as(kV));
     std::string line;
     ASSERT_TRUE(one_line_failure(v, line)) << "as user " << kV;
     std::printf("as user %u: %s\n", unsigned(kV), line.c_str());
     EXPECT_NE(line.find("/dev/vfio/"), std::string::npos) << line;
     EXPECT_NE(line.find("permission"), std::string::npos) << line;
     EXPECT_EQ(wait_until_back(base_), "");
-    Outcome again = run_prepared(pps(kE1000e, "0.5"), as(kU));
+    Outcome again = run_program(pps(kE1000e, "0.5"), 60s, as(kU));
     EXPECT_EQ(again.rc, 0) << "user " << kU << " after the refusal: " << again.summary();
     if (flavor() == "iommufd") {
         // The VFIO cdevs are U's, /dev/iommu is root's: the automatic choice takes the legacy
         // container, and iommufd asked for by name says what it misses, touching nothing.
         ::unsetenv("VFAB_IOMMU_BACKEND");
-        Outcome autom = run_prepared(pps(kE1000e, "0.5"), as(kU));
+        Outcome autom = run_program(pps(kE1000e, "0.5"), 60s, as(kU));
         EXPECT_EQ(autom.rc, 0) << "as user " << kU << ", the backend chosen by vfab: " << autom.summary();
         ::setenv("VFAB_IOMMU_BACKEND", "iommufd", 1);
-        Outcome fd = run_prepared(pps(kE1000e, "0.5"), as(kU));
+        Outcome fd = run_program(pps(kE1000e, "0.5"), 60s, as(kU));
         ::setenv("VFAB_IOMMU_BACKEND", "legacy", 1);
         ASSERT_TRUE(one_line_failure(fd, line)) << "as user " << kU << " with iommufd";
         std::printf("as user %u with iommufd: %s\n", unsigned(kU), line.c_str());

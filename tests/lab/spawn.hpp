@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -34,8 +35,10 @@ struct Outcome {
 // A program started in the background; wait() collects it.
 class Child {
 public:
-    // args[0]: a path, or a name looked up in PATH.
-    explicit Child(std::vector<std::string> args) {
+    // args[0]: a path, or a name looked up in PATH. `prepare`, when given, runs in the child
+    // before the program (drop a capability, lower a limit, become another user); false from it
+    // ends the child with status 126.
+    explicit Child(std::vector<std::string> args, const std::function<bool()>& prepare = {}) {
         static int serial = 0;
         const std::string base = "/tmp/vfab-child-" + std::to_string(::getpid()) + "-" + std::to_string(serial++);
         out_path_ = base + ".out";
@@ -43,6 +46,10 @@ public:
         std::vector<char*> argv;
         for (std::string& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
+        if (prepare) {
+            fork_and_exec(argv, prepare);
+            return;
+        }
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -87,6 +94,18 @@ public:
     }
 
 private:
+    // Files opened 0666: a `prepare` that changes the user must still be able to write them.
+    void fork_and_exec(std::vector<char*>& argv, const std::function<bool()>& prepare) {
+        pid_ = ::fork();
+        if (pid_ != 0) return;
+        const int in = ::open("/dev/null", O_RDONLY);
+        const int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        const int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        if (in < 0 || out < 0 || err < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0 || !prepare())
+            ::_exit(126);
+        ::execvp(argv[0], argv.data());
+        ::_exit(127);
+    }
     static std::string slurp(const std::string& path) {
         std::ifstream in(path);
         std::stringstream s;
@@ -97,9 +116,21 @@ private:
     std::string out_path_, err_path_;
 };
 
-inline Outcome run_program(std::vector<std::string> args, std::chrono::milliseconds limit = std::chrono::seconds(60)) {
-    Child c(std::move(args));
+inline Outcome run_program(std::vector<std::string> args, std::chrono::milliseconds limit = std::chrono::seconds(60),
+                           const std::function<bool()>& prepare = {}) {
+    Child c(std::move(args), prepare);
     return c.wait(limit);
+}
+
+// A program's own lines on stderr: not vfab's log lines ("vfab: ..."), not progress lines
+// ("throughput: ..." of pktgen, "throughput <driver> ..." of lab_bench).
+inline std::vector<std::string> own_lines(const std::string& err) {
+    std::vector<std::string> out;
+    std::istringstream in(err);
+    for (std::string line; std::getline(in, line);)
+        if (!line.starts_with("vfab: ") && !line.starts_with("throughput: ") && !line.starts_with("throughput "))
+            out.push_back(line);
+    return out;
 }
 
 }  // namespace vfab::lab
