@@ -26,18 +26,19 @@ template <class Cq>
 }
 
 // `memory` holds 2 * batch buffers of 2 KiB registered under `lkey`; `device_step()` is the
-// ring model. Returns the wall-clock nanoseconds per packet, or a negative value on failure
+// ring model. Each SGE starts `headroom` bytes into its buffer (for a driver that writes a
+// header there, as virtio-net with QpInitAttr::hdr_in_headroom). Returns the wall-clock nanoseconds per packet, or a negative value on failure
 // (reported on stderr). Whole rounds: `frames` rounded up to a multiple of `batch`.
 template <class Qp, class Cq, class Step>
 double fastpath_loop(Qp& qp, Cq& cq, Step&& device_step, uint8_t* memory, uint32_t lkey, uint32_t batch,
-                     uint64_t frames) {
+                     uint64_t frames, uint32_t headroom = 0) {
     constexpr uint32_t kBuf = 2048, kFrameLen = 60;
     std::vector<Sge> rsge(batch), tsge(batch);
     std::vector<RecvWr> rwr(batch);
     std::vector<SendWr> twr(batch);
     for (uint32_t i = 0; i < batch; ++i) {
-        rsge[i] = {reinterpret_cast<uint64_t>(memory + size_t(i) * kBuf), kBuf, lkey};
-        tsge[i] = {reinterpret_cast<uint64_t>(memory + size_t(batch + i) * kBuf), kFrameLen, lkey};
+        rsge[i] = {reinterpret_cast<uint64_t>(memory + size_t(i) * kBuf + headroom), kBuf - headroom, lkey};
+        tsge[i] = {reinterpret_cast<uint64_t>(memory + size_t(batch + i) * kBuf + headroom), kFrameLen, lkey};
         rwr[i] = {i, &rsge[i], 1, 0};
         twr[i] = {i, &tsge[i], 1, send_signaled};
     }

@@ -3,12 +3,15 @@
 // modes with DPDK's virtio_user PMD (vhost_bench_common.hpp); bench/vhost_vs_dpdk.sh compares.
 //
 //   vhost_user_bench --socket PATH --mode tx|rx|pingpong|loop [--burst 32] [--seconds 1]
-//                    [--ring packed|split] [--backend-stats CMD] [--signaled] [--json]
+//                    [--ring packed|split] [--backend-stats CMD] [--signaled] [--header headroom|descriptor]
+//                    [--json]
 //
 // Zero copy both ways: frames are sent from registered buffers built once; received buffers
 // go straight back to the RX ring (one post_recv per poll that received anything, as DPDK's
 // rx_burst refills its ring). Sends are unsignaled unless --signaled: DPDK's tx_burst reports
-// no completions either; their slots are reclaimed by poll.
+// no completions either; their slots are reclaimed by poll. The virtio-net header goes into the
+// 64 bytes before each frame (QpInitAttr::hdr_in_headroom: one descriptor per frame, as DPDK
+// puts it in the mbuf's headroom); --header descriptor gives it a descriptor of its own.
 //
 // The device's events are read every 4096 polls: the back-end going away (or resetting the
 // device) ends the run with one line naming the socket, exit status 1 (docs/reliability.md).
@@ -24,7 +27,8 @@ namespace {
 using namespace vfab::virtio_net;
 
 constexpr uint32_t kBuf = 2048;
-constexpr uint32_t kRing = 512;   // WRs per queue: 1024-entry virtqueues (a header and a frame each)
+constexpr uint32_t kQueueEntries = 1024;   // descriptors per virtqueue, as DPDK's rings in the same runs
+constexpr uint32_t kRoom = 64;             // bytes before each frame, for the header in headroom
 
 // Every call into the driver's fast path goes through these, so that callgrind counts exactly
 // them (--toggle-collect='*counted_*'), as dpdk_virtio_user_bench's counted_rx_burst/_tx_burst.
@@ -35,41 +39,44 @@ constexpr uint32_t kRing = 512;   // WRs per queue: 1024-entry virtqueues (a hea
 
 class VfabPort {
 public:
-    std::string open(const Options& o, bool signaled) {
+    std::string open(const Options& o, bool signaled, bool headroom) {
+        ring_ = headroom ? kQueueEntries : kQueueEntries / 2;   // WRs: one or two descriptors each
+        room_ = headroom ? kRoom : 0;
         DeviceOptions d;
         d.ring = o.ring == "split" ? RingFormat::split : RingFormat::packed;
         auto dev = Device::open_vhost_user(o.socket, d);
         if (!dev) return dev.error().message;
         dev_ = std::move(*dev);
         socket_ = o.socket;
-        auto cq = dev_->create_cq(2 * kRing);
+        auto cq = dev_->create_cq(2 * ring_);
         if (!cq) return cq.error().message;
         cq_ = *cq;
-        auto arena = dev_->pd().create_arena(size_t(2 * kRing) * kBuf);
+        auto arena = dev_->pd().create_arena(size_t(2 * ring_) * kBuf);
         if (!arena) return arena.error().message;
         mem_ = (*arena)->data();
         auto mr = dev_->pd().register_memory(mem_, (*arena)->size(), dma::Access::local_write);
         if (!mr) return mr.error().message;
         QpInitAttr a;
         a.send_cq = a.recv_cq = cq_;
-        a.caps = {kRing, kRing, 1, 1};
+        a.caps = {ring_, ring_, 1, 1};
+        a.hdr_in_headroom = headroom;
         auto qp = dev_->create_qp(a);
         if (!qp) return qp.error().message;
         qp_ = *qp;
-        rsge_.resize(kRing);
-        ssge_.resize(kRing);
-        rwr_.resize(kRing);
+        rsge_.resize(ring_);
+        ssge_.resize(ring_);
+        rwr_.resize(ring_);
         swr_.resize(kMaxBurst);
         wc_.resize(2 * kMaxBurst);
         flags_ = signaled ? uint32_t(send_signaled) : 0u;
-        for (uint32_t i = 0; i < kRing; ++i) {
-            rsge_[i] = {reinterpret_cast<uintptr_t>(recv_buf(i)), kBuf, mr->lkey};
+        for (uint32_t i = 0; i < ring_; ++i) {
+            rsge_[i] = {reinterpret_cast<uintptr_t>(recv_buf(i)), kBuf - room_, mr->lkey};
             ssge_[i] = {reinterpret_cast<uintptr_t>(send_buf(i)), kFrameLen, mr->lkey};
             build_frame(send_buf(i), dev_->attr().mac, 0);
             rwr_[i] = {i, &rsge_[i], 1, 0};
         }
-        if (PostResult r = qp_->post_recv(rwr_); r.error || r.posted != kRing)
-            return "post_recv of " + std::to_string(kRing) + " buffers: " + std::strerror(r.error);
+        if (PostResult r = qp_->post_recv(rwr_); r.error || r.posted != ring_)
+            return "post_recv of " + std::to_string(ring_) + " buffers: " + std::strerror(r.error);
         return {};
     }
     const std::string& error() const { return error_; }
@@ -84,7 +91,7 @@ public:
         if (qp_->caps().max_send_wr - qp_->send_outstanding() < n) poll(n);   // reclaims sent slots
         n = std::min(n, qp_->caps().max_send_wr - qp_->send_outstanding());
         for (uint32_t i = 0; i < n; ++i) {
-            const uint32_t slot = (next_send_ + i) % kRing;
+            const uint32_t slot = (next_send_ + i) % ring_;
             swr_[i] = {slot, &ssge_[slot], 1, flags_};
         }
         if (n == 0) return 0;
@@ -96,7 +103,7 @@ public:
     bool send_one(uint32_t seq) {
         for (int tries = 0; tries < 1000000 && error_.empty(); ++tries) {
             if (qp_->send_outstanding() < qp_->caps().max_send_wr) {
-                std::memcpy(send_buf(next_send_ % kRing) + kSeqOffset, &seq, 4);
+                std::memcpy(send_buf(next_send_ % ring_) + kSeqOffset, &seq, 4);
                 return send(1) == 1;
             }
             poll(1);
@@ -138,8 +145,9 @@ public:
     }
 
 private:
-    uint8_t* recv_buf(uint32_t i) const { return mem_ + size_t(i) * kBuf; }
-    uint8_t* send_buf(uint32_t i) const { return mem_ + size_t(kRing + i) * kBuf; }
+    // Where frame i starts (room_ bytes into its 2 KiB buffer).
+    uint8_t* recv_buf(uint32_t i) const { return mem_ + size_t(i) * kBuf + room_; }
+    uint8_t* send_buf(uint32_t i) const { return mem_ + size_t(ring_ + i) * kBuf + room_; }
 
     // Polls once (at most `max` completions); receive buffers go back to the ring at once.
     // Returns the frames received.
@@ -186,23 +194,30 @@ private:
     std::vector<SendWr> swr_;
     std::vector<Completion> wc_;
     uint32_t flags_ = 0, next_send_ = 0, last_seq_ = 0;
+    uint32_t ring_ = kQueueEntries, room_ = 0;
     std::string error_;
 };
 
 int run(int argc, char** argv) {
     Options o;
     bool signaled = false;
+    std::string header = "headroom";
     if (auto rc = parse_options("vhost_user_bench", argc, argv, o, [&](CLI::App& app) {
             app.add_flag("--signaled", signaled, "Ask for a completion for every send (the driver's fastpath bench does)");
+            app.add_option("--header", header, "Where the virtio-net header goes: the frame's headroom (one descriptor "
+                                               "per frame) or a descriptor of its own")
+                ->capture_default_str()
+                ->check(CLI::IsMember({"headroom", "descriptor"}));
         }))
         return *rc;
     VfabPort p;
-    if (std::string e = p.open(o, signaled); !e.empty()) {
+    if (std::string e = p.open(o, signaled, header == "headroom"); !e.empty()) {
         std::fprintf(stderr, "vhost_user_bench: %s\n", e.c_str());
         return 1;
     }
     Report r = run_bench(p, o, "vfab");
     r.info["features"] = p.features();
+    r.info["header"] = header;
     return print_report(r, o);
 }
 

@@ -63,7 +63,8 @@ Result<MrTable> MrTable::create(uint32_t capacity) {
     return MrTable(capacity);
 }
 
-MrTable::MrTable(uint32_t capacity) : slots_(capacity), free_ring_(capacity), free_count_(capacity), maps_(capacity) {
+MrTable::MrTable(uint32_t capacity)
+    : slots_(capacity), capacity_(capacity), free_ring_(capacity), free_count_(capacity), maps_(capacity) {
     for (uint32_t i = 0; i < capacity; ++i) free_ring_[i] = i;
 }
 
@@ -87,7 +88,7 @@ uint32_t MrTable::take_slot(Kind kind, MrState state) noexcept {
 
 MrStatus MrTable::lookup(uint32_t key, uint32_t& index) const noexcept {
     index = key_index(key);
-    if (index >= slots_.size() || slots_[index].state == MrState::free) return MrStatus::bad_key;
+    if (index >= capacity_ || slots_[index].state == MrState::free) return MrStatus::bad_key;
     return slots_[index].key == key_consumer(key) ? MrStatus::ok : MrStatus::stale_key;
 }
 
@@ -266,7 +267,7 @@ void MrTable::make_valid(Slot& s, const MrEntry& e, uint8_t new_key) noexcept {
 
 MrState MrTable::state(uint32_t key) const noexcept {
     const uint32_t index = key_index(key);
-    return index < slots_.size() ? slots_[index].state : MrState::free;
+    return index < capacity_ ? slots_[index].state : MrState::free;
 }
 
 const MrEntry* MrTable::find(uint32_t key) const noexcept {

@@ -53,6 +53,8 @@ Result<void> CompletionQueue<T>::destroy() {
 template <class T>
 Result<void> CompletionQueue<T>::arm() {
     if (auto r = queue::Control::check_armable(*this); !r) return r;
+    // Receive buffers held back for the tail batch go to the device before anyone sleeps.
+    if (this->recv_qp_ && this->recv_qp_->state() == QpState::ready) this->recv_qp_->flush_recv_tail();
     if (!dev_) return Error{EINVAL, "arm(): this completion queue belongs to no device"};
     std::lock_guard lock(dev_->mu_);
     vfio::drain_eventfd(this->efd_);   // notifications from before this arm() are stale

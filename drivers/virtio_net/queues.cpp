@@ -97,12 +97,15 @@ Result<QueuePair*> DeviceState::create_qp(const QpInitAttr& attr) {
     const uint32_t send_sge = std::max(want.max_send_sge, 1u), recv_sge = std::max(want.max_recv_sge, 1u);
     const auto rx_queue = uint16_t(2 * index), tx_queue = uint16_t(2 * index + 1);
     const uint32_t max_size = std::min(transport_->queue_max_size(rx_queue), transport_->queue_max_size(tx_queue));
-    // Each WR takes its SGEs plus the header's descriptor.
-    const uint64_t tx_need = uint64_t(want.max_send_wr) * (send_sge + 1), rx_need = uint64_t(want.max_recv_wr) * (recv_sge + 1);
+    // Each WR takes its SGEs plus the header's descriptor, unless the header is in its headroom.
+    const uint32_t hdr_desc = attr.hdr_in_headroom ? 0 : 1;
+    const uint64_t tx_need = uint64_t(want.max_send_wr) * (send_sge + hdr_desc),
+                   rx_need = uint64_t(want.max_recv_wr) * (recv_sge + hdr_desc);
     if (want.max_send_wr == 0 || want.max_recv_wr == 0 || tx_need > max_size || rx_need > max_size)
         return Error{EINVAL, str_cat("create_qp: ", want.max_send_wr, " sends of ", send_sge, " SGEs and ", want.max_recv_wr,
-                                     " receives of ", recv_sge, " SGEs need ", tx_need, " and ", rx_need,
-                                     " descriptors (each WR one more, for its header); the device's queues hold ", max_size)};
+                                     " receives of ", recv_sge, " SGEs need ", tx_need, " and ", rx_need, " descriptors",
+                                     attr.hdr_in_headroom ? "" : " (each WR one more, for its header)",
+                                     "; the device's queues hold ", max_size)};
     const auto tx_size = uint32_t(std::bit_ceil(tx_need)), rx_size = uint32_t(std::bit_ceil(rx_need));
 
     std::unique_ptr<QueuePair> qp(new QueuePair(*self_, attr, index));
@@ -110,7 +113,7 @@ Result<QueuePair*> DeviceState::create_qp(const QpInitAttr& attr) {
     qp->tx_csum_ = virtio::has_feature(features_, virtio::net_feature::CSUM);
     qp->max_frame_ = attr_.mtu + kEthHeader;
     qp->min_recv_ = attr_.recv_buffer_size;
-    const QpCaps caps = {tx_size / (send_sge + 1), rx_size / (recv_sge + 1), send_sge, recv_sge};
+    const QpCaps caps = {tx_size / (send_sge + hdr_desc), rx_size / (recv_sge + hdr_desc), send_sge, recv_sge};
 
     const virtio::RingLayout tx_layout = packed_ ? virtio::PackedQueue::layout(tx_size) : virtio::SplitQueue::layout(tx_size);
     const virtio::RingLayout rx_layout = packed_ ? virtio::PackedQueue::layout(rx_size) : virtio::SplitQueue::layout(rx_size);
@@ -132,7 +135,8 @@ Result<QueuePair*> DeviceState::create_qp(const QpInitAttr& attr) {
         if (!sq) return sq.take_error();
         qp->attach_rings(QueueRings<Q>{.rx = std::move(*rq), .tx = std::move(*sq), .rx_hdrs = base + rx_hdr,
                                        .rx_hdr_iova = (iova + rx_hdr).value, .tx_hdrs = base + tx_hdr,
-                                       .tx_hdr_iova = (iova + tx_hdr).value, .mrs = &pd_->table(), .caps = caps});
+                                       .tx_hdr_iova = (iova + tx_hdr).value, .mrs = &pd_->table(), .caps = caps,
+                                       .hdr_in_headroom = attr.hdr_in_headroom});
         return {};
     };
     if (auto r = packed_ ? attach.template operator()<virtio::PackedQueue>() : attach.template operator()<virtio::SplitQueue>(); !r)
@@ -299,6 +303,7 @@ void QueuePair::attach_rings(QueueRings<Q>&& r) {
     rx_bell_ = r.rx_bell, tx_bell_ = r.tx_bell;
     mrs_ = r.mrs;
     caps_ = r.caps;
+    headroom_ = r.hdr_in_headroom;
 }
 
 QueuePair::QueuePair(QueueRings<virtio::SplitQueue>&& rings, CompletionQueue& cq) : send_cq_(&cq), recv_cq_(&cq) {

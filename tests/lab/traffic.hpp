@@ -22,6 +22,7 @@ struct TrafficSide {
     uint8_t* buffers;     // `slots` buffers of 2048 bytes, registered under `lkey`
     uint32_t lkey;
     uint32_t slots;
+    uint32_t room = 0;    // each frame starts this far into its buffer (a header in headroom)
 };
 
 struct TrafficResult {
@@ -40,7 +41,7 @@ TrafficResult run_traffic(Qp& tx_qp, Cq& tx_cq, Qp& rx_qp, Cq& rx_cq, const Traf
         return res;
     };
     auto post_rx = [&](uint32_t slot) {
-        Sge sge{reinterpret_cast<uint64_t>(rx.buffers + size_t(slot) * kBuf), kBuf, rx.lkey};
+        Sge sge{reinterpret_cast<uint64_t>(rx.buffers + size_t(slot) * kBuf + rx.room), kBuf - rx.room, rx.lkey};
         RecvWr wr{slot, &sge, 1, 0};
         return rx_qp.post_recv(std::span<const RecvWr>(&wr, 1));
     };
@@ -61,7 +62,7 @@ TrafficResult run_traffic(Qp& tx_qp, Cq& tx_cq, Qp& rx_qp, Cq& rx_cq, const Traf
         while (n < 16 && sent + n < count && !free_tx.empty() && (sent + n) - received < rx.slots) {
             const uint32_t seq = sent + n, len = frame_size(seq), slot = free_tx.back();
             free_tx.pop_back();
-            uint8_t* f = tx.buffers + size_t(slot) * kBuf;
+            uint8_t* f = tx.buffers + size_t(slot) * kBuf + tx.room;
             build_frame(f, len, rx.mac, tx.mac, seq);
             // Every third frame goes out as two SGEs (header, payload): scatter/gather.
             const bool split = split_sges && seq % 3 == 0;
@@ -91,7 +92,7 @@ TrafficResult run_traffic(Qp& tx_qp, Cq& tx_cq, Qp& rx_qp, Cq& rx_cq, const Traf
             if (wc[i].opcode != WcOpcode::recv) continue;
             if (wc[i].status != WcStatus::success) return fail(std::string("receive completion: ") + to_string(wc[i].status));
             const auto slot = uint32_t(wc[i].wr_id);
-            std::string bad = check_frame(rx.buffers + size_t(slot) * kBuf, wc[i].byte_len, received);
+            std::string bad = check_frame(rx.buffers + size_t(slot) * kBuf + rx.room, wc[i].byte_len, received);
             if (!bad.empty()) return fail(bad);
             ++received;
             if (PostResult r = post_rx(slot); !r) return fail("post_recv: errno " + std::to_string(r.error));

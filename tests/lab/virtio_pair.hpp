@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "frames.hpp"
@@ -20,9 +21,11 @@ struct VirtioNic {
     virtio_net::QueuePair* qp = nullptr;
     dma::MemoryRegion mr;
     uint8_t* data = nullptr;
-    static constexpr uint32_t kSlots = 64, kBuf = 2048;
+    static constexpr uint32_t kSlots = 64, kBuf = 2048, kRoom = 64;
+    uint32_t room = 0;   // kRoom with the virtio-net header in the frames' headroom
 
-    void open(const char* name, vfio::IommuBackend backend, virtio_net::RingFormat ring) {
+    void open(const char* name, vfio::IommuBackend backend, virtio_net::RingFormat ring, bool headroom = false) {
+        room = headroom ? kRoom : 0;
         virtio_net::DeviceOptions o;
         o.vfio.backend = backend;
         o.ring = ring;
@@ -36,6 +39,7 @@ struct VirtioNic {
         virtio_net::QpInitAttr attr;
         attr.send_cq = attr.recv_cq = cq;
         attr.caps = {kSlots, kSlots, 2, 1};
+        attr.hdr_in_headroom = headroom;
         auto q = dev->create_qp(attr);
         ASSERT_TRUE(q.ok()) << q.error().message;
         qp = *q;
@@ -52,8 +56,11 @@ struct VirtioNic {
         ASSERT_TRUE(m.ok()) << m.error().message;
         mr = *m;
     }
-    TrafficSide sender() const { return {dev->attr().mac, data, mr.lkey, qp->caps().max_send_wr}; }
-    TrafficSide receiver() const { return {dev->attr().mac, data + size_t(kSlots) * kBuf, mr.lkey, qp->caps().max_recv_wr}; }
+    // At most kSlots buffers each way (with the header in headroom the queues hold more WRs).
+    TrafficSide sender() const { return {dev->attr().mac, data, mr.lkey, std::min(kSlots, qp->caps().max_send_wr), room}; }
+    TrafficSide receiver() const {
+        return {dev->attr().mac, data + size_t(kSlots) * kBuf, mr.lkey, std::min(kSlots, qp->caps().max_recv_wr), room};
+    }
 };
 
 }  // namespace vfab::lab

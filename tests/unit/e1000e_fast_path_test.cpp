@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "e1000e_harness.hpp"
+#include "intel_rx_tail_batch.hpp"
 #include "vfab/net/checksum.hpp"
 
 namespace vfab::e1000e {
@@ -47,6 +48,16 @@ TEST(E1000eFastPath, SendWritesOneDataDescriptorPerSgeAndOneDoorbell) {
     EXPECT_EQ(wc[0].opcode, WcOpcode::send);
     EXPECT_EQ(wc[0].byte_len, 114u);
     EXPECT_EQ(h.qp.send_outstanding(), 0u);
+}
+
+TEST(E1000eFastPath, ReceiveTailBatchingNeverStrandsABuffer) {
+    FastPathHarness h(16, 256);
+    intel::test::check_rx_tail_batch(h, [](const FastPathHarness& x) { return x.reg(reg::RDT); });
+}
+
+TEST(E1000eFastPath, ReceiveTailBatchingDropsNoFrameWhenBuffersComeBackOneByOne) {
+    FastPathHarness h(512, 256);
+    intel::test::check_rx_tail_never_strands(h, [](const FastPathHarness& x) { return x.reg(reg::RDT); });
 }
 
 TEST(E1000eFastPath, ReceiveCompletesWithLengthAndChecksumStatus) {

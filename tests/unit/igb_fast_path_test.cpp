@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "igb_test_frames.hpp"
+#include "intel_rx_tail_batch.hpp"
 
 namespace vfab::igb {
 namespace {
@@ -92,6 +93,16 @@ TEST(IgbFastPath, OneDoorbellPerPostUnsignaledSendsReclaimedSilently) {
     h.device_step();
     ASSERT_EQ(h.cq.poll(wc), 1) << "sq_sig_all: every send completes";
     EXPECT_EQ(wc[0].wr_id, 12u);
+}
+
+TEST(IgbFastPath, ReceiveTailBatchingNeverStrandsABuffer) {
+    FastPathHarness h(16, 256);
+    intel::test::check_rx_tail_batch(h, [](const FastPathHarness& x) { return x.rdt(); });
+}
+
+TEST(IgbFastPath, ReceiveTailBatchingDropsNoFrameWhenBuffersComeBackOneByOne) {
+    FastPathHarness h(512, 256);
+    intel::test::check_rx_tail_never_strands(h, [](const FastPathHarness& x) { return x.rdt(); });
 }
 
 TEST(IgbFastPath, DoorbellsGoToTheQueuePairsOwnTailRegisters) {

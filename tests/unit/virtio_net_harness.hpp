@@ -25,7 +25,9 @@ struct LoopbackRings {
         rx_dev.fetch();
         uint32_t frames = 0;
         while (!tx_dev.pending().empty()) {
-            const uint32_t len = tx_dev.pending().front().bufs.size() > 1 ? tx_dev.pending().front().bufs[1].len : 0;
+            // The frame: after the header's descriptor, or after the header in one descriptor.
+            const auto& bufs = tx_dev.pending().front().bufs;
+            const uint32_t len = bufs.size() > 1 ? bufs[1].len : bufs.empty() ? 0 : bufs[0].len - kNetHdrSize;
             tx_dev.use(0, 0);
             if (!rx_dev.pending().empty()) rx_dev.use(0, uint32_t(sizeof(virtio::NetHdr)) + len);
             ++frames;
@@ -42,8 +44,9 @@ struct FastPathHarness {
     uint8_t* hdrs;
     QueuePair qp;
 
+    // headroom: QpInitAttr::hdr_in_headroom (one descriptor per WR, twice the WRs).
     template <class Q, class D>
-    FastPathHarness(LoopbackRings<Q, D>& rings, uint32_t size, virtio::RingFeatures f)
+    FastPathHarness(LoopbackRings<Q, D>& rings, uint32_t size, virtio::RingFeatures f, bool headroom = false)
         : hdrs(static_cast<uint8_t*>(std::aligned_alloc(4096, size_t(2) * size * kHdrSlot))),
           qp(QueueRings<Q>{.rx = std::move(*Q::create(size, rings.rx_mem.queue_memory(), f)),
                            .tx = std::move(*Q::create(size, rings.tx_mem.queue_memory(), f)),
@@ -54,7 +57,8 @@ struct FastPathHarness {
                            .rx_bell = {&doorbell, -1, 0},
                            .tx_bell = {&doorbell, -1, 1},
                            .mrs = &table,
-                           .caps = {size / 2, size / 2, 1, 1}},
+                           .caps = headroom ? QpCaps{size, size, 1, 1} : QpCaps{size / 2, size / 2, 1, 1},
+                           .hdr_in_headroom = headroom},
              cq) {}
     ~FastPathHarness() { std::free(hdrs); }
     FastPathHarness(const FastPathHarness&) = delete;

@@ -4,7 +4,8 @@
 // skips, saying why, where the back-end cannot run). Both ring formats:
 //   - transmit N frames, testpmd rxonly counts them;
 //   - testpmd txonly generates, the driver receives and checks the frames;
-//   - testpmd io sends every frame back: content and order checked, frame by frame;
+//   - testpmd io sends every frame back: content and order checked, frame by frame (the
+//     virtio-net header in a descriptor of its own, and in the frames' headroom);
 //   - testpmd killed mid-traffic: the queues fail, every WR completes (flushed), nothing hangs.
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -84,6 +85,8 @@ protected:
     QueuePair* qp_ = nullptr;
     dma::DmaArena* arena_ = nullptr;
     dma::MemoryRegion mr_;
+    bool headroom_ = false;   // QpInitAttr::hdr_in_headroom, the frames kRoom bytes into their buffers
+    static constexpr uint32_t kRoom = 64;
 
     void start(const std::string& mode) {
         ScriptRun check = backend("check");
@@ -115,6 +118,7 @@ protected:
         a.send_cq = a.recv_cq = cq_;
         a.caps = {kSendBufs, kRecvBufs, 1, 1};
         a.sq_sig_all = true;
+        a.hdr_in_headroom = headroom_;
         auto qp = dev_->create_qp(a);
         ASSERT_TRUE(qp) << qp.error().message;
         qp_ = *qp;
@@ -122,15 +126,17 @@ protected:
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         ASSERT_EQ(field(backend("status --dir " + dir_).out, "ready"), 1) << backend("log --dir " + dir_).out;
     }
+    void io_forwarding();
     void TearDown() override {
         dev_.reset();
         if (started_) backend("stop --dir " + dir_);
         if (!dir_.empty()) std::filesystem::remove_all(dir_);
     }
-    uint8_t* recv_buf(uint32_t i) const { return arena_->data() + size_t(i) * kBuf; }
-    uint8_t* send_buf(uint32_t i) const { return arena_->data() + size_t(kRecvBufs + i) * kBuf; }
+    uint32_t room() const { return headroom_ ? kRoom : 0; }
+    uint8_t* recv_buf(uint32_t i) const { return arena_->data() + size_t(i) * kBuf + room(); }
+    uint8_t* send_buf(uint32_t i) const { return arena_->data() + size_t(kRecvBufs + i) * kBuf + room(); }
     bool post_recv(uint32_t i) {
-        Sge s{reinterpret_cast<uintptr_t>(recv_buf(i)), kBuf, mr_.lkey};
+        Sge s{reinterpret_cast<uintptr_t>(recv_buf(i)), kBuf - room(), mr_.lkey};
         RecvWr wr{i, &s, 1, 0};
         return qp_->post_recv({&wr, 1}).error == 0;
     }
@@ -225,6 +231,18 @@ TEST_P(VhostNet, ReceiveFromTxonly) {
 TEST_P(VhostNet, IoForwardingKeepsContentAndOrder) {
     start("io");
     if (IsSkipped() || HasFatalFailure()) return;
+    io_forwarding();
+}
+
+TEST_P(VhostNet, IoForwardingWithTheHeaderInHeadroom) {
+    headroom_ = true;
+    start("io");
+    if (IsSkipped() || HasFatalFailure()) return;
+    EXPECT_TRUE(qp_->hdr_in_headroom());
+    io_forwarding();
+}
+
+void VhostNet::io_forwarding() {
     for (uint32_t i = 0; i < kRecvBufs; ++i) ASSERT_TRUE(post_recv(i));
     constexpr uint32_t kFrames = 10000;
     constexpr uint32_t kWindow = kRecvBufs / 2;   // never more in flight than receive buffers

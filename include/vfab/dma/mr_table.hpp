@@ -124,6 +124,13 @@ struct Translation {
     uint64_t pos = 0;                // and where the first byte lies in them
 };
 
+// What translate_local() gives.
+struct LocalTranslation {
+    Iova iova;                          // meaningful only when status == ok
+    uint64_t host = 0;                  // the CPU's address of the same byte
+    MrStatus status = MrStatus::bad_key;
+};
+
 // Copies `len` bytes from `from` into the blocks of a scattered MR, from position `pos`
 // (Translation::pos) on. Unchecked: the range must lie in the MR (translate_span() says so).
 void copy_to(const BlockMap& map, uint64_t pos, const void* from, uint64_t len) noexcept;
@@ -168,6 +175,11 @@ public:
     // its first run in iova / host / run and the rest through map and pos (copy_to, copy_from).
     Translation translate_span(uint32_t key, uint64_t addr, uint64_t len, Access required,
                                uint32_t remote_qpn = 0) const noexcept;
+    // translate() for a work request's own buffer (no window), for the drivers' fast paths:
+    // the same checks and the same status, the IOVA and the CPU's address only. A region
+    // or a fast-register MR of one run is checked inline; anything else (an error, a scattered
+    // MR) takes translate().
+    LocalTranslation translate_local(uint32_t key, uint64_t addr, uint64_t len, Access required) const noexcept;
 
     // alloc_unbound()'s default `max_blocks` (kMaxBlocks is the most it accepts).
     static constexpr uint32_t kDefaultMaxBlocks = 256;
@@ -222,7 +234,7 @@ public:
     MrState state(uint32_t key) const noexcept;   // of the key's slot, whatever its consumer key
     const MrEntry* find(uint32_t key) const noexcept;   // the entry when `key` is current, else null
     // The number of slots, fixed at create(): regions, fast-register MRs and windows together.
-    uint32_t capacity() const noexcept { return static_cast<uint32_t>(slots_.size()); }
+    uint32_t capacity() const noexcept { return capacity_; }
     // Slots in use, valid or not.
     uint32_t size() const noexcept { return capacity() - free_count_; }
 
@@ -253,6 +265,7 @@ private:
     static Translation at(const Slot& s, uint64_t off, uint64_t len) noexcept;
 
     std::vector<Slot> slots_;
+    uint32_t capacity_ = 0;   // slots_.size(), kept apart: the fast path's bound, one load
     // Free slot indices as a FIFO ring: reusing the oldest-freed slot keeps stale keys
     // detectable for as long as possible.
     std::vector<uint32_t> free_ring_;
@@ -288,7 +301,7 @@ inline Translation MrTable::resolve(const Slot& s, uint64_t addr, uint64_t len, 
 inline Translation MrTable::translate_span(uint32_t key, uint64_t addr, uint64_t len, Access required,
                                           uint32_t remote_qpn) const noexcept {
     const uint32_t index = key_index(key);
-    if (index >= slots_.size()) return {MrStatus::bad_key, {}};
+    if (index >= capacity_) return {MrStatus::bad_key, {}};
     const Slot& s = slots_[index];
     if (s.state == MrState::free) return {MrStatus::bad_key, {}};
     if (s.key != key_consumer(key)) return {MrStatus::stale_key, {}};
@@ -311,6 +324,24 @@ inline Translation MrTable::translate(uint32_t key, uint64_t addr, uint64_t len,
     Translation t = translate_span(key, addr, len, required, remote_qpn);
     if (t.run < len && t.status == MrStatus::ok) t.status = MrStatus::discontiguous;
     return t;
+}
+
+inline LocalTranslation MrTable::translate_local(uint32_t key, uint64_t addr, uint64_t len,
+                                                Access required) const noexcept {
+    const uint32_t index = key_index(key);
+    if (index < capacity_) [[likely]] {
+        const Slot& s = slots_.data()[index];
+        const MrEntry& e = s.entry;
+        // resolve()'s checks for a valid region or single-run MR under the current key.
+        if (s.key == key_consumer(key) && s.state == MrState::valid && s.kind != Kind::window && !s.map) {
+            const uint64_t base = e.zero_based() ? 0 : e.addr;
+            const uint64_t off = addr - base;
+            if (addr >= base && off <= e.length && len <= e.length - off && has(e.access, required)) [[likely]]
+                return {e.iova + off, s.host + off, MrStatus::ok};
+        }
+    }
+    const Translation t = translate(key, addr, len, required);
+    return {t.iova, t.host, t.status};
 }
 
 }  // namespace vfab::dma

@@ -8,7 +8,10 @@
 //
 // Every frame is a chain: a 12-byte virtio_net_hdr the driver owns (one per WR slot, in DMA
 // memory) followed by the user's SGEs, translated through the MR table — zero copy both ways.
-// Completions are delivered in the order WRs were posted, whatever order the device uses.
+// With QpInitAttr::hdr_in_headroom the header sits in the kNetHdrSize bytes the application
+// keeps free before each WR's first SGE (as DPDK uses the mbuf's headroom): a one-SGE frame is
+// one descriptor. Completions are delivered in the order WRs were posted, whatever order the
+// device uses.
 #pragma once
 
 #include <array>
@@ -47,6 +50,8 @@ inline constexpr uint32_t kMaxSendSge = 8;
 inline constexpr uint32_t kMaxRecvSge = 4;
 inline constexpr uint32_t kEthHeader = 14;
 inline constexpr uint32_t kHdrSlot = 16;              // bytes per virtio_net_hdr slot
+// The virtio_net_hdr's size (§5.1.6, VERSION_1): the headroom QpInitAttr::hdr_in_headroom needs.
+inline constexpr uint32_t kNetHdrSize = sizeof(virtio::NetHdr);
 
 enum class RingFormat : uint8_t { automatic, split, packed };
 const char* to_string(RingFormat f) noexcept;
@@ -117,6 +122,13 @@ struct QpInitAttr {
     CompletionQueue* recv_cq = nullptr;
     QpCaps caps = {};
     bool sq_sig_all = false;
+    // The application keeps the kNetHdrSize bytes before every WR's first SGE free, inside the
+    // same memory region: the driver writes the virtio_net_hdr there for a send, the device
+    // writes it there for a receive (which therefore needs LOCAL_WRITE on them too). A frame of
+    // one SGE is then one descriptor instead of two (§2.7.4/§5.1.6: any layout, VERSION_1), the
+    // queues hold twice the WRs and the back-end takes its fast paths. A WR whose headroom
+    // lies outside its MR completes with local_protection_error.
+    bool hdr_in_headroom = false;
 };
 
 // A queue pair's virtqueues and the memory of its virtio-net headers (one kHdrSlot per
@@ -133,6 +145,7 @@ struct QueueRings {
     virtio::Doorbell rx_bell = {}, tx_bell = {};
     const dma::MrTable* mrs = nullptr;
     QpCaps caps = {};
+    bool hdr_in_headroom = false;   // QpInitAttr::hdr_in_headroom (then no hdrs are needed)
 };
 
 class QueuePair final {
@@ -154,7 +167,8 @@ public:
     // Queues receive buffers, each for one whole frame (see PostResult): EINVAL under
     // attr().recv_buffer_size bytes or with an empty SGE; an lkey that is bad or lacks
     // LOCAL_WRITE completes with local_protection_error. The 12-byte virtio_net_hdr goes to
-    // the driver's own memory. Fast path, as post_send().
+    // the driver's own memory, or before the first SGE (QpInitAttr::hdr_in_headroom). Fast
+    // path, as post_send().
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept {
         return packed_ ? recv_impl(*prx_, wrs) : recv_impl(*srx_, wrs);
     }
@@ -173,10 +187,13 @@ public:
         return {tx_packets_.get(), tx_bytes_.get(), rx_packets_.get(), rx_bytes_.get()};
     }
     // What it was created with, rounded up: WRs each way are its virtqueue's size (a power of
-    // 2) divided by the SGEs + 1 (a descriptor per SGE and one for the header).
+    // 2) divided by the SGEs + 1 (a descriptor per SGE and one for the header; with
+    // hdr_in_headroom by the SGEs).
     const QpCaps& caps() const noexcept { return caps_; }
     // split or packed: the format of its virtqueues.
     RingFormat ring_format() const noexcept { return packed_ ? RingFormat::packed : RingFormat::split; }
+    // Whether the virtio_net_hdr goes into the application's headroom (QpInitAttr).
+    bool hdr_in_headroom() const noexcept { return headroom_; }
     // Send WRs posted that poll() has not retired yet (signaled or not).
     uint32_t send_outstanding() const noexcept { return sq_.tail - sq_.head; }
     // Receive WRs posted that poll() has not retired yet.
@@ -217,6 +234,7 @@ private:
     bool idle() const noexcept { return sq_.head == sq_.tail && rq_.head == rq_.tail; }
     struct Gathered {
         uint64_t total = 0;
+        uint64_t hdr_host = 0;   // hdr_in_headroom: the CPU's address of the header
         bool zero_sge = false;
         bool bad_key = false;
     };
@@ -224,15 +242,19 @@ private:
     template <class Q>
     int enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key, bool device_writes,
                 bool& added) noexcept;
+    void complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept;
     template <class Q>
     static void publish(Q& q, const virtio::Doorbell& bell) noexcept;
+    template <class Q>
+    int send_one(Q& q, const SendWr& wr, uint32_t nsge, bool& added) noexcept;
+    template <class Q>
+    int recv_one(Q& q, const RecvWr& wr, uint32_t nsge, bool& added) noexcept;
     template <class Q>
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
     template <class Q>
     PostResult recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept;
     template <class Q>
-    void reap(Q& q, WorkRing& ring, bool recv) noexcept;
-    uint32_t poll_ring(WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept;
+    uint32_t poll_ring(Q& q, WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept;
     uint32_t poll_send(Completion* out, uint32_t max) noexcept;
     uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
     bool send_ready() noexcept;
@@ -249,6 +271,7 @@ private:
     QpCaps caps_;
     bool sq_sig_all_ = false;
     bool packed_ = false;
+    bool headroom_ = false;   // QpInitAttr::hdr_in_headroom
     bool tx_csum_ = false;    // VIRTIO_NET_F_CSUM negotiated
     uint32_t max_frame_ = 1514;
     uint32_t min_recv_ = 1514;
@@ -365,22 +388,29 @@ inline int QueuePair::seed_checksum(const SendWr& wr, virtio::NetHdr& hdr) noexc
 }
 
 // A WR's SGEs translated through the MR table into virtqueue buffers (receive: the device
-// writes them, which needs LOCAL_WRITE); a bad key is reported, not refused here.
-inline QueuePair::Gathered QueuePair::gather(const Sge* sgl, uint32_t n, bool device_writes,
+// writes them, which needs LOCAL_WRITE); a bad key is reported, not refused here. With the
+// header in the headroom the first buffer starts kNetHdrSize bytes early, and those bytes must
+// be in the MR as well.
+[[gnu::always_inline]] inline QueuePair::Gathered QueuePair::gather(const Sge* sgl, uint32_t n, bool device_writes,
                                              virtio::Buffer* out) const noexcept {
     Gathered g;
     const dma::Access need = device_writes ? dma::Access::local_write : dma::Access::none;
+    const uint32_t room = headroom_ ? kNetHdrSize : 0;
     for (uint32_t s = 0; s < n; ++s) {
+        const uint32_t before = s == 0 ? room : 0;
         g.total += sgl[s].length;
         g.zero_sge |= sgl[s].length == 0;
-        const dma::Translation t = mrs_->translate(sgl[s].lkey, sgl[s].addr, sgl[s].length, need);
+        const dma::LocalTranslation t =
+            mrs_->translate_local(sgl[s].lkey, sgl[s].addr - before, uint64_t(sgl[s].length) + before, need);
         g.bad_key |= t.status != dma::MrStatus::ok;
-        out[s] = {t.iova.value, sgl[s].length, device_writes};
+        out[s] = {t.iova.value, sgl[s].length + before, device_writes};
+        if (s == 0) g.hdr_host = t.host;
     }
     return g;
 }
 
-// The slot at ring.tail is filled in: queue the chain [its header, bufs[1..nsge]], or, when a
+// The slot at ring.tail is filled in: queue the chain (bufs[0] its header in the driver's
+// memory, then bufs[1..nsge]; with the header in the headroom bufs[1..nsge] alone), or, when a
 // key was bad, complete it at once (in order) without the device ever seeing it. 0, or ENOMEM
 // when the virtqueue has no room (the slot is then not taken).
 template <class Q>
@@ -394,8 +424,12 @@ template <class Q>
         ++ring.tail;
         return 0;
     }
-    bufs[0] = {ring.hdr_iova + size_t(index) * kHdrSlot, sizeof(virtio::NetHdr), device_writes};
-    if (!q.add(std::span<const virtio::Buffer>(bufs, nsge + 1), index)) [[unlikely]]
+    std::span<const virtio::Buffer> chain(bufs + 1, nsge);
+    if (!headroom_) {
+        bufs[0] = {ring.hdr_iova + size_t(index) * kHdrSlot, kNetHdrSize, device_writes};
+        chain = {bufs, nsge + 1};
+    }
+    if (!q.add(chain, index)) [[unlikely]]
         return ENOMEM;
     added = true;
     ++ring.tail;
@@ -407,6 +441,27 @@ template <class Q>
 inline void QueuePair::publish(Q& q, const virtio::Doorbell& bell) noexcept {
     q.publish();
     if (q.needs_notify()) bell.ring();
+}
+
+// One send WR of `nsge` SGEs (1 to caps().max_send_sge, checked by the caller); 0 or the
+// error that stops the post. Always inlined: called with nsge 1, the compiler drops the loops.
+template <class Q>
+[[gnu::always_inline]] inline int QueuePair::send_one(Q& q, const SendWr& wr, uint32_t nsge, bool& added) noexcept {
+    virtio::Buffer bufs[kMaxSendSge + 1];
+    const Gathered g = gather(wr.sg_list, nsge, false, bufs + 1);
+    if (g.zero_sge || g.total < kEthHeader || g.total > max_frame_) [[unlikely]]
+        return EINVAL;
+    if (sq_.full() || (!g.bad_key && q.free_count() < nsge + (headroom_ ? 0 : 1))) [[unlikely]]
+        return ENOMEM;
+    if (!g.bad_key) {
+        auto* hdr = reinterpret_cast<virtio::NetHdr*>(headroom_ ? g.hdr_host
+                                                                : uintptr_t(sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot));
+        *hdr = {};
+        if ((wr.flags & send_ip_csum) && seed_checksum(wr, *hdr) != 0) [[unlikely]]
+            return EINVAL;
+    }
+    sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
+    return enqueue(q, sq_, bufs, nsge, g.bad_key, false, added);
 }
 
 template <class Q>
@@ -422,29 +477,26 @@ inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexce
             err = EINVAL;
             break;
         }
-        virtio::Buffer bufs[kMaxSendSge + 1];
-        const auto [total, zero_sge, bad_key] = gather(wr.sg_list, wr.num_sge, false, bufs + 1);
-        if (zero_sge || total < kEthHeader || total > max_frame_) [[unlikely]] {
-            err = EINVAL;
-            break;
-        }
-        if (sq_.full() || (!bad_key && q.free_count() < wr.num_sge + 1)) [[unlikely]] {
-            err = ENOMEM;
-            break;
-        }
-        const uint32_t index = sq_.tail & sq_.mask;
-        auto* hdr = reinterpret_cast<virtio::NetHdr*>(sq_.hdrs + size_t(index) * kHdrSlot);
-        *hdr = {};
-        if ((wr.flags & send_ip_csum) && !bad_key && seed_checksum(wr, *hdr) != 0) [[unlikely]] {
-            err = EINVAL;
-            break;
-        }
-        sq_.at(sq_.tail) = {wr.wr_id, uint32_t(total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
-        if ((err = enqueue(q, sq_, bufs, wr.num_sge, bad_key, false, added)) != 0) [[unlikely]]
+        err = wr.num_sge == 1 ? send_one(q, wr, 1, added) : send_one(q, wr, wr.num_sge, added);
+        if (err != 0) [[unlikely]]
             break;
     }
     if (added) publish(q, tx_bell_);
     return {err, i};
+}
+
+// One receive WR of `nsge` SGEs, as send_one().
+template <class Q>
+[[gnu::always_inline]] inline int QueuePair::recv_one(Q& q, const RecvWr& wr, uint32_t nsge, bool& added) noexcept {
+    virtio::Buffer bufs[kMaxRecvSge + 1];
+    const Gathered g = gather(wr.sg_list, nsge, true, bufs + 1);
+    // Without GUEST_TSO/UFO or MRG_RXBUF, a buffer must hold a whole frame (§5.1.6.3.1).
+    if (g.zero_sge || g.total < min_recv_) [[unlikely]]
+        return EINVAL;
+    if (rq_.full() || (!g.bad_key && q.free_count() < nsge + (headroom_ ? 0 : 1))) [[unlikely]]
+        return ENOMEM;
+    rq_.at(rq_.tail) = {wr.wr_id, 0, WcStatus::success, true, false, 0};
+    return enqueue(q, rq_, bufs, nsge, g.bad_key, true, added);
 }
 
 template <class Q>
@@ -460,83 +512,70 @@ inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexce
             err = EINVAL;
             break;
         }
-        virtio::Buffer bufs[kMaxRecvSge + 1];
-        const auto [total, zero_sge, bad_key] = gather(wr.sg_list, wr.num_sge, true, bufs + 1);
-        // Without GUEST_TSO/UFO or MRG_RXBUF, a buffer must hold a whole frame (§5.1.6.3.1).
-        if (zero_sge || total < min_recv_) [[unlikely]] {
-            err = EINVAL;
-            break;
-        }
-        if (rq_.full() || (!bad_key && q.free_count() < wr.num_sge + 1)) [[unlikely]] {
-            err = ENOMEM;
-            break;
-        }
-        rq_.at(rq_.tail) = {wr.wr_id, 0, WcStatus::success, true, false, 0};
-        if ((err = enqueue(q, rq_, bufs, wr.num_sge, bad_key, true, added)) != 0) [[unlikely]]
+        err = wr.num_sge == 1 ? recv_one(q, wr, 1, added) : recv_one(q, wr, wr.num_sge, added);
+        if (err != 0) [[unlikely]]
             break;
     }
     if (added) publish(q, rx_bell_);
     return {err, i};
 }
 
-// Marks what the device returned; completions then leave in posting order (poll_ring).
-template <class Q>
-inline void QueuePair::reap(Q& q, WorkRing& ring, bool recv) noexcept {
-    uint32_t token, len;
-    while (q.poll_used(token, len)) {
-        Slot& s = ring.slots[token];
-        s.done = true;
-        if (recv) {
-            const auto* hdr = reinterpret_cast<const virtio::NetHdr*>(ring.hdrs + size_t(token) * kHdrSlot);
-            if (len < sizeof(virtio::NetHdr)) {
-                s.status = WcStatus::general_error;
-                s.byte_len = 0;
-            } else {
-                s.byte_len = len - uint32_t(sizeof(virtio::NetHdr));
-                if (hdr->flags & virtio::net_hdr::F_DATA_VALID) s.flags = wc_ip_csum_ok;
-            }
+// What the device returned for slot `token`: it is done. A receive wrote the header, then the
+// frame. (The header's flags are not read: without VIRTIO_NET_F_GUEST_CSUM, which the driver
+// does not negotiate, the device sets them to 0, §5.1.6.4.1.)
+inline void QueuePair::complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept {
+    Slot& s = ring.slots[token];
+    s.done = true;
+    if (recv) {
+        if (len < kNetHdrSize) [[unlikely]] {
+            s.status = WcStatus::general_error;
+            s.byte_len = 0;
+        } else {
+            s.byte_len = len - kNetHdrSize;
         }
     }
 }
 
-inline uint32_t QueuePair::poll_ring(WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept {
+// Completions in posting order, in one pass: while the oldest WR is not done, the next used
+// buffer is taken from the virtqueue — with IN_ORDER, or a device that keeps to it, that is
+// the oldest WR itself; one used out of order is marked and waits for its turn. In the error
+// state nothing more is taken and the rest flush.
+template <class Q>
+inline uint32_t QueuePair::poll_ring(Q& q, WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept {
+    const bool recv = op == WcOpcode::recv;
+    const bool ready = state() == QpState::ready;
     uint32_t n = 0;
-    const bool flushing = state() == QpState::error;
     while (n < max && ring.head != ring.tail) {
         Slot& s = ring.at(ring.head);
         if (!s.done) {
-            if (!flushing) break;
-            s.status = WcStatus::wr_flush_error;
+            if (ready) {
+                uint32_t token, len;
+                if (!q.poll_used(token, len)) break;
+                complete_used(ring, token, len, recv);
+                if (token != (ring.head & ring.mask)) [[unlikely]]
+                    continue;   // out of order: marked, the oldest is still to come
+            } else {
+                s.status = WcStatus::wr_flush_error;
+            }
         }
         ++ring.head;
-        if (s.status == WcStatus::success) {
-            (op == WcOpcode::send ? tx_packets_ : rx_packets_).add(1);
-            (op == WcOpcode::send ? tx_bytes_ : rx_bytes_).add(s.byte_len);
-        }
-        if (s.signaled || s.status != WcStatus::success)
+        if (s.status == WcStatus::success) [[likely]] {
+            (recv ? rx_packets_ : tx_packets_).add(1);
+            (recv ? rx_bytes_ : tx_bytes_).add(s.byte_len);
+            if (s.signaled) out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
+        } else {
             out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
+        }
     }
     return n;
 }
 
 inline uint32_t QueuePair::poll_send(Completion* out, uint32_t max) noexcept {
-    if (state() == QpState::ready) {
-        if (packed_)
-            reap(*ptx_, sq_, false);
-        else
-            reap(*stx_, sq_, false);
-    }
-    return poll_ring(sq_, WcOpcode::send, out, max);
+    return packed_ ? poll_ring(*ptx_, sq_, WcOpcode::send, out, max) : poll_ring(*stx_, sq_, WcOpcode::send, out, max);
 }
 
 inline uint32_t QueuePair::poll_recv(Completion* out, uint32_t max) noexcept {
-    if (state() == QpState::ready) {
-        if (packed_)
-            reap(*prx_, rq_, true);
-        else
-            reap(*srx_, rq_, true);
-    }
-    return poll_ring(rq_, WcOpcode::recv, out, max);
+    return packed_ ? poll_ring(*prx_, rq_, WcOpcode::recv, out, max) : poll_ring(*srx_, rq_, WcOpcode::recv, out, max);
 }
 
 inline bool QueuePair::send_ready() noexcept {

@@ -4,7 +4,10 @@
 // per SGE (and a context descriptor when its checksum offsets change), a receive one buffer;
 // a WR with a bad key takes none and completes in order with an error. Completions come from
 // the descriptors' DD bits, oldest first; in the error state the rest flush. Counters run
-// freely (a ring index is counter & mask); tails go to the device once per post call.
+// freely (a ring index is counter & mask). The transmit tail goes to the device once per post
+// call; the receive tail once kRxTailBatch buffers are waiting for it, or at once while the
+// device holds fewer than that (as DPDK's rx_free_thresh), and whenever the application could
+// wait for a frame: a poll that finds the ring empty, and arm().
 //
 // A device family supplies `Traits` (e1000e::QueueTraits, igb::QueueTraits):
 //   TxDesc, TxContextDesc, RxDesc, TxContext     its descriptor formats, the context it keeps
@@ -38,6 +41,9 @@ namespace vfab::intel {
 inline constexpr uint32_t kMaxSendSge = 8;
 inline constexpr uint32_t kEthHeader = 14;
 inline constexpr uint32_t kMaxQueueDepth = 4096;   // WRs per queue
+// Receive buffers posted before the receive tail is written (one MMIO write, a VM exit under
+// virtualisation), unless the device holds fewer than this many.
+inline constexpr uint32_t kRxTailBatch = 32;
 
 // Where a queue pair's rings are and what it may post: filled by the driver's create_qp (rings
 // in DMA memory) and by the unit tests' and bench/'s models (rings in plain memory, IOVA = VA).
@@ -88,6 +94,13 @@ public:
     // bytes, since the queue pair was created; a send that then fails or is flushed is taken
     // back. From any thread.
     QpStats stats() const noexcept { return {tx_packets_.get(), tx_bytes_.get(), rx_packets_.get(), rx_bytes_.get()}; }
+    // Hands the device the receive buffers posted since the receive tail was last written (one
+    // MMIO write; nothing when there are none). poll() does it when it finds the receive ring
+    // empty and the completion queue's arm() before it returns: call it only to hand buffers
+    // over sooner without polling. Fast path.
+    void flush_recv_tail() noexcept {
+        if (rx_tail_ != rx_written_) write_rx_tail();
+    }
     // Outstanding work requests, for tests and diagnostics.
     uint32_t send_outstanding() const noexcept { return sq_tail_ - sq_head_; }
     // Receives posted and not yet returned by a poll (refused ones included).
@@ -126,7 +139,7 @@ protected:
     // queue pair is then destroyed: a late post returns ENODEV).
     void attach_rings(const RingView<Traits>& v) {
         tx_ = v.tx, tx_mask_ = v.tx_entries - 1, tx_head_ = tx_tail_ = 0;
-        rx_ = v.rx, rx_mask_ = v.rx_entries - 1, rx_head_ = rx_tail_ = 0;
+        rx_ = v.rx, rx_mask_ = v.rx_entries - 1, rx_head_ = rx_tail_ = rx_written_ = 0;
         sq_storage_.assign(v.send_depth, Slot{});
         rq_storage_.assign(v.rx_entries, Slot{});
         sq_ = sq_storage_.data(), sq_mask_ = v.send_depth - 1, sq_head_ = sq_tail_ = 0;
@@ -150,6 +163,12 @@ protected:
     // data descriptors' options, seeds the TCP/UDP checksum with the pseudo-header; EINVAL when
     // the SGE does not translate, the frame is not IPv4/IPv6 and TCP/UDP, or Traits refuses it.
     int prepare_checksum(const Sge& first, TxContext& ctx, uint32_t& popts) noexcept;
+    // Writes the receive tail (rx_tail_), after a barrier for the descriptors it hands over.
+    void write_rx_tail() noexcept {
+        mmio::dma_wmb();   // descriptors before the tail that hands them to the device
+        mmio::write<uint32_t>(rdt_, 0, rx_tail_ & rx_mask_);
+        rx_written_ = rx_tail_;
+    }
 
     const dma::MrTable* mrs_ = nullptr;
     // Written by the control path (reset, removal, destroy) while the owning thread posts and
@@ -176,6 +195,7 @@ protected:
     uint32_t rq_mask_ = 0, rq_head_ = 0, rq_tail_ = 0;
     RxDesc* rx_ = nullptr;
     uint32_t rx_mask_ = 0, rx_head_ = 0, rx_tail_ = 0;
+    uint32_t rx_written_ = 0;   // rx_tail_ as the device last saw it
 
     queue::StatCounter tx_packets_, tx_bytes_, rx_packets_, rx_bytes_;   // for stats(), from any thread
     std::vector<Slot> sq_storage_, rq_storage_;
@@ -218,7 +238,7 @@ inline PostResult QueuePairCore<T>::post_send(std::span<const SendWr> wrs) noexc
             const Sge& g = wr.sg_list[s];
             total += g.length;
             zero_sge |= g.length == 0;
-            const dma::Translation t = mrs_->translate(g.lkey, g.addr, g.length, dma::Access::none);
+            const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, g.length, dma::Access::none);
             bad_key |= t.status != dma::MrStatus::ok;
             iova[s] = t.iova.value;
         }
@@ -294,7 +314,7 @@ inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexc
         const Sge& g = wr.sg_list[0];
         Slot& slot = rq_[rq_tail_ & rq_mask_];
         slot = {wr.wr_id, 0, 0, WcStatus::success, true};
-        const dma::Translation t = mrs_->translate(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
+        const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
         if (t.status != dma::MrStatus::ok) {
             slot.status = WcStatus::local_protection_error;
         } else {
@@ -304,10 +324,9 @@ inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexc
         }
         ++rq_tail_;
     }
-    if (rx_tail_ != old_tail) {
-        mmio::dma_wmb();
-        mmio::write<uint32_t>(rdt_, 0, rx_tail_ & rx_mask_);
-    }
+    // The tail once kRxTailBatch buffers wait for it, or at once while the device runs low.
+    if (rx_tail_ != old_tail && (rx_tail_ - rx_written_ >= kRxTailBatch || rx_written_ - rx_head_ < kRxTailBatch))
+        write_rx_tail();
     return {err, i};
 }
 
@@ -355,7 +374,10 @@ inline uint32_t QueuePairCore<T>::poll_recv(Completion* out, uint32_t max) noexc
             const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
             const uint32_t se = d->wb.status_error;
             if (!(se & T::kRxDD)) {
-                if (!flushing) break;
+                if (!flushing) {
+                    flush_recv_tail();   // nothing came: the device must have every buffer
+                    break;
+                }
                 c.status = WcStatus::wr_flush_error;
             } else {
                 mmio::dma_rmb();   // the rest of the write-back after DD

@@ -32,7 +32,7 @@ public:
 
     // Writes `bufs` as a chain of descriptors; the device sees it after publish(). false when
     // the ring lacks bufs.size() free descriptors (or bufs is empty).
-    bool add(std::span<const Buffer> bufs, uint32_t token) noexcept;
+    [[gnu::always_inline]] bool add(std::span<const Buffer> bufs, uint32_t token) noexcept;
     // Makes every chain added so far available: one barrier, one flags store (§2.8.21.1).
     void publish() noexcept;
     // After publish(): must the device be notified (§2.8.21.2)? Call it after every publish().

@@ -31,7 +31,7 @@ public:
 
     // Chains `bufs` into descriptors and queues the chain; the device sees it after publish().
     // false when the queue lacks bufs.size() free descriptors (or bufs is empty).
-    bool add(std::span<const Buffer> bufs, uint32_t token) noexcept;
+    [[gnu::always_inline]] bool add(std::span<const Buffer> bufs, uint32_t token) noexcept;
     // Makes every chain added so far visible to the device: one barrier, one store (§2.7.13.3).
     void publish() noexcept;
     // After publish(): must the device be notified (§2.7.10)? Call it after every publish() (it

@@ -34,11 +34,12 @@ namespace vfab::virtio {
 
 // One element of a buffer (§2.7.13.1, §2.8.21.1): `len` bytes at `iova`, device-readable or
 // device-writable. In a chain, every device-writable element comes after every device-readable
-// one (§2.7.4.2): add() does not check this.
+// one (§2.7.4.2): add() does not check this. An aggregate without default values, so that the
+// driver's arrays of them cost nothing until filled: brace-initialise it ({} is all zero).
 struct Buffer {
-    uint64_t iova = 0;
-    uint32_t len = 0;
-    bool device_writes = false;
+    uint64_t iova;
+    uint32_t len;
+    bool device_writes;
 };
 
 // The features that change how a ring is driven, from the negotiated feature bits.

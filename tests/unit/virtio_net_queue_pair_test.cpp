@@ -1,0 +1,170 @@
+// The virtio-net queue pair's fast path over the model rings of virtio_model.hpp (no device,
+// IOVA = VA): the header in the driver's memory (a two-descriptor chain) against the header in
+// the application's headroom (one descriptor), bad headroom, completions in posting order when
+// the device uses buffers out of order, for split and packed rings.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "virtio_net_harness.hpp"
+
+namespace {
+
+using namespace vfab;
+using namespace vfab::virtio_net;
+
+constexpr uint32_t kSize = 16;
+constexpr uint32_t kBuf = 2048;
+constexpr uint32_t kRoom = 64;   // what the tests leave before each frame
+constexpr uint32_t kFrame = 60;
+
+template <class Q, class D>
+struct Rig {
+    static constexpr bool kPacked = std::is_same_v<Q, virtio::PackedQueue>;
+    LoopbackRings<Q, D> rings;
+    FastPathHarness h;
+    std::vector<uint8_t> mem = std::vector<uint8_t>(size_t(8) * kBuf, 0xee);
+    uint32_t lkey;
+    explicit Rig(bool headroom, bool in_order = false)
+        : rings(kSize, {true, in_order}), h(rings, kSize, {true, in_order}, headroom),
+          lkey(h.register_memory(mem.data(), mem.size())) {}
+    uint8_t* buf(uint32_t i) { return mem.data() + size_t(i) * kBuf + kRoom; }
+    PostResult send(uint32_t i, uint64_t wr_id, uint8_t* at = nullptr) {
+        Sge s{reinterpret_cast<uint64_t>(at ? at : buf(i)), kFrame, lkey};
+        SendWr wr{wr_id, &s, 1, send_signaled};
+        return h.qp.post_send({&wr, 1});
+    }
+    PostResult recv(uint32_t i, uint64_t wr_id, uint8_t* at = nullptr) {
+        Sge s{reinterpret_cast<uint64_t>(at ? at : buf(i)), kBuf - kRoom, lkey};
+        RecvWr wr{wr_id, &s, 1, 0};
+        return h.qp.post_recv({&wr, 1});
+    }
+    std::vector<Completion> poll() {
+        Completion wc[32];
+        const int n = h.cq.poll(wc);
+        EXPECT_GE(n, 0);
+        return {wc, wc + std::max(n, 0)};
+    }
+};
+
+template <class R>
+class VirtioNetQp : public ::testing::Test {};
+using Rigs = ::testing::Types<Rig<virtio::SplitQueue, virtio::model::SplitDevice>,
+                              Rig<virtio::PackedQueue, virtio::model::PackedDevice>>;
+TYPED_TEST_SUITE(VirtioNetQp, Rigs);
+
+TYPED_TEST(VirtioNetQp, HeaderInHeadroomIsOneDescriptorAndTheSameFrame) {
+    for (const bool headroom : {false, true}) {
+        SCOPED_TRACE(headroom ? "header in headroom" : "header descriptor");
+        TypeParam r(headroom);
+        EXPECT_EQ(r.h.qp.hdr_in_headroom(), headroom);
+        ASSERT_EQ(r.recv(0, 100).error, 0);
+        ASSERT_EQ(r.send(1, 200).error, 0);
+        r.rings.tx_dev.fetch();
+        r.rings.rx_dev.fetch();
+        ASSERT_EQ(r.rings.tx_dev.pending().size(), 1u);
+        ASSERT_EQ(r.rings.rx_dev.pending().size(), 1u);
+        const auto& tx = r.rings.tx_dev.pending().front().bufs;
+        const auto& rx = r.rings.rx_dev.pending().front().bufs;
+        if (headroom) {
+            // §5.1.6: header and frame in one device-readable buffer, the header 12 bytes early.
+            ASSERT_EQ(tx.size(), 1u);
+            EXPECT_EQ(tx[0].iova, reinterpret_cast<uint64_t>(r.buf(1) - kNetHdrSize));
+            EXPECT_EQ(tx[0].len, kNetHdrSize + kFrame);
+            EXPECT_FALSE(tx[0].device_writes);
+            ASSERT_EQ(rx.size(), 1u);
+            EXPECT_EQ(rx[0].iova, reinterpret_cast<uint64_t>(r.buf(0) - kNetHdrSize));
+            EXPECT_EQ(rx[0].len, kNetHdrSize + kBuf - kRoom);
+            EXPECT_TRUE(rx[0].device_writes);
+            // The driver wrote a header of zeros (no offload) into the headroom, and nothing
+            // before it.
+            const uint8_t* hdr = r.buf(1) - kNetHdrSize;
+            for (uint32_t b = 0; b < kNetHdrSize; ++b) EXPECT_EQ(hdr[b], 0) << "header byte " << b;
+            EXPECT_EQ(hdr[-1], 0xee);
+        } else {
+            ASSERT_EQ(tx.size(), 2u);
+            EXPECT_EQ(tx[0].len, kNetHdrSize);
+            EXPECT_EQ(tx[1].iova, reinterpret_cast<uint64_t>(r.buf(1)));
+            EXPECT_EQ(tx[1].len, kFrame);
+            ASSERT_EQ(rx.size(), 2u);
+            EXPECT_EQ(rx[1].iova, reinterpret_cast<uint64_t>(r.buf(0)));
+            EXPECT_EQ(r.buf(1)[-1], 0xee);   // the application's bytes before the frame untouched
+        }
+        r.rings.tx_dev.use(0, 0);
+        r.rings.rx_dev.use(0, kNetHdrSize + kFrame);
+        const auto wc = r.poll();
+        ASSERT_EQ(wc.size(), 2u);
+        for (const Completion& c : wc) {
+            EXPECT_EQ(c.status, WcStatus::success);
+            if (c.opcode == WcOpcode::recv) {
+                EXPECT_EQ(c.wr_id, 100u);
+                EXPECT_EQ(c.byte_len, kFrame);   // what followed the header
+            } else {
+                EXPECT_EQ(c.wr_id, 200u);
+            }
+        }
+    }
+}
+
+TYPED_TEST(VirtioNetQp, HeadroomOutsideTheRegionIsAnErrorCompletionAndTheDeviceSeesNothing) {
+    TypeParam r(true);
+    // The region's first byte: the 12 bytes before it are not the application's to give.
+    ASSERT_EQ(r.send(0, 1, r.mem.data()).error, 0);
+    ASSERT_EQ(r.recv(0, 2, r.mem.data()).error, 0);
+    ASSERT_EQ(r.send(1, 3).error, 0);   // a good one after them still goes
+    r.rings.tx_dev.fetch();
+    r.rings.rx_dev.fetch();
+    EXPECT_EQ(r.rings.tx_dev.pending().size(), 1u);
+    EXPECT_EQ(r.rings.rx_dev.pending().size(), 0u);
+    r.rings.tx_dev.use(0, 0);
+    auto wc = r.poll();
+    ASSERT_EQ(wc.size(), 3u);
+    for (const Completion& c : wc) {
+        SCOPED_TRACE(c.wr_id);
+        EXPECT_EQ(c.status, c.wr_id == 3 ? WcStatus::success : WcStatus::local_protection_error);
+    }
+    EXPECT_EQ(r.mem[0], 0xee) << "the driver wrote a header outside the frame's region";
+}
+
+TYPED_TEST(VirtioNetQp, OutOfOrderUseCompletesInPostingOrder) {
+    for (const bool headroom : {false, true}) {
+        SCOPED_TRACE(headroom ? "header in headroom" : "header descriptor");
+        TypeParam r(headroom);
+        for (uint32_t i = 0; i < 4; ++i) ASSERT_EQ(r.send(i, 10 + i).error, 0);
+        r.rings.tx_dev.fetch();
+        ASSERT_EQ(r.rings.tx_dev.pending().size(), 4u);
+        r.rings.tx_dev.use(2, 0);   // the third, then the first: only the first may complete
+        r.rings.tx_dev.use(0, 0);
+        auto wc = r.poll();
+        ASSERT_EQ(wc.size(), 1u);
+        EXPECT_EQ(wc[0].wr_id, 10u);
+        r.rings.tx_dev.use(0, 0);   // the second: now the second and third
+        wc = r.poll();
+        ASSERT_EQ(wc.size(), 2u);
+        EXPECT_EQ(wc[0].wr_id, 11u);
+        EXPECT_EQ(wc[1].wr_id, 12u);
+        r.rings.tx_dev.use(0, 0);
+        wc = r.poll();
+        ASSERT_EQ(wc.size(), 1u);
+        EXPECT_EQ(wc[0].wr_id, 13u);
+        EXPECT_EQ(r.h.qp.send_outstanding(), 0u);
+    }
+}
+
+TYPED_TEST(VirtioNetQp, InOrderBatchOfOneUsedEntryCompletesEveryWr) {
+    TypeParam r(true, true);
+    for (uint32_t i = 0; i < 5; ++i) ASSERT_EQ(r.recv(i, 20 + i).error, 0);
+    r.rings.rx_dev.fetch();
+    // §2.7.9 / §2.8.8: one used entry for the last of a batch; the others are wholly used.
+    r.rings.rx_dev.use_batch(3, kNetHdrSize + kFrame);
+    auto wc = r.poll();
+    ASSERT_EQ(wc.size(), 3u);
+    for (uint32_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(wc[k].wr_id, 20u + k);
+        EXPECT_EQ(wc[k].byte_len, k == 2 ? kFrame : kBuf - kRoom);
+    }
+    EXPECT_EQ(r.h.qp.recv_outstanding(), 2u);
+}
+
+}  // namespace
