@@ -5,12 +5,15 @@
 // is noisy).
 //
 //   e1000e_fastpath [BATCH] [FRAMES]      prints ns per packet (wall clock, indicative)
+//   e1000e_fastpath BATCH FRAMES mmio     MMIO reads and writes per packet (bench/mmio_counter.hpp)
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "e1000e_harness.hpp"
 #include "fastpath_loop.hpp"
+#include "mmio_counter.hpp"
 
 using namespace vfab;
 
@@ -21,9 +24,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "batch must be 1..256\n");
         return 2;
     }
-    e1000e::FastPathHarness h(batch * 2, batch * 2, 1);
+    const bool mmio = argc > 3 && std::string_view(argv[3]) == "mmio";
+    bench::MmioCounter regs(e1000e::FastPathHarness::kBarSize);
+    e1000e::FastPathHarness h(batch * 2, batch * 2, 1, regs.data());
     std::vector<uint8_t> mem(size_t(batch) * 2 * 2048);
     const uint32_t lkey = h.register_memory(mem.data(), mem.size());
+    if (mmio) return bench::count_mmio(regs, h.qp, h.cq, [&] { h.device_step(); }, mem.data(), lkey, batch, frames, "e1000e");
     const double ns = bench::fastpath_loop(h.qp, h.cq, [&] { h.device_step(); }, mem.data(), lkey, batch, frames);
     if (ns < 0) return 1;
     std::printf("e1000e fast path: batch %u, %llu packets, %.1f ns/packet incl. the ring model\n", batch,

@@ -5,12 +5,15 @@
 // time here is noisy and includes the model).
 //
 //   igb_fastpath [BATCH] [FRAMES]      prints ns per packet (wall clock, indicative)
+//   igb_fastpath BATCH FRAMES mmio     MMIO reads and writes per packet (bench/mmio_counter.hpp)
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "fastpath_loop.hpp"
 #include "igb_harness.hpp"
+#include "mmio_counter.hpp"
 
 using namespace vfab;
 
@@ -21,9 +24,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "batch must be 1..256\n");
         return 2;
     }
-    igb::FastPathHarness h(batch * 2, batch * 2, 1);
+    const bool mmio = argc > 3 && std::string_view(argv[3]) == "mmio";
+    bench::MmioCounter regs(igb::FastPathHarness::kBarSize);
+    igb::FastPathHarness h(batch * 2, batch * 2, 1, 0, 0, regs.data());
     std::vector<uint8_t> mem(size_t(batch) * 2 * 2048);
     const uint32_t lkey = h.register_memory(mem.data(), mem.size());
+    if (mmio) return bench::count_mmio(regs, h.qp, h.cq, [&] { h.device_step(); }, mem.data(), lkey, batch, frames, "igb");
     const double ns = bench::fastpath_loop(h.qp, h.cq, [&] { h.device_step(); }, mem.data(), lkey, batch, frames);
     if (ns < 0) return 1;
     if (!h.violations.empty()) {   // the driver wrote something the 82576 would misread

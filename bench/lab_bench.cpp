@@ -296,9 +296,10 @@ int wakeup(const Args& a, Pair<D>& p, nlohmann::json& out) {
     out["interrupt_path_us"] = irq - poll;
     if (!a.json)
         std::printf("%s send -> receiver, one frame: busy-poll median %.1f us (p99 %.1f), interrupt wake-up median %.1f us "
-                    "(p99 %.1f): the interrupt path costs %.1f us\n",
+                    "(p99 %.1f): the interrupt path costs %.1f us; %llu spurious wake-ups in %u\n",
                     a.driver.c_str(), poll, out["poll"]["us"]["p99"].get<double>(), irq,
-                    out["interrupt"]["us"]["p99"].get<double>(), irq - poll);
+                    out["interrupt"]["us"]["p99"].get<double>(), irq - poll,
+                    (unsigned long long)out["interrupt"]["spurious_wakeups"].get<uint64_t>(), a.count);
     const uint64_t lost = out["poll"]["timeouts"].get<uint64_t>() + out["interrupt"]["timeouts"].get<uint64_t>();
     if (lost) std::fprintf(stderr, "lab_bench: wakeup: %llu frames never arrived or never woke the waiter\n", (unsigned long long)lost);
     return lost ? 1 : 0;

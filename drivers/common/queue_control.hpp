@@ -57,8 +57,10 @@ struct Control {
     // arm()'s last step, after the device was told to interrupt: a completion that landed
     // before that raised no interrupt, so signal the channel ourselves.
     template <class Cq>
-    static void signal_if_ready(const Cq& cq) {
-        if (cq.wake_on_arm()) signal(cq);
+    static bool signal_if_ready(const Cq& cq) {
+        if (!cq.wake_on_arm()) return false;
+        signal(cq);
+        return true;
     }
 
     template <class Cq>

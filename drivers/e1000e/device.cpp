@@ -1,14 +1,17 @@
 // 82574L bring-up, reset, link, statistics and asynchronous events.
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <thread>
 
+#include <poll.h>
 #include <unistd.h>
 
 #include "../common/queue_control.hpp"
 #include "../intel/intel_common.hpp"
 #include "../intel/device_handle_impl.hpp"
 #include "device_impl.hpp"
+#include "vfab/log.hpp"
 #include "vfab/vfio/event_wait.hpp"
 
 namespace vfab::e1000e {
@@ -57,6 +60,7 @@ Result<void> DeviceImpl::init(const DeviceOptions& opts) {
         *slot = *irq;
     }
     if (auto r = hw_setup(); !r) return r;
+    trailing_notify_ns_ = probe_trailing_notification();
 
     if (auto r = init_common(opts.pd, "e1000e", "Intel 82574L"); !r) return r;
     intel::read_station_address(*bar_, attr_.mac);
@@ -117,6 +121,47 @@ Result<void> DeviceImpl::hw_setup() {
     bar_->write32(reg::IMS, reg::ICR_LSC | reg::ICR_OTHER);
     for (uint32_t v = 0; v < reg::kMsixVectors; ++v) vfio::drain_eventfd(msix_->eventfd(v));
     return {};
+}
+
+// QEMU's 82574L model before QEMU 10.1 moderates every vector (EITR cannot be 0 there: at least
+// 500 × 256 ns) and, when that timer runs out, notifies the vector again whether or not a cause
+// is pending: each notification is followed by one with nothing behind it, which would wake an
+// application asleep on its completion channel for nothing. Real hardware with EITR = 0 sends
+// none. Probed once at open, on a completion queue's vector no queue uses yet: a cause raised
+// through ICS: is the notification followed by a second within kProbeWindow? Returns how long
+// arm() may wait for one (CompletionQueue::arm), 0 when none came.
+int64_t DeviceImpl::probe_trailing_notification() {
+    using std::chrono::milliseconds;
+    constexpr uint32_t kVector = 0;
+    constexpr auto kFirst = milliseconds(20), kProbeWindow = milliseconds(5);
+    const int efd = msix_->eventfd(kVector);
+    bar_->write32(reg::IVAR, (reg::IVAR_VALID | kOtherVector) << reg::IVAR_OTHER_SHIFT |
+                                 (reg::IVAR_VALID | kVector) << reg::IVAR_TXQ0_SHIFT);
+    // The timer runs 500 × 256 ns (128 µs) of the emulator's clock; under load it fires later:
+    // arm() waits up to kTrailingWait, which a trailing notification ends at once.
+    constexpr int64_t kTrailingWait = 5'000'000;
+    int64_t trailing = 0;
+    // Twice at most: a notification raised while the vector's timer still runs (after one of
+    // the reset's) is held until the timer's end and has no trailing one.
+    for (int attempt = 0; attempt < 2 && !trailing; ++attempt) {
+        std::this_thread::sleep_for(kProbeWindow);   // any timer of the vector has run out
+        vfio::drain_eventfd(efd);
+        bar_->write32(reg::IMS, reg::ICR_TXQ0);
+        bar_->write32(reg::ICS, reg::ICR_TXQ0);
+        // The first notification, then everything within kProbeWindow of it, read at once.
+        pollfd p{efd, POLLIN, 0};
+        if (::poll(&p, 1, int(kFirst.count())) != 1) continue;
+        std::this_thread::sleep_for(kProbeWindow);
+        if (vfio::drain_eventfd(efd) >= 2) trailing = kTrailingWait;
+    }
+    bar_->write32(reg::IMC, reg::ICR_TXQ0);
+    bar_->write32(reg::ICR, reg::ICR_TXQ0);
+    program_ivar(nullptr);
+    vfio::drain_eventfd(efd);
+    if (trailing)
+        log(LogLevel::info, str_cat(vfio_->address().to_string(), ": the device notifies a vector a second time with no "
+                                    "cause (QEMU's 82574L model): arm() takes that one first"));
+    return trailing;
 }
 
 void DeviceImpl::program_ivar(const QueueRegs* q) {

@@ -37,6 +37,7 @@ private:
     void arm_vector(uint32_t vector, bool sends, bool recvs) override;
     void enter_error_state();
     void program_ivar(const QueueRegs* q);   // routes queue 0's causes to its CQs' vectors (null: none)
+    int64_t probe_trailing_notification();
     void accumulate_stats();
 
     vfio::Interrupts* req_ = nullptr;

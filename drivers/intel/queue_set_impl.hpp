@@ -4,7 +4,11 @@
 // queue pair).
 #pragma once
 
+#include <algorithm>
 #include <string>
+
+#include <poll.h>
+#include <time.h>
 
 #include "../common/queue_control.hpp"
 #include "queue_rings.hpp"
@@ -50,23 +54,84 @@ Result<void> CompletionQueue<T>::destroy() {
     return queue::Control::destroy(*this);
 }
 
+namespace {
+int64_t monotonic_ns() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+}  // namespace
+
 template <class T>
 Result<void> CompletionQueue<T>::arm() {
     if (auto r = queue::Control::check_armable(*this); !r) return r;
     // Receive buffers held back for the tail batch go to the device before anyone sleeps.
     if (this->recv_qp_ && this->recv_qp_->state() == QpState::ready) this->recv_qp_->flush_recv_tail();
     if (!dev_) return Error{EINVAL, "arm(): this completion queue belongs to no device"};
-    std::lock_guard lock(dev_->mu_);
-    vfio::drain_eventfd(this->efd_);   // notifications from before this arm() are stale
-    if (!dev_->removed_) dev_->arm_vector(this->vector_, this->send_qp_ != nullptr, this->recv_qp_ != nullptr);
-    queue::Control::signal_if_ready(*this);
+    {
+        std::lock_guard lock(dev_->mu_);
+        note_taken(vfio::drain_eventfd(this->efd_));   // notifications from before this arm() are stale
+        if (!dev_->removed_) {
+            dev_->arm_vector(this->vector_, this->send_qp_ != nullptr, this->recv_qp_ != nullptr);
+            armed_ = true;
+        }
+        if (queue::Control::signal_if_ready(*this) || dev_->removed_) {
+            ++own_signals_;
+            trailer_due_ns_ = 0;   // the caller will not sleep: nothing to take
+        }
+    }
+    if (trailer_due_ns_) absorb_trailer();
     return {};
+}
+
+// `n` notifications were read from the channel, own_signals_ of them written by arm() itself.
+// The device's first one after arm() has a trailing one due, unless it was read with it.
+template <class T>
+void CompletionQueue<T>::note_taken(uint64_t n) noexcept {
+    const uint64_t own = std::min<uint64_t>(n, own_signals_);
+    own_signals_ = 0;
+    n -= own;
+    if (!dev_ || dev_->trailing_notify_ns_ == 0 || n == 0) return;
+    if (trailer_due_ns_) {   // the one expected came
+        trailer_due_ns_ = 0;
+        --n;
+    }
+    if (armed_ && n == 1) trailer_due_ns_ = monotonic_ns() + dev_->trailing_notify_ns_;
+    armed_ = false;
+}
+
+// The vector is armed and no completion waits: wait, at most until it is due, for the
+// trailing notification of the last one. A completion's own notification ends the wait too
+// (the two cannot be told apart, the queues can): then the channel is signalled for the
+// caller; otherwise the notification was the trailing one and the vector is armed again.
+// The caller's sleep that follows ends only for a completion. (Emulated interrupts can merge
+// the two notifications into one; then none comes and the wait ends when due.)
+template <class T>
+void CompletionQueue<T>::absorb_trailer() {
+    const int64_t left = trailer_due_ns_ - monotonic_ns();
+    trailer_due_ns_ = 0;
+    if (left <= 0) return;
+    pollfd p{this->efd_, POLLIN, 0};
+    const timespec ts{time_t(left / 1'000'000'000), long(left % 1'000'000'000)};
+    if (::ppoll(&p, 1, &ts, nullptr) != 1) return;
+    std::lock_guard lock(dev_->mu_);
+    vfio::drain_eventfd(this->efd_);
+    if (!dev_->removed_ && !this->wake_on_arm()) {
+        dev_->arm_vector(this->vector_, this->send_qp_ != nullptr, this->recv_qp_ != nullptr);
+        armed_ = true;
+        return;
+    }
+    queue::Control::signal(*this);
+    ++own_signals_;
+    armed_ = false;
 }
 
 template <class T>
 uint64_t CompletionQueue<T>::take_events() noexcept {
     if (dev_ && !dev_->removed_) dev_->disarm_vector(this->vector_);
-    return vfio::drain_eventfd(this->efd_);
+    const uint64_t n = vfio::drain_eventfd(this->efd_);
+    note_taken(n);
+    return n;
 }
 
 // ---- queue pairs -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ struct FastPathHarness {
     static constexpr size_t kBarSize = 128 * 1024;
 
     std::vector<uint8_t> bar = std::vector<uint8_t>(kBarSize);
+    uint8_t* regs;   // the register space: bar's, or kBarSize bytes the caller gives (bench/mmio_counter.hpp)
     dma::MrTable table = *dma::MrTable::create(64);
     uint8_t* ring_mem = nullptr;
     intel::RingView<QueueTraits> rings;
@@ -33,8 +34,8 @@ struct FastPathHarness {
     std::vector<uint8_t> frame;      // gathered transmit frame
 
     // Rings sized as Device::create_qp sizes them.
-    FastPathHarness(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge = 2)
-        : rings(model_rings(send_depth, recv_depth, max_send_sge)), qp(rings, cq) {
+    FastPathHarness(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge = 2, uint8_t* registers = nullptr)
+        : regs(registers ? registers : bar.data()), rings(model_rings(send_depth, recv_depth, max_send_sge)), qp(rings, cq) {
         frame.reserve(16384);
     }
     ~FastPathHarness() { std::free(ring_mem); }
@@ -49,7 +50,7 @@ struct FastPathHarness {
 
     uint32_t reg(uint32_t off) const {
         uint32_t v;
-        std::memcpy(&v, bar.data() + off, 4);
+        std::memcpy(&v, regs + off, 4);
         return v;
     }
     TxDataDesc& tx_desc(uint32_t i) { return rings.tx[i & (rings.tx_entries - 1)]; }
@@ -57,7 +58,7 @@ struct FastPathHarness {
     void set_state(QpState s) { qp.state_ = s; }
 
     intel::RingView<QueueTraits> model_rings(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge) {
-        intel::RingView<QueueTraits> v{.bar = bar.data(), .tdt = reg::TDT, .rdt = reg::RDT, .mrs = &table,
+        intel::RingView<QueueTraits> v{.bar = regs, .tdt = reg::TDT, .rdt = reg::RDT, .mrs = &table,
                                        .rx_buffer = reg::kRxBufferSize};
         intel::model_rings(v, ring_mem, send_depth, recv_depth, max_send_sge);
         return v;

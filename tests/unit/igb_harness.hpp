@@ -30,6 +30,7 @@ struct FastPathHarness {
     static constexpr size_t kBarSize = 128 * 1024;
 
     std::vector<uint8_t> bar = std::vector<uint8_t>(kBarSize);
+    uint8_t* regs;   // the register space: bar's, or kBarSize bytes the caller gives (bench/mmio_counter.hpp)
     dma::MrTable table = *dma::MrTable::create(64);
     uint8_t* ring_mem = nullptr;
     uint32_t queue = 0;
@@ -61,14 +62,15 @@ struct FastPathHarness {
     // Rings sized as Device::create_qp sizes them; tx_entries (a power of 2) overrides the
     // transmit ring for tests of a full ring.
     FastPathHarness(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge = 2, uint32_t queue_index = 0,
-                    uint32_t tx_entries = 0)
-        : queue(queue_index), rings(model_rings(send_depth, recv_depth, max_send_sge, tx_entries)), qp(rings, cq) {
+                    uint32_t tx_entries = 0, uint8_t* registers = nullptr)
+        : regs(registers ? registers : bar.data()), queue(queue_index),
+          rings(model_rings(send_depth, recv_depth, max_send_sge, tx_entries)), qp(rings, cq) {
         frame.reserve(16384);
         last_frame.reserve(16384);
     }
     intel::RingView<QueueTraits> model_rings(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge,
                                              uint32_t tx_entries) {
-        intel::RingView<QueueTraits> v{.bar = bar.data(), .tdt = reg::TDT(queue), .rdt = reg::RDT(queue), .mrs = &table,
+        intel::RingView<QueueTraits> v{.bar = regs, .tdt = reg::TDT(queue), .rdt = reg::RDT(queue), .mrs = &table,
                                        .queue = queue, .rx_buffer = reg::kRxBufferSize};
         intel::model_rings(v, ring_mem, send_depth, recv_depth, max_send_sge, tx_entries);
         return v;
@@ -85,7 +87,7 @@ struct FastPathHarness {
 
     uint32_t reg(uint32_t off) const {
         uint32_t v;
-        std::memcpy(&v, bar.data() + off, 4);
+        std::memcpy(&v, regs + off, 4);
         return v;
     }
     uint32_t tdt() const { return reg(reg::TDT(queue)); }

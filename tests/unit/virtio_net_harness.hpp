@@ -44,9 +44,11 @@ struct FastPathHarness {
     uint8_t* hdrs;
     QueuePair qp;
 
-    // headroom: QpInitAttr::hdr_in_headroom (one descriptor per WR, twice the WRs).
+    // headroom: QpInitAttr::hdr_in_headroom (one descriptor per WR, twice the WRs). bell: where
+    // the notifications go instead of `doorbell` (bench/mmio_counter.hpp counts them there).
     template <class Q, class D>
-    FastPathHarness(LoopbackRings<Q, D>& rings, uint32_t size, virtio::RingFeatures f, bool headroom = false)
+    FastPathHarness(LoopbackRings<Q, D>& rings, uint32_t size, virtio::RingFeatures f, bool headroom = false,
+                    uint16_t* bell = nullptr)
         : hdrs(static_cast<uint8_t*>(std::aligned_alloc(4096, size_t(2) * size * kHdrSlot))),
           qp(QueueRings<Q>{.rx = std::move(*Q::create(size, rings.rx_mem.queue_memory(), f)),
                            .tx = std::move(*Q::create(size, rings.tx_mem.queue_memory(), f)),
@@ -54,8 +56,8 @@ struct FastPathHarness {
                            .rx_hdr_iova = reinterpret_cast<uint64_t>(hdrs),
                            .tx_hdrs = hdrs + size_t(size) * kHdrSlot,
                            .tx_hdr_iova = reinterpret_cast<uint64_t>(hdrs + size_t(size) * kHdrSlot),
-                           .rx_bell = {&doorbell, -1, 0},
-                           .tx_bell = {&doorbell, -1, 1},
+                           .rx_bell = {bell ? bell : &doorbell, -1, 0},
+                           .tx_bell = {bell ? bell : &doorbell, -1, 1},
                            .mrs = &table,
                            .caps = headroom ? QpCaps{size, size, 1, 1} : QpCaps{size / 2, size / 2, 1, 1},
                            .hdr_in_headroom = headroom},

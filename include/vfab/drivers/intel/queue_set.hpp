@@ -44,7 +44,11 @@ class CompletionQueue final : public queue::CompletionQueueCore<QueuePair<Traits
 public:
     // Requests one notification on channel_fd() for the next completion (ibv_req_notify_cq).
     // If a completion is already waiting, the channel is signalled at once, so arm-then-wait
-    // never sleeps through one.
+    // never sleeps through one. On a device that sends a second notification with nothing
+    // behind it after each one (QEMU's 82574L model before QEMU 10.1: when its moderation timer
+    // runs out), arm() first waits for that one and takes it (until the timer's end, a fraction
+    // of a millisecond after the notification), so that the caller's sleep ends only for a
+    // completion.
     Result<void> arm();
     // Reads and clears the channel (the number of notifications since the last call); the
     // vector stays masked until the next arm().
@@ -62,8 +66,15 @@ private:
     friend typename Traits::Harness;   // to destroy it behind the device's back
     CompletionQueue(QueueSet<Traits>& dev, uint32_t cqe, uint32_t vector, int efd)
         : queue::CompletionQueueCore<QueuePair<Traits>>(cqe, vector, efd), dev_(&dev) {}
+    // `n` notifications were read from the channel: is a trailing one due (see arm())?
+    void note_taken(uint64_t n) noexcept;
+    // arm()'s wait for the trailing notification (the device's lock not held).
+    void absorb_trailer();
 
     QueueSet<Traits>* dev_ = nullptr;
+    int64_t trailer_due_ns_ = 0;   // CLOCK_MONOTONIC: a trailing notification is due until then
+    uint32_t own_signals_ = 0;     // channel writes by arm() itself, not the device's
+    bool armed_ = false;           // the vector was armed and has not notified since
 };
 
 template <class Traits>
