@@ -1,7 +1,8 @@
 #!/bin/sh
 # Instructions per packet of a driver's fast path (post_recv + post_send + poll of both
 # completions), counted by callgrind in the driver_* functions of the fast-path benches only
-# (their ring models are not counted).
+# (their ring models are not counted), and the driver's MMIO reads and writes per packet
+# (another run, without valgrind: bench/mmio_counter.hpp).
 #   bench/fastpath_callgrind.sh [e1000e|igb|virtio-RING[-headroom][-inorder]] [BUILD_DIR]   (e1000e, build/release)
 # RING: split or packed; -headroom: the virtio-net header in the frame's headroom (one
 # descriptor per frame, QpInitAttr::hdr_in_headroom); -inorder: VIRTIO_F_IN_ORDER negotiated.
@@ -35,4 +36,11 @@ for batch in 1 8 32; do
         { cat "$tmp/log.$batch" >&2; exit 1; }
     ir=$(callgrind_annotate "$tmp/cg.$batch" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
     echo "$which batch $batch: $ir instructions for $frames packets = $(( ir / frames )) instructions/packet (rx + tx + completions)"
+    # The same loop without valgrind, the driver's MMIO accesses counted (bench/mmio_counter.hpp).
+    case $bin in
+    virtio_net_fastpath) mmio_args="$args $batch $frames ${layout:-chain} ${order:-any-order} mmio" ;;
+    *) mmio_args="$batch $frames mmio" ;;
+    esac
+    # shellcheck disable=SC2086 # word splitting wanted
+    "$exe" $mmio_args | sed "s/^/$which /"
 done

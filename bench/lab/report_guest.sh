@@ -3,7 +3,7 @@
 # Each tool's JSON goes to the console between "@@json-begin NAME" and "@@json-end NAME rc=N"
 # (bench/labreport.py reads them back); progress lines stream in between.
 #   report_guest.sh SECONDS ROUNDS BATCHES DRIVERS COUNT DPDK
-#     BATCHES and DRIVERS comma-separated (1,2,4 / e1000e,virtio-net); DPDK 1 or 0.
+#     BATCHES and DRIVERS comma-separated (1,2,4 / e1000e,virtio-net,igb); DPDK 1 or 0.
 secs=$1 rounds=$2 batches=$(echo "$3" | tr , ' ') drivers=$(echo "$4" | tr , ' ') count=$5 dpdk=$6
 bin=$(dirname "$0")
 
@@ -26,6 +26,7 @@ while [ "$round" -le "$rounds" ]; do
                 # testpmd's --burst is its batch: packets per rte_eth_tx_burst / rx_burst call.
                 case $drv in
                 e1000e) env=""; tag="dpdk-e1000" ;;
+                igb) env="DPDK_PPS_TX=0000:00:0a.0 DPDK_PPS_RX=0000:00:05.0"; tag="dpdk-igb" ;;
                 *) env="DPDK_PPS_TX=0000:00:04.0 DPDK_PPS_RX=0000:00:06.0"; tag="dpdk-virtio" ;;
                 esac
                 # shellcheck disable=SC2086

@@ -17,6 +17,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
@@ -454,11 +455,12 @@ template <class Q>
     if (sq_.full() || (!g.bad_key && q.free_count() < nsge + (headroom_ ? 0 : 1))) [[unlikely]]
         return ENOMEM;
     if (!g.bad_key) {
-        auto* hdr = reinterpret_cast<virtio::NetHdr*>(headroom_ ? g.hdr_host
-                                                                : uintptr_t(sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot));
-        *hdr = {};
-        if ((wr.flags & send_ip_csum) && seed_checksum(wr, *hdr) != 0) [[unlikely]]
+        // Built here and copied: in the headroom it may be at any address the application chose.
+        virtio::NetHdr hdr{};
+        if ((wr.flags & send_ip_csum) && seed_checksum(wr, hdr) != 0) [[unlikely]]
             return EINVAL;
+        std::memcpy(headroom_ ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot,
+                    &hdr, sizeof hdr);
     }
     sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
     return enqueue(q, sq_, bufs, nsge, g.bad_key, false, added);
