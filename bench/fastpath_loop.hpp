@@ -14,14 +14,14 @@
 namespace vfab::bench {
 
 template <class Qp>
-[[gnu::noinline]] uint32_t driver_post(Qp& qp, std::span<const RecvWr> rx, std::span<const SendWr> tx) {
+[[gnu::noipa]] uint32_t driver_post(Qp& qp, std::span<const RecvWr> rx, std::span<const SendWr> tx) {
     PostResult r = qp.post_recv(rx);
     PostResult s = qp.post_send(tx);
     return r.posted + s.posted;
 }
 
 template <class Cq>
-[[gnu::noinline]] int driver_poll(Cq& cq, std::span<Completion> wc) {
+[[gnu::noipa]] int driver_poll(Cq& cq, std::span<Completion> wc) {
     return cq.poll(wc);
 }
 

@@ -179,7 +179,8 @@ public:
     // the same checks and the same status, the IOVA and the CPU's address only. A region
     // or a fast-register MR of one run is checked inline; anything else (an error, a scattered
     // MR) takes translate().
-    LocalTranslation translate_local(uint32_t key, uint64_t addr, uint64_t len, Access required) const noexcept;
+    [[gnu::always_inline]] LocalTranslation translate_local(uint32_t key, uint64_t addr, uint64_t len,
+                                                            Access required) const noexcept;
 
     // alloc_unbound()'s default `max_blocks` (kMaxBlocks is the most it accepts).
     static constexpr uint32_t kDefaultMaxBlocks = 256;

@@ -255,7 +255,7 @@ private:
     template <class Q>
     PostResult recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept;
     template <class Q>
-    uint32_t poll_ring(Q& q, WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept;
+    [[gnu::always_inline]] uint32_t poll_ring(Q& q, WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept;
     uint32_t poll_send(Completion* out, uint32_t max) noexcept;
     uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
     bool send_ready() noexcept;
