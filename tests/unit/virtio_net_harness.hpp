@@ -49,7 +49,8 @@ struct FastPathHarness {
     template <class Q, class D>
     FastPathHarness(LoopbackRings<Q, D>& rings, uint32_t size, virtio::RingFeatures f, bool headroom = false,
                     uint16_t* bell = nullptr)
-        : hdrs(static_cast<uint8_t*>(std::aligned_alloc(4096, size_t(2) * size * kHdrSlot))),
+        // aligned_alloc wants a size that is a multiple of the alignment.
+        : hdrs(static_cast<uint8_t*>(std::aligned_alloc(4096, (size_t(2) * size * kHdrSlot + 4095) & ~size_t(4095)))),
           qp(QueueRings<Q>{.rx = std::move(*Q::create(size, rings.rx_mem.queue_memory(), f)),
                            .tx = std::move(*Q::create(size, rings.tx_mem.queue_memory(), f)),
                            .rx_hdrs = hdrs,
