@@ -1,10 +1,8 @@
 // 82574L bring-up, reset, link, statistics and asynchronous events.
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <thread>
 
-#include <poll.h>
 #include <unistd.h>
 
 #include "../common/queue_control.hpp"
@@ -149,8 +147,7 @@ int64_t DeviceImpl::probe_trailing_notification() {
         bar_->write32(reg::IMS, reg::ICR_TXQ0);
         bar_->write32(reg::ICS, reg::ICR_TXQ0);
         // The first notification, then everything within kProbeWindow of it, read at once.
-        pollfd p{efd, POLLIN, 0};
-        if (::poll(&p, 1, int(kFirst.count())) != 1) continue;
+        if (auto ready = vfio::wait_any({&efd, 1}, int(kFirst.count())); !ready || *ready < 0) continue;
         std::this_thread::sleep_for(kProbeWindow);
         if (vfio::drain_eventfd(efd) >= 2) trailing = kTrailingWait;
     }

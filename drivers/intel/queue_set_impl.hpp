@@ -72,8 +72,7 @@ Result<void> CompletionQueue<T>::arm() {
         std::lock_guard lock(dev_->mu_);
         note_taken(vfio::drain_eventfd(this->efd_));   // notifications from before this arm() are stale
         if (!dev_->removed_) {
-            dev_->arm_vector(this->vector_, this->send_qp_ != nullptr, this->recv_qp_ != nullptr);
-            armed_ = true;
+            arm_vector();
         }
         if (queue::Control::signal_if_ready(*this) || dev_->removed_) {
             ++own_signals_;
@@ -82,6 +81,13 @@ Result<void> CompletionQueue<T>::arm() {
     }
     if (trailer_due_ns_) absorb_trailer();
     return {};
+}
+
+// The device's lock held: its vector unmasked for the causes this queue takes, once.
+template <class T>
+void CompletionQueue<T>::arm_vector() {
+    dev_->arm_vector(this->vector_, this->send_qp_ != nullptr, this->recv_qp_ != nullptr);
+    armed_ = true;
 }
 
 // `n` notifications were read from the channel, own_signals_ of them written by arm() itself.
@@ -117,8 +123,7 @@ void CompletionQueue<T>::absorb_trailer() {
     std::lock_guard lock(dev_->mu_);
     vfio::drain_eventfd(this->efd_);
     if (!dev_->removed_ && !this->wake_on_arm()) {
-        dev_->arm_vector(this->vector_, this->send_qp_ != nullptr, this->recv_qp_ != nullptr);
-        armed_ = true;
+        arm_vector();
         return;
     }
     queue::Control::signal(*this);

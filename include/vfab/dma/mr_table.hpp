@@ -264,6 +264,7 @@ private:
     static void make_valid(Slot& s, const MrEntry& e, uint8_t new_key) noexcept;
     static Translation resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept;
     static Translation at(const Slot& s, uint64_t off, uint64_t len) noexcept;
+    static bool offset_in(const MrEntry& e, uint64_t addr, uint64_t len, uint64_t& off) noexcept;
 
     std::vector<Slot> slots_;
     uint32_t capacity_ = 0;   // slots_.size(), kept apart: the fast path's bound, one load
@@ -289,12 +290,20 @@ inline Translation MrTable::at(const Slot& s, uint64_t off, uint64_t len) noexce
     return {MrStatus::ok, m.blocks[b].iova + in, m.blocks[b].host + in, std::min(len, m.block_size - in), &m, pos};
 }
 
+// Whether [addr, addr + len) lies inside the entry's range (`addr` an offset when it is
+// zero-based), and where it starts in it. Written so that no sum can wrap: off <= length,
+// then len <= what is left.
+inline bool MrTable::offset_in(const MrEntry& e, uint64_t addr, uint64_t len, uint64_t& off) noexcept {
+    const uint64_t base = e.zero_based() ? 0 : e.addr;
+    if (addr < base) return false;
+    off = addr - base;
+    return off <= e.length && len <= e.length - off;
+}
+
 inline Translation MrTable::resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept {
     const MrEntry& e = s.entry;
-    if (!e.zero_based() && addr < e.addr) return {MrStatus::out_of_bounds, {}};
-    const uint64_t off = e.zero_based() ? addr : addr - e.addr;
-    // Written so that no sum can wrap: off <= length, then len <= what is left.
-    if (off > e.length || len > e.length - off) return {MrStatus::out_of_bounds, {}};
+    uint64_t off;
+    if (!offset_in(e, addr, len, off)) return {MrStatus::out_of_bounds, {}};
     if (!has(e.access, required)) return {MrStatus::access_denied, {}};
     return at(s, off, len);
 }
@@ -310,9 +319,8 @@ inline Translation MrTable::translate_span(uint32_t key, uint64_t addr, uint64_t
     if (s.kind != Kind::window) return resolve(s, addr, len, required);
     // A window: its bounds and rights, its queue pair, then the same bytes of its MR.
     const MrEntry& w = s.entry;
-    if (!w.zero_based() && addr < w.addr) return {MrStatus::out_of_bounds, {}};
-    const uint64_t off = w.zero_based() ? addr : addr - w.addr;
-    if (off > w.length || len > w.length - off) return {MrStatus::out_of_bounds, {}};
+    uint64_t off;
+    if (!offset_in(w, addr, len, off)) return {MrStatus::out_of_bounds, {}};
     if (!has(w.access, required)) return {MrStatus::access_denied, {}};
     if (remote_qpn == 0 || (s.owner_qpn && s.owner_qpn != remote_qpn)) return {MrStatus::invalid_state, {}};
     const Slot& mr = slots_[key_index(s.parent_key)];
@@ -334,12 +342,10 @@ inline LocalTranslation MrTable::translate_local(uint32_t key, uint64_t addr, ui
         const Slot& s = slots_.data()[index];
         const MrEntry& e = s.entry;
         // resolve()'s checks for a valid region or single-run MR under the current key.
-        if (s.key == key_consumer(key) && s.state == MrState::valid && s.kind != Kind::window && !s.map) {
-            const uint64_t base = e.zero_based() ? 0 : e.addr;
-            const uint64_t off = addr - base;
-            if (addr >= base && off <= e.length && len <= e.length - off && has(e.access, required)) [[likely]]
-                return {e.iova + off, s.host + off, MrStatus::ok};
-        }
+        uint64_t off;
+        if (s.key == key_consumer(key) && s.state == MrState::valid && s.kind != Kind::window && !s.map &&
+            offset_in(e, addr, len, off) && has(e.access, required)) [[likely]]
+            return {e.iova + off, s.host + off, MrStatus::ok};
     }
     const Translation t = translate(key, addr, len, required);
     return {t.iova, t.host, t.status};

@@ -70,6 +70,7 @@ private:
     void note_taken(uint64_t n) noexcept;
     // arm()'s wait for the trailing notification (the device's lock not held).
     void absorb_trailer();
+    void arm_vector();   // the device's lock held
 
     QueueSet<Traits>* dev_ = nullptr;
     int64_t trailer_due_ns_ = 0;   // CLOCK_MONOTONIC: a trailing notification is due until then
