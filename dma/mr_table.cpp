@@ -65,7 +65,10 @@ Result<MrTable> MrTable::create(uint32_t capacity) {
 
 MrTable::MrTable(uint32_t capacity)
     : slots_(capacity), capacity_(capacity), free_ring_(capacity), free_count_(capacity), maps_(capacity) {
-    for (uint32_t i = 0; i < capacity; ++i) free_ring_[i] = i;
+    for (uint32_t i = 0; i < capacity; ++i) {
+        free_ring_[i] = i;
+        sync_local(i);
+    }
 }
 
 Error MrTable::full() const {
@@ -83,6 +86,7 @@ uint32_t MrTable::take_slot(Kind kind, MrState state) noexcept {
     s.key = static_cast<uint8_t>(s.key + 1);   // so keys of the slot's previous life fail
     s.kind = kind;
     s.state = state;
+    sync_local(index);
     return make_key(index, s.key);
 }
 
@@ -107,6 +111,7 @@ Result<MrKeys> MrTable::add(const MrEntry& e, uint64_t host) {
     const uint32_t key = take_slot(Kind::region, MrState::valid);
     slots_[key_index(key)].entry = e;
     slots_[key_index(key)].host = host;
+    sync_local(key_index(key));
     return MrKeys{key, key};
 }
 
@@ -116,6 +121,7 @@ MrStatus MrTable::remove(uint32_t key) noexcept {
     const uint8_t consumer = slots_[index].key;
     slots_[index] = Slot{};
     slots_[index].key = consumer;   // the next take_slot() bumps it
+    sync_local(index);
     free_ring_[(free_head_ + free_count_) % capacity()] = index;
     ++free_count_;
     return MrStatus::ok;
@@ -175,6 +181,7 @@ MrStatus MrTable::bind_blocks(uint32_t key, uint8_t new_key, const MrEntry& e, u
     m.count = n;
     make_valid(s, e, new_key);
     s.map = &m;
+    sync_local(index);
     return MrStatus::ok;
 }
 
@@ -188,6 +195,7 @@ MrStatus MrTable::bind(uint32_t key, uint8_t new_key, const MrEntry& e, uint64_t
     make_valid(s, e, new_key);
     s.host = host;
     s.map = nullptr;
+    sync_local(index);
     return MrStatus::ok;
 }
 
@@ -211,6 +219,7 @@ MrStatus MrTable::bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_
     if (type1 && len == 0) {   // unbinding (IB spec 10.6.7.2): the new key names nothing
         slots_[w].state = MrState::invalid;
         slots_[w].key = new_key;
+        sync_local(w);
         return MrStatus::ok;
     }
     if (MrStatus st = lookup(mr_key, m); st != MrStatus::ok) return st;
@@ -226,6 +235,7 @@ MrStatus MrTable::bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_
     slots_[w].parent_offset = mr.zero_based() ? addr : addr - mr.addr;
     slots_[w].owner_qpn = type1 ? 0 : owner_qpn;
     make_valid(slots_[w], MrEntry{addr, len, t.iova, access}, new_key);
+    sync_local(w);
     return MrStatus::ok;
 }
 
@@ -255,6 +265,7 @@ MrStatus MrTable::set_invalid(uint32_t key, bool windows_only) noexcept {
     const Kind kind = slots_[index].kind;
     if (kind == Kind::region || (windows_only && kind != Kind::window)) return MrStatus::invalid_state;
     slots_[index].state = MrState::invalid;
+    sync_local(index);
     return MrStatus::ok;
 }
 
@@ -263,6 +274,20 @@ void MrTable::make_valid(Slot& s, const MrEntry& e, uint8_t new_key) noexcept {
     s.entry = e;
     s.key = new_key;
     s.state = MrState::valid;
+}
+
+LocalTranslation MrTable::translate_local_slow(uint32_t key, uint64_t addr, uint64_t len,
+                                              Access required) const noexcept {
+    const Translation t = translate(key, addr, len, required);
+    return {t.iova, t.host, t.status};
+}
+
+void MrTable::sync_local(uint32_t index) noexcept {
+    Slot& s = slots_[index];
+    const uint32_t key = make_key(index, s.key);
+    const bool inline_ok = s.state == MrState::valid && s.kind != Kind::window && !s.map;
+    s.local_key = inline_ok ? key : key ^ 0xffffff00u;   // every index bit flipped: no WR's key
+    s.base = s.entry.zero_based() ? 0 : s.entry.addr;
 }
 
 MrState MrTable::state(uint32_t key) const noexcept {

@@ -249,6 +249,20 @@ TEST_F(MrWindows, InvalidationAndTheRegionGoingAwayRevoke) {
     EXPECT_EQ(t_.remove(third), MrStatus::ok);
 }
 
+// A WR's own buffer never goes through a window: translate_local refuses one as translate
+// does for a local use, whatever its state, and the MR under it still translates.
+TEST_F(MrWindows, LocalTranslationRefusesWindows) {
+    EXPECT_EQ(t_.translate_local(win_, 0x100000, 1, Access::none).status, MrStatus::invalid_state);
+    ASSERT_EQ(bind(0x104000, 0x1000, kRR), MrStatus::ok);
+    EXPECT_EQ(t_.translate_local(bound_, 0x104000, 1, Access::none).status, MrStatus::invalid_state);
+    EXPECT_EQ(t_.translate_local(win_, 0x104000, 1, Access::none).status, MrStatus::stale_key);
+    const LocalTranslation mr = t_.translate_local(mr_, 0x104000, 0x1000, kLW);
+    EXPECT_EQ(mr.status, MrStatus::ok);
+    EXPECT_EQ(mr.iova, Iova(0xa04000));
+    EXPECT_EQ(mr.host, 0x104000u);
+    EXPECT_EQ(t_.translate_local(make_key(1000, 0), 0, 1, Access::none).status, MrStatus::bad_key);   // past the table
+}
+
 TEST_F(MrWindows, ZeroBasedWindowsAndWindowsOnZeroBasedRegions) {
     ASSERT_EQ(bind(0x108000, 0x2000, kRR | kZero), MrStatus::ok);
     Translation tr = t_.translate(bound_, 0x10, 0x10, kRR, kQp);
@@ -375,6 +389,13 @@ protected:
         if (want.status == MrStatus::ok) {
             ASSERT_EQ(got.iova, want.iova);
         }
+        // The drivers' inline path answers the same, the CPU address included.
+        const LocalTranslation local = t_.translate_local(key, addr, len, req);
+        ASSERT_EQ(local.status, got.status) << std::hex << "key " << key << " addr " << addr << " len " << len;
+        if (got.status == MrStatus::ok) {
+            ASSERT_EQ(local.iova, got.iova);
+            ASSERT_EQ(local.host, got.host);
+        }
     }
 };
 
@@ -456,6 +477,12 @@ TEST(MrTableBlocks, ScatteredBlocksTranslateInListOrder) {
     EXPECT_EQ(one.host, at(3) + 26);
     EXPECT_EQ(one.iova.value, 0x13000u + 26);
     EXPECT_EQ(t.translate(k, 0x5000 + 236, 8, kRW).status, MrStatus::discontiguous) << "across blocks 0 and 1";
+    // The drivers' inline path takes translate()'s for scattered blocks: the same answers.
+    const LocalTranslation local = t.translate_local(k, 0x5000 + 10, 8, kRW);
+    EXPECT_EQ(local.status, MrStatus::ok);
+    EXPECT_EQ(local.host, one.host);
+    EXPECT_EQ(local.iova, one.iova);
+    EXPECT_EQ(t.translate_local(k, 0x5000 + 236, 8, kRW).status, MrStatus::discontiguous);
     EXPECT_EQ(t.translate(k, 0x5000 + 595, 8, kRW).status, MrStatus::out_of_bounds);
     const Translation span = t.translate_span(k, 0x5000 + 236, 300, kRW);
     ASSERT_EQ(span.status, MrStatus::ok);
@@ -481,8 +508,14 @@ TEST(MrTableBlocks, ScatteredBlocksTranslateInListOrder) {
     EXPECT_EQ(through.host, at(0) + (16 + 250 - 256));
     // Invalidated, then bound again to one run: no map.
     ASSERT_EQ(t.local_invalidate(k), MrStatus::ok);
+    EXPECT_EQ(t.translate_local(k, 0x5000 + 10, 8, kRW).status, MrStatus::invalid_state);
     ASSERT_EQ(t.bind(k, 8, MrEntry{0x5000, 100, Iova(0x20000), kLW}, at(1)), MrStatus::ok);
     EXPECT_EQ(t.translate_span(make_key(key_index(key), 8), 0x5000, 100, kLW).map, nullptr);
+    const LocalTranslation rebound = t.translate_local(make_key(key_index(key), 8), 0x5000 + 4, 8, kLW);
+    EXPECT_EQ(rebound.status, MrStatus::ok);
+    EXPECT_EQ(rebound.host, at(1) + 4);
+    EXPECT_EQ(rebound.iova.value, 0x20004u);
+    EXPECT_EQ(t.translate_local(k, 0x5000 + 4, 8, kLW).status, MrStatus::stale_key);
 }
 
 TEST(MrTableBlocks, BindBlocksChecksItsList) {

@@ -242,6 +242,12 @@ public:
 private:
     enum class Kind : uint8_t { region, fast_reg, window };
     struct Slot {
+        // translate_local's inline test, first in the slot with what it reads: the key a WR
+        // must carry while the slot is a valid region or single-run fast-register MR, else one
+        // no key can equal (another index), and where the range starts (0 when zero-based).
+        // sync_local() keeps both.
+        uint32_t local_key = 0;
+        uint64_t base = 0;
         MrEntry entry;
         uint64_t max_len = 0;     // fast-register MRs: the most bind() may cover,
         uint32_t max_blocks = 0;  // in at most this many scattered blocks
@@ -262,6 +268,12 @@ private:
     Error full() const;
     MrStatus set_invalid(uint32_t key, bool windows_only) noexcept;
     static void make_valid(Slot& s, const MrEntry& e, uint8_t new_key) noexcept;
+    // translate_local() past its inline test (an error, a scattered MR): translate(), out of
+    // line so that the drivers' loops keep their registers.
+    [[gnu::cold, gnu::noinline]] LocalTranslation translate_local_slow(uint32_t key, uint64_t addr, uint64_t len,
+                                                                       Access required) const noexcept;
+    // Recomputes slot `index`'s local_key and base from its state: after every change to it.
+    void sync_local(uint32_t index) noexcept;
     static Translation resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept;
     static Translation at(const Slot& s, uint64_t off, uint64_t len) noexcept;
     static bool offset_in(const MrEntry& e, uint64_t addr, uint64_t len, uint64_t& off) noexcept;
@@ -341,14 +353,14 @@ inline LocalTranslation MrTable::translate_local(uint32_t key, uint64_t addr, ui
     if (index < capacity_) [[likely]] {
         const Slot& s = slots_.data()[index];
         const MrEntry& e = s.entry;
-        // resolve()'s checks for a valid region or single-run MR under the current key.
-        uint64_t off;
-        if (s.key == key_consumer(key) && s.state == MrState::valid && s.kind != Kind::window && !s.map &&
-            offset_in(e, addr, len, off) && has(e.access, required)) [[likely]]
+        // resolve()'s checks for a valid region or single-run MR under the current key (one
+        // compare: local_key), offset_in()'s with the base kept apart.
+        const uint64_t off = addr - s.base;
+        if (s.local_key == key && addr >= s.base && off <= e.length && len <= e.length - off &&
+            has(e.access, required)) [[likely]]
             return {e.iova + off, s.host + off, MrStatus::ok};
     }
-    const Translation t = translate(key, addr, len, required);
-    return {t.iova, t.host, t.status};
+    return translate_local_slow(key, addr, len, required);
 }
 
 }  // namespace vfab::dma

@@ -64,6 +64,15 @@ struct RingView {
     bool sq_sig_all = false;
 };
 
+// What post_send keeps in registers while it queues a batch (members would be reloaded after
+// every byte-wide descriptor store, which may alias them), written back once at its end.
+struct SendCursor {
+    uint32_t sq_tail, tx_tail;
+    uint32_t sq_room, tx_room;   // WR slots and descriptors free (one descriptor stays empty)
+    uint32_t refused;
+    uint64_t bytes;
+};
+
 template <class Traits>
 class QueuePairCore {
 public:
@@ -163,6 +172,9 @@ protected:
     // data descriptors' options, seeds the TCP/UDP checksum with the pseudo-header; EINVAL when
     // the SGE does not translate, the frame is not IPv4/IPv6 and TCP/UDP, or Traits refuses it.
     int prepare_checksum(const Sge& first, TxContext& ctx, uint32_t& popts) noexcept;
+    // post_send's work for one WR of `nsge` SGEs (checked by the caller) at the cursor: 0, or
+    // the errno that refuses it (the cursor then unchanged).
+    int queue_send(const SendWr& wr, uint32_t nsge, SendCursor& c) noexcept;
     // Writes the receive tail (rx_tail_), after a barrier for the descriptors it hands over.
     void write_rx_tail() noexcept {
         mmio::dma_wmb();   // descriptors before the tail that hands them to the device
@@ -218,77 +230,85 @@ inline int QueuePairCore<T>::prepare_checksum(const Sge& first, TxContext& ctx, 
 }
 
 template <class T>
+[[gnu::always_inline]] inline int QueuePairCore<T>::queue_send(const SendWr& wr, uint32_t nsge,
+                                                               SendCursor& c) noexcept {
+    // One pass over the SGEs: lengths for the checks below, keys translated (a bad key is not
+    // refused here: it becomes an error completion, in order). nsge is 1 when the caller knows
+    // it (the loop then folds away).
+    uint64_t total = 0, iova[kMaxSendSge];
+    bool zero_sge = false, bad_key = false;
+    for (uint32_t s = 0; s < nsge; ++s) {
+        const Sge& g = wr.sg_list[s];
+        total += g.length;
+        zero_sge |= g.length == 0;
+        const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, g.length, dma::Access::none);
+        bad_key |= t.status != dma::MrStatus::ok;
+        iova[s] = t.iova.value;
+    }
+    if (zero_sge || total < kEthHeader || total > max_frame_) [[unlikely]]
+        return EINVAL;
+    const bool csum = wr.flags & send_ip_csum;
+    const uint32_t need = nsge + (csum ? 1 : 0);
+    if (c.sq_room == 0 || c.tx_room < need) [[unlikely]]
+        return ENOMEM;
+    Slot& slot = sq_[c.sq_tail & sq_mask_];
+    slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled)};
+    ++c.sq_tail, --c.sq_room;
+    if (bad_key) [[unlikely]] {   // completes in order, touches no descriptor
+        slot.status = WcStatus::local_protection_error;
+        ++c.refused;
+        return 0;
+    }
+    uint32_t popts = 0, ndesc = nsge;
+    if (csum) [[unlikely]] {
+        TxContext ctx;
+        if (prepare_checksum(wr.sg_list[0], ctx, popts) != 0) {
+            --c.sq_tail, ++c.sq_room;   // refused: the slot goes back
+            return EINVAL;
+        }
+        // A context descriptor only when the offsets change: the device keeps the last.
+        if (tx_ctx_ != ctx) {
+            T::write_context(*reinterpret_cast<typename T::TxContextDesc*>(&tx_[c.tx_tail & tx_mask_]), ctx);
+            ++c.tx_tail, --c.tx_room;
+            tx_ctx_ = ctx;
+            ++ndesc;
+        }
+    }
+    for (uint32_t s = 0; s < nsge; ++s) {
+        T::write_data(tx_[c.tx_tail & tx_mask_], iova[s], wr.sg_list[s].length, s == 0, s + 1 == nsge, uint32_t(total),
+                      popts, wr.flags);
+        ++c.tx_tail;
+    }
+    c.tx_room -= nsge;
+    slot.ndesc = uint16_t(ndesc);
+    c.bytes += total;
+    return 0;
+}
+
+template <class T>
 inline PostResult QueuePairCore<T>::post_send(std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    const uint32_t old_tail = tx_tail_;
-    uint32_t i = 0, refused = 0;
+    SendCursor c{sq_tail_, tx_tail_, sq_mask_ + 1 - (sq_tail_ - sq_head_), tx_mask_ - (tx_tail_ - tx_head_), 0, 0};
+    const uint32_t old_tail = c.tx_tail, max_sge = caps_.max_send_sge;
+    uint32_t i = 0;
     int err = 0;
     for (; i < wrs.size(); ++i) {
         const SendWr& wr = wrs[i];
-        if (wr.num_sge == 0 || wr.num_sge > caps_.max_send_sge || !wr.sg_list) [[unlikely]] {
+        if (!wr.sg_list || wr.num_sge == 0 || wr.num_sge > max_sge) [[unlikely]] {
             err = EINVAL;
             break;
         }
-        // One pass over the SGEs: lengths for the checks below, keys translated (a bad key
-        // is not refused here: it becomes an error completion, in order).
-        uint64_t total = 0, iova[kMaxSendSge];
-        bool zero_sge = false, bad_key = false;
-        for (uint32_t s = 0; s < wr.num_sge; ++s) {
-            const Sge& g = wr.sg_list[s];
-            total += g.length;
-            zero_sge |= g.length == 0;
-            const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, g.length, dma::Access::none);
-            bad_key |= t.status != dma::MrStatus::ok;
-            iova[s] = t.iova.value;
-        }
-        if (zero_sge || total < kEthHeader || total > max_frame_) [[unlikely]] {
-            err = EINVAL;
+        err = wr.num_sge == 1 ? queue_send(wr, 1, c) : queue_send(wr, wr.num_sge, c);
+        if (err) [[unlikely]]
             break;
-        }
-        const bool csum = wr.flags & send_ip_csum;
-        const uint32_t need = wr.num_sge + (csum ? 1 : 0);
-        // One descriptor stays empty: head == tail means idle.
-        if (sq_tail_ - sq_head_ > sq_mask_ || (tx_tail_ - tx_head_) + need > tx_mask_) [[unlikely]] {
-            err = ENOMEM;
-            break;
-        }
-        Slot& slot = sq_[sq_tail_ & sq_mask_];
-        slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled)};
-        if (bad_key) [[unlikely]] {   // completes in order, touches no descriptor
-            slot.status = WcStatus::local_protection_error;
-            ++sq_tail_;
-            ++refused;
-            continue;
-        }
-        uint32_t popts = 0;
-        if (csum) {
-            TxContext ctx;
-            if (prepare_checksum(wr.sg_list[0], ctx, popts) != 0) {
-                err = EINVAL;
-                break;
-            }
-            // A context descriptor only when the offsets change: the device keeps the last.
-            if (tx_ctx_ != ctx) {
-                T::write_context(*reinterpret_cast<typename T::TxContextDesc*>(&tx_[tx_tail_ & tx_mask_]), ctx);
-                ++tx_tail_;
-                tx_ctx_ = ctx;
-                slot.ndesc = 1;
-            }
-        }
-        for (uint32_t s = 0; s < wr.num_sge; ++s) {
-            T::write_data(tx_[tx_tail_ & tx_mask_], iova[s], wr.sg_list[s].length, s == 0, s + 1 == wr.num_sge,
-                          uint32_t(total), popts, wr.flags);
-            ++tx_tail_;
-        }
-        slot.ndesc = uint16_t(slot.ndesc + wr.num_sge);
-        tx_bytes_.add(total);
-        ++sq_tail_;
     }
-    tx_packets_.add(i - refused);   // sends are counted when posted (as DPDK counts them)
-    if (tx_tail_ != old_tail) {
+    sq_tail_ = c.sq_tail, tx_tail_ = c.tx_tail;
+    tx_packets_.add(i - c.refused);   // sends are counted when posted (as DPDK counts them)
+    tx_bytes_.add(c.bytes);
+    if (c.tx_tail != old_tail) {
         mmio::dma_wmb();   // descriptors before the tail that hands them to the device
-        mmio::write<uint32_t>(tdt_, 0, tx_tail_ & tx_mask_);
+        mmio::write<uint32_t>(tdt_, 0, c.tx_tail & tx_mask_);
     }
     return {err, i};
 }
@@ -297,35 +317,42 @@ template <class T>
 inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    const uint32_t old_tail = rx_tail_;
+    // In registers for the batch, as post_send's cursor.
+    uint32_t rq_tail = rq_tail_, rx_tail = rx_tail_;
+    uint32_t rq_room = rq_mask_ + 1 - (rq_tail - rq_head_), rx_room = rx_mask_ - (rx_tail - rx_head_);
+    Slot* const rq = rq_;
+    RxDesc* const rx = rx_;
+    const uint32_t rq_mask = rq_mask_, rx_mask = rx_mask_, buffer = rx_buffer_;
+    const dma::MrTable* const mrs = mrs_;
+    const uint32_t old_tail = rx_tail;
     uint32_t i = 0;
     int err = 0;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
         // One buffer per frame, holding all the device may write.
-        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < rx_buffer_) {
+        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < buffer) [[unlikely]] {
             err = EINVAL;
             break;
         }
-        if (rq_tail_ - rq_head_ > rq_mask_ || rx_tail_ - rx_head_ >= rx_mask_) {
+        if (rq_room == 0 || rx_room == 0) [[unlikely]] {
             err = ENOMEM;
             break;
         }
         const Sge& g = wr.sg_list[0];
-        Slot& slot = rq_[rq_tail_ & rq_mask_];
-        slot = {wr.wr_id, 0, 0, WcStatus::success, true};
-        const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
-        if (t.status != dma::MrStatus::ok) {
-            slot.status = WcStatus::local_protection_error;
+        Slot& slot = rq[rq_tail & rq_mask];
+        const dma::LocalTranslation t = mrs->translate_local(g.lkey, g.addr, buffer, dma::Access::local_write);
+        if (t.status == dma::MrStatus::ok) [[likely]] {
+            slot = {wr.wr_id, 0, 1, WcStatus::success, true};
+            T::write_rx(rx[rx_tail & rx_mask], t.iova.value);
+            ++rx_tail, --rx_room;
         } else {
-            T::write_rx(rx_[rx_tail_ & rx_mask_], t.iova.value);
-            ++rx_tail_;
-            slot.ndesc = 1;
+            slot = {wr.wr_id, 0, 0, WcStatus::local_protection_error, true};
         }
-        ++rq_tail_;
+        ++rq_tail, --rq_room;
     }
+    rq_tail_ = rq_tail, rx_tail_ = rx_tail;
     // The tail once kRxTailBatch buffers wait for it, or at once while the device runs low.
-    if (rx_tail_ != old_tail && (rx_tail_ - rx_written_ >= kRxTailBatch || rx_written_ - rx_head_ < kRxTailBatch))
+    if (rx_tail != old_tail && (rx_tail - rx_written_ >= kRxTailBatch || rx_written_ - rx_head_ < kRxTailBatch))
         write_rx_tail();
     return {err, i};
 }
@@ -334,18 +361,23 @@ template <class T>
 inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexcept {
     uint32_t n = 0;
     const bool flushing = state() == QpState::error;
-    while (n < max && sq_head_ != sq_tail_) {
-        const Slot& s = sq_[sq_head_ & sq_mask_];
+    // In registers for the call (the completion stores could alias the members).
+    uint32_t head = sq_head_, tx_head = tx_head_;
+    const uint32_t tail = sq_tail_, mask = sq_mask_, tx_mask = tx_mask_, qp_num = qp_num_;
+    const Slot* const sq = sq_;
+    const TxDesc* const tx = tx_;
+    while (n < max && head != tail) {
+        const Slot& s = sq[head & mask];
         WcStatus status = s.status;
         if (s.ndesc) {
-            if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head_ + s.ndesc - 1) & tx_mask_]))) {
+            // DD of the WR's last descriptor; nothing else of it is read (no dma_rmb needed).
+            if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx[(tx_head + s.ndesc - 1) & tx_mask]))) {
                 if (!flushing) break;
                 status = WcStatus::wr_flush_error;
             }
-            mmio::dma_rmb();
-            tx_head_ += s.ndesc;
+            tx_head += s.ndesc;
         }
-        ++sq_head_;
+        ++head;
         // Errors apart, with a completion write each: one write under `signaled || !ok` costs
         // 3-4 instructions per packet more (bench/fastpath_callgrind.sh).
         if (status != WcStatus::success) [[unlikely]] {
@@ -353,12 +385,12 @@ inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexc
                 tx_packets_.add(~uint64_t(0));
                 tx_bytes_.add(-uint64_t(s.byte_len));
             }
-            out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
+            out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num, 0};
             continue;
         }
-        const uint32_t len = s.byte_len;
-        if (s.signaled) out[n++] = {s.wr_id, status, WcOpcode::send, 0, len, qp_num_, 0};
+        if (s.signaled) out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num, 0};
     }
+    sq_head_ = head, tx_head_ = tx_head;
     return n;
 }
 
@@ -366,39 +398,50 @@ template <class T>
 inline uint32_t QueuePairCore<T>::poll_recv(Completion* out, uint32_t max) noexcept {
     uint32_t n = 0;
     const bool flushing = state() == QpState::error;
-    while (n < max && rq_head_ != rq_tail_) {
-        const Slot& s = rq_[rq_head_ & rq_mask_];
-        Completion& c = out[n];
-        c = {s.wr_id, s.status, WcOpcode::recv, 0, 0, qp_num_, 0};
+    // In registers for the call, as poll_send.
+    uint32_t head = rq_head_, rx_head = rx_head_;
+    const uint32_t tail = rq_tail_, mask = rq_mask_, rx_mask = rx_mask_, qp_num = qp_num_;
+    const Slot* const rq = rq_;
+    const RxDesc* const rx = rx_;
+    uint64_t packets = 0, bytes = 0;
+    bool dry = false;   // stopped at a buffer the device has not written
+    while (n < max && head != tail) {
+        const Slot& s = rq[head & mask];
+        WcStatus status = s.status;
+        uint32_t len = 0;
+        uint16_t flags = 0;
         if (s.ndesc) {
-            const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
+            const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx[rx_head & rx_mask]);
             const uint32_t se = d->wb.status_error;
             if (!(se & T::kRxDD)) {
                 if (!flushing) {
-                    flush_recv_tail();   // nothing came: the device must have every buffer
+                    dry = true;
                     break;
                 }
-                c.status = WcStatus::wr_flush_error;
+                status = WcStatus::wr_flush_error;
             } else {
                 mmio::dma_rmb();   // the rest of the write-back after DD
-                const uint32_t len = d->wb.length;
-                c.byte_len = len;
+                len = d->wb.length;
                 if (!(se & T::kRxEOP)) [[unlikely]] {
-                    c.status = WcStatus::local_length_error;   // larger than one buffer
+                    status = WcStatus::local_length_error;   // larger than one buffer
                 } else if (se & T::kRxErrFrame) [[unlikely]] {
-                    c.status = WcStatus::general_error;
+                    status = WcStatus::general_error;
                 } else {
-                    rx_packets_.add(1);   // per packet: cheaper than a count of failures kept aside
-                    rx_bytes_.add(len);
-                    if (T::rx_csum_ok(se)) c.flags = wc_ip_csum_ok;
+                    ++packets, bytes += len;
+                    if (T::rx_csum_ok(se)) flags = wc_ip_csum_ok;
                 }
-                if constexpr (requires { T::rx_any_flags(se); }) c.flags |= T::rx_any_flags(se);
+                if constexpr (requires { T::rx_any_flags(se); }) flags |= T::rx_any_flags(se);
             }
-            ++rx_head_;
+            ++rx_head;
         }   // (else: refused when posted, a bad key)
-        ++rq_head_;
-        ++n;
+        out[n++] = {s.wr_id, status, WcOpcode::recv, flags, len, qp_num, 0};
+        ++head;
     }
+    rq_head_ = head, rx_head_ = rx_head;
+    rx_packets_.add(packets);
+    rx_bytes_.add(bytes);
+    // Nothing more came: the device must have every buffer posted before the application waits.
+    if (dry) flush_recv_tail();
     return n;
 }
 
