@@ -64,7 +64,7 @@ Result<MrTable> MrTable::create(uint32_t capacity) {
 }
 
 MrTable::MrTable(uint32_t capacity)
-    : slots_(capacity), capacity_(capacity), free_ring_(capacity), free_count_(capacity), maps_(capacity) {
+    : slots_(capacity), local_(capacity), capacity_(capacity), free_ring_(capacity), free_count_(capacity), maps_(capacity) {
     for (uint32_t i = 0; i < capacity; ++i) {
         free_ring_[i] = i;
         sync_local(i);
@@ -286,8 +286,13 @@ void MrTable::sync_local(uint32_t index) noexcept {
     Slot& s = slots_[index];
     const uint32_t key = make_key(index, s.key);
     const bool inline_ok = s.state == MrState::valid && s.kind != Kind::window && !s.map;
-    s.local_key = inline_ok ? key : key ^ 0xffffff00u;   // every index bit flipped: no WR's key
-    s.base = s.entry.zero_based() ? 0 : s.entry.addr;
+    LocalEntry& l = local_[index];
+    l.key = inline_ok ? key : key ^ 0xffffff00u;   // every index bit flipped: no WR's key
+    l.access = s.entry.access;
+    l.base = s.entry.zero_based() ? 0 : s.entry.addr;
+    l.length = s.entry.length;
+    l.iova_delta = s.entry.iova.value - l.base;
+    l.host_delta = s.host - l.base;
 }
 
 MrState MrTable::state(uint32_t key) const noexcept {

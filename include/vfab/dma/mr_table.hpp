@@ -242,12 +242,6 @@ public:
 private:
     enum class Kind : uint8_t { region, fast_reg, window };
     struct Slot {
-        // translate_local's inline test, first in the slot with what it reads: the key a WR
-        // must carry while the slot is a valid region or single-run fast-register MR, else one
-        // no key can equal (another index), and where the range starts (0 when zero-based).
-        // sync_local() keeps both.
-        uint32_t local_key = 0;
-        uint64_t base = 0;
         MrEntry entry;
         uint64_t max_len = 0;     // fast-register MRs: the most bind() may cover,
         uint32_t max_blocks = 0;  // in at most this many scattered blocks
@@ -272,13 +266,26 @@ private:
     // line so that the drivers' loops keep their registers.
     [[gnu::cold, gnu::noinline]] LocalTranslation translate_local_slow(uint32_t key, uint64_t addr, uint64_t len,
                                                                        Access required) const noexcept;
-    // Recomputes slot `index`'s local_key and base from its state: after every change to it.
+    // Recomputes local_[index] from slot `index`: after every change to the slot.
     void sync_local(uint32_t index) noexcept;
     static Translation resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept;
     static Translation at(const Slot& s, uint64_t off, uint64_t len) noexcept;
     static bool offset_in(const MrEntry& e, uint64_t addr, uint64_t len, uint64_t& off) noexcept;
 
+    // translate_local's inline test, by slot index, 40 bytes each: the key a WR must carry
+    // while the slot is a valid region or single-run fast-register MR (else a key of another
+    // index, which no WR's key equals), where the range starts (0 when zero-based), its length
+    // and rights, and what turns an address in it into its IOVA and CPU address (differences,
+    // modulo 2^64). sync_local() keeps it.
+    struct LocalEntry {
+        uint32_t key = 0;
+        Access access = Access::none;
+        uint64_t base = 0, length = 0;
+        uint64_t iova_delta = 0, host_delta = 0;
+    };
+
     std::vector<Slot> slots_;
+    std::vector<LocalEntry> local_;
     uint32_t capacity_ = 0;   // slots_.size(), kept apart: the fast path's bound, one load
     // Free slot indices as a FIFO ring: reusing the oldest-freed slot keeps stale keys
     // detectable for as long as possible.
@@ -351,14 +358,13 @@ inline LocalTranslation MrTable::translate_local(uint32_t key, uint64_t addr, ui
                                                 Access required) const noexcept {
     const uint32_t index = key_index(key);
     if (index < capacity_) [[likely]] {
-        const Slot& s = slots_.data()[index];
-        const MrEntry& e = s.entry;
         // resolve()'s checks for a valid region or single-run MR under the current key (one
-        // compare: local_key), offset_in()'s with the base kept apart.
-        const uint64_t off = addr - s.base;
-        if (s.local_key == key && addr >= s.base && off <= e.length && len <= e.length - off &&
-            has(e.access, required)) [[likely]]
-            return {e.iova + off, s.host + off, MrStatus::ok};
+        // compare), offset_in()'s, has()'s.
+        const LocalEntry& l = local_.data()[index];
+        const uint64_t off = addr - l.base;
+        if (l.key == key && addr >= l.base && off <= l.length && len <= l.length - off && has(l.access, required))
+            [[likely]]
+            return {Iova(addr + l.iova_delta), addr + l.host_delta, MrStatus::ok};
     }
     return translate_local_slow(key, addr, len, required);
 }

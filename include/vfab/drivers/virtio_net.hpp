@@ -163,7 +163,8 @@ public:
     // pseudo-header sums into the frame). Fast path: no allocation, no lock; one doorbell at
     // most, when the device asks (an MMIO store; over vhost-user a write(2)).
     PostResult post_send(std::span<const SendWr> wrs) noexcept {
-        return packed_ ? send_impl(*ptx_, wrs) : send_impl(*stx_, wrs);
+        if (headroom_) return packed_ ? send_impl<true>(*ptx_, wrs) : send_impl<true>(*stx_, wrs);
+        return packed_ ? send_impl<false>(*ptx_, wrs) : send_impl<false>(*stx_, wrs);
     }
     // Queues receive buffers, each for one whole frame (see PostResult): EINVAL under
     // attr().recv_buffer_size bytes or with an empty SGE; an lkey that is bad or lacks
@@ -171,7 +172,8 @@ public:
     // the driver's own memory, or before the first SGE (QpInitAttr::hdr_in_headroom). Fast
     // path, as post_send().
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept {
-        return packed_ ? recv_impl(*prx_, wrs) : recv_impl(*srx_, wrs);
+        if (headroom_) return packed_ ? recv_impl<true>(*prx_, wrs) : recv_impl<true>(*srx_, wrs);
+        return packed_ ? recv_impl<false>(*prx_, wrs) : recv_impl<false>(*srx_, wrs);
     }
     // ready; error after a removal, a fatal error or reset(), or when destroying another queue
     // pair restarted the device while this one had WRs outstanding (they flush: destroy it);
@@ -239,20 +241,23 @@ private:
         bool zero_sge = false;
         bool bad_key = false;
     };
+    // H: the header in the headroom (headroom_), a template argument so that the per-WR code
+    // has no branch on it; post_send/post_recv pick the instance once per call.
+    template <bool H>
     Gathered gather(const Sge* sgl, uint32_t n, bool device_writes, virtio::Buffer* out) const noexcept;
-    template <class Q>
+    template <bool H, class Q>
     int enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key, bool device_writes,
                 bool& added) noexcept;
     void complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept;
     template <class Q>
     static void publish(Q& q, const virtio::Doorbell& bell) noexcept;
-    template <class Q>
+    template <bool H, class Q>
     int send_one(Q& q, const SendWr& wr, uint32_t nsge, bool& added) noexcept;
-    template <class Q>
+    template <bool H, class Q>
     int recv_one(Q& q, const RecvWr& wr, uint32_t nsge, bool& added) noexcept;
-    template <class Q>
+    template <bool H, class Q>
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
-    template <class Q>
+    template <bool H, class Q>
     PostResult recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept;
     template <class Q>
     [[gnu::always_inline]] uint32_t poll_ring(Q& q, WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept;
@@ -392,11 +397,12 @@ inline int QueuePair::seed_checksum(const SendWr& wr, virtio::NetHdr& hdr) noexc
 // writes them, which needs LOCAL_WRITE); a bad key is reported, not refused here. With the
 // header in the headroom the first buffer starts kNetHdrSize bytes early, and those bytes must
 // be in the MR as well.
+template <bool H>
 [[gnu::always_inline]] inline QueuePair::Gathered QueuePair::gather(const Sge* sgl, uint32_t n, bool device_writes,
                                              virtio::Buffer* out) const noexcept {
     Gathered g;
     const dma::Access need = device_writes ? dma::Access::local_write : dma::Access::none;
-    const uint32_t room = headroom_ ? kNetHdrSize : 0;
+    const uint32_t room = H ? kNetHdrSize : 0;
     for (uint32_t s = 0; s < n; ++s) {
         const uint32_t before = s == 0 ? room : 0;
         g.total += sgl[s].length;
@@ -414,7 +420,7 @@ inline int QueuePair::seed_checksum(const SendWr& wr, virtio::NetHdr& hdr) noexc
 // memory, then bufs[1..nsge]; with the header in the headroom bufs[1..nsge] alone), or, when a
 // key was bad, complete it at once (in order) without the device ever seeing it. 0, or ENOMEM
 // when the virtqueue has no room (the slot is then not taken).
-template <class Q>
+template <bool H, class Q>
 [[gnu::always_inline]] inline int QueuePair::enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key,
                               bool device_writes, bool& added) noexcept {
     const uint32_t index = ring.tail & ring.mask;
@@ -426,7 +432,7 @@ template <class Q>
         return 0;
     }
     std::span<const virtio::Buffer> chain(bufs + 1, nsge);
-    if (!headroom_) {
+    if constexpr (!H) {
         bufs[0] = {ring.hdr_iova + size_t(index) * kHdrSlot, kNetHdrSize, device_writes};
         chain = {bufs, nsge + 1};
     }
@@ -446,27 +452,27 @@ inline void QueuePair::publish(Q& q, const virtio::Doorbell& bell) noexcept {
 
 // One send WR of `nsge` SGEs (1 to caps().max_send_sge, checked by the caller); 0 or the
 // error that stops the post. Always inlined: called with nsge 1, the compiler drops the loops.
-template <class Q>
+template <bool H, class Q>
 [[gnu::always_inline]] inline int QueuePair::send_one(Q& q, const SendWr& wr, uint32_t nsge, bool& added) noexcept {
     virtio::Buffer bufs[kMaxSendSge + 1];
-    const Gathered g = gather(wr.sg_list, nsge, false, bufs + 1);
+    const Gathered g = gather<H>(wr.sg_list, nsge, false, bufs + 1);
     if (g.zero_sge || g.total < kEthHeader || g.total > max_frame_) [[unlikely]]
         return EINVAL;
-    if (sq_.full() || (!g.bad_key && q.free_count() < nsge + (headroom_ ? 0 : 1))) [[unlikely]]
+    if (sq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1))) [[unlikely]]
         return ENOMEM;
     if (!g.bad_key) {
         // Built here and copied: in the headroom it may be at any address the application chose.
         virtio::NetHdr hdr{};
         if ((wr.flags & send_ip_csum) && seed_checksum(wr, hdr) != 0) [[unlikely]]
             return EINVAL;
-        std::memcpy(headroom_ ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot,
+        std::memcpy(H ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot,
                     &hdr, sizeof hdr);
     }
     sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
-    return enqueue(q, sq_, bufs, nsge, g.bad_key, false, added);
+    return enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false, added);
 }
 
-template <class Q>
+template <bool H, class Q>
 inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
@@ -475,11 +481,13 @@ inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexce
     bool added = false;
     for (; i < wrs.size(); ++i) {
         const SendWr& wr = wrs[i];
-        if (wr.num_sge == 0 || wr.num_sge > caps_.max_send_sge || !wr.sg_list) [[unlikely]] {
+        const uint32_t nsge = wr.num_sge;
+        if (nsge == 1 && wr.sg_list) [[likely]]
+            err = send_one<H>(q, wr, 1, added);
+        else if (nsge == 0 || nsge > caps_.max_send_sge || !wr.sg_list)
             err = EINVAL;
-            break;
-        }
-        err = wr.num_sge == 1 ? send_one(q, wr, 1, added) : send_one(q, wr, wr.num_sge, added);
+        else
+            err = send_one<H>(q, wr, nsge, added);
         if (err != 0) [[unlikely]]
             break;
     }
@@ -488,20 +496,20 @@ inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexce
 }
 
 // One receive WR of `nsge` SGEs, as send_one().
-template <class Q>
+template <bool H, class Q>
 [[gnu::always_inline]] inline int QueuePair::recv_one(Q& q, const RecvWr& wr, uint32_t nsge, bool& added) noexcept {
     virtio::Buffer bufs[kMaxRecvSge + 1];
-    const Gathered g = gather(wr.sg_list, nsge, true, bufs + 1);
+    const Gathered g = gather<H>(wr.sg_list, nsge, true, bufs + 1);
     // Without GUEST_TSO/UFO or MRG_RXBUF, a buffer must hold a whole frame (§5.1.6.3.1).
     if (g.zero_sge || g.total < min_recv_) [[unlikely]]
         return EINVAL;
-    if (rq_.full() || (!g.bad_key && q.free_count() < nsge + (headroom_ ? 0 : 1))) [[unlikely]]
+    if (rq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1))) [[unlikely]]
         return ENOMEM;
     rq_.at(rq_.tail) = {wr.wr_id, 0, WcStatus::success, true, false, 0};
-    return enqueue(q, rq_, bufs, nsge, g.bad_key, true, added);
+    return enqueue<H>(q, rq_, bufs, nsge, g.bad_key, true, added);
 }
 
-template <class Q>
+template <bool H, class Q>
 inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
@@ -510,11 +518,13 @@ inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexce
     bool added = false;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
-        if (wr.num_sge == 0 || wr.num_sge > caps_.max_recv_sge || !wr.sg_list) [[unlikely]] {
+        const uint32_t nsge = wr.num_sge;
+        if (nsge == 1 && wr.sg_list) [[likely]]
+            err = recv_one<H>(q, wr, 1, added);
+        else if (nsge == 0 || nsge > caps_.max_recv_sge || !wr.sg_list)
             err = EINVAL;
-            break;
-        }
-        err = wr.num_sge == 1 ? recv_one(q, wr, 1, added) : recv_one(q, wr, wr.num_sge, added);
+        else
+            err = recv_one<H>(q, wr, nsge, added);
         if (err != 0) [[unlikely]]
             break;
     }

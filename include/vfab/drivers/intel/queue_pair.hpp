@@ -71,6 +71,7 @@ struct SendCursor {
     uint32_t sq_room, tx_room;   // WR slots and descriptors free (one descriptor stays empty)
     uint32_t refused;
     uint64_t bytes;
+    bool sig_all;   // sq_sig_all_
 };
 
 template <class Traits>
@@ -252,7 +253,7 @@ template <class T>
     if (c.sq_room == 0 || c.tx_room < need) [[unlikely]]
         return ENOMEM;
     Slot& slot = sq_[c.sq_tail & sq_mask_];
-    slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled)};
+    slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, c.sig_all || (wr.flags & send_signaled)};
     ++c.sq_tail, --c.sq_room;
     if (bad_key) [[unlikely]] {   // completes in order, touches no descriptor
         slot.status = WcStatus::local_protection_error;
@@ -289,17 +290,20 @@ template <class T>
 inline PostResult QueuePairCore<T>::post_send(std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    SendCursor c{sq_tail_, tx_tail_, sq_mask_ + 1 - (sq_tail_ - sq_head_), tx_mask_ - (tx_tail_ - tx_head_), 0, 0};
+    SendCursor c{sq_tail_, tx_tail_, sq_mask_ + 1 - (sq_tail_ - sq_head_), tx_mask_ - (tx_tail_ - tx_head_), 0, 0,
+                 sq_sig_all_};
     const uint32_t old_tail = c.tx_tail, max_sge = caps_.max_send_sge;
     uint32_t i = 0;
     int err = 0;
     for (; i < wrs.size(); ++i) {
         const SendWr& wr = wrs[i];
-        if (!wr.sg_list || wr.num_sge == 0 || wr.num_sge > max_sge) [[unlikely]] {
+        const uint32_t nsge = wr.num_sge;
+        if (nsge == 1 && wr.sg_list) [[likely]]
+            err = queue_send(wr, 1, c);
+        else if (!wr.sg_list || nsge == 0 || nsge > max_sge)
             err = EINVAL;
-            break;
-        }
-        err = wr.num_sge == 1 ? queue_send(wr, 1, c) : queue_send(wr, wr.num_sge, c);
+        else
+            err = queue_send(wr, nsge, c);
         if (err) [[unlikely]]
             break;
     }
@@ -317,42 +321,35 @@ template <class T>
 inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    // In registers for the batch, as post_send's cursor.
-    uint32_t rq_tail = rq_tail_, rx_tail = rx_tail_;
-    uint32_t rq_room = rq_mask_ + 1 - (rq_tail - rq_head_), rx_room = rx_mask_ - (rx_tail - rx_head_);
-    Slot* const rq = rq_;
-    RxDesc* const rx = rx_;
-    const uint32_t rq_mask = rq_mask_, rx_mask = rx_mask_, buffer = rx_buffer_;
-    const dma::MrTable* const mrs = mrs_;
-    const uint32_t old_tail = rx_tail;
+    const uint32_t old_tail = rx_tail_;
     uint32_t i = 0;
     int err = 0;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
         // One buffer per frame, holding all the device may write.
-        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < buffer) [[unlikely]] {
+        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < rx_buffer_) {
             err = EINVAL;
             break;
         }
-        if (rq_room == 0 || rx_room == 0) [[unlikely]] {
+        if (rq_tail_ - rq_head_ > rq_mask_ || rx_tail_ - rx_head_ >= rx_mask_) {
             err = ENOMEM;
             break;
         }
         const Sge& g = wr.sg_list[0];
-        Slot& slot = rq[rq_tail & rq_mask];
-        const dma::LocalTranslation t = mrs->translate_local(g.lkey, g.addr, buffer, dma::Access::local_write);
-        if (t.status == dma::MrStatus::ok) [[likely]] {
-            slot = {wr.wr_id, 0, 1, WcStatus::success, true};
-            T::write_rx(rx[rx_tail & rx_mask], t.iova.value);
-            ++rx_tail, --rx_room;
+        Slot& slot = rq_[rq_tail_ & rq_mask_];
+        slot = {wr.wr_id, 0, 0, WcStatus::success, true};
+        const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
+        if (t.status != dma::MrStatus::ok) {
+            slot.status = WcStatus::local_protection_error;
         } else {
-            slot = {wr.wr_id, 0, 0, WcStatus::local_protection_error, true};
+            T::write_rx(rx_[rx_tail_ & rx_mask_], t.iova.value);
+            ++rx_tail_;
+            slot.ndesc = 1;
         }
-        ++rq_tail, --rq_room;
+        ++rq_tail_;
     }
-    rq_tail_ = rq_tail, rx_tail_ = rx_tail;
     // The tail once kRxTailBatch buffers wait for it, or at once while the device runs low.
-    if (rx_tail != old_tail && (rx_tail - rx_written_ >= kRxTailBatch || rx_written_ - rx_head_ < kRxTailBatch))
+    if (rx_tail_ != old_tail && (rx_tail_ - rx_written_ >= kRxTailBatch || rx_written_ - rx_head_ < kRxTailBatch))
         write_rx_tail();
     return {err, i};
 }
@@ -361,23 +358,18 @@ template <class T>
 inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexcept {
     uint32_t n = 0;
     const bool flushing = state() == QpState::error;
-    // In registers for the call (the completion stores could alias the members).
-    uint32_t head = sq_head_, tx_head = tx_head_;
-    const uint32_t tail = sq_tail_, mask = sq_mask_, tx_mask = tx_mask_, qp_num = qp_num_;
-    const Slot* const sq = sq_;
-    const TxDesc* const tx = tx_;
-    while (n < max && head != tail) {
-        const Slot& s = sq[head & mask];
+    while (n < max && sq_head_ != sq_tail_) {
+        const Slot& s = sq_[sq_head_ & sq_mask_];
         WcStatus status = s.status;
         if (s.ndesc) {
-            // DD of the WR's last descriptor; nothing else of it is read (no dma_rmb needed).
-            if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx[(tx_head + s.ndesc - 1) & tx_mask]))) {
+            if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head_ + s.ndesc - 1) & tx_mask_]))) {
                 if (!flushing) break;
                 status = WcStatus::wr_flush_error;
             }
-            tx_head += s.ndesc;
+            mmio::dma_rmb();
+            tx_head_ += s.ndesc;
         }
-        ++head;
+        ++sq_head_;
         // Errors apart, with a completion write each: one write under `signaled || !ok` costs
         // 3-4 instructions per packet more (bench/fastpath_callgrind.sh).
         if (status != WcStatus::success) [[unlikely]] {
@@ -385,12 +377,12 @@ inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexc
                 tx_packets_.add(~uint64_t(0));
                 tx_bytes_.add(-uint64_t(s.byte_len));
             }
-            out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num, 0};
+            out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
             continue;
         }
-        if (s.signaled) out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num, 0};
+        const uint32_t len = s.byte_len;
+        if (s.signaled) out[n++] = {s.wr_id, status, WcOpcode::send, 0, len, qp_num_, 0};
     }
-    sq_head_ = head, tx_head_ = tx_head;
     return n;
 }
 
@@ -398,50 +390,39 @@ template <class T>
 inline uint32_t QueuePairCore<T>::poll_recv(Completion* out, uint32_t max) noexcept {
     uint32_t n = 0;
     const bool flushing = state() == QpState::error;
-    // In registers for the call, as poll_send.
-    uint32_t head = rq_head_, rx_head = rx_head_;
-    const uint32_t tail = rq_tail_, mask = rq_mask_, rx_mask = rx_mask_, qp_num = qp_num_;
-    const Slot* const rq = rq_;
-    const RxDesc* const rx = rx_;
-    uint64_t packets = 0, bytes = 0;
-    bool dry = false;   // stopped at a buffer the device has not written
-    while (n < max && head != tail) {
-        const Slot& s = rq[head & mask];
-        WcStatus status = s.status;
-        uint32_t len = 0;
-        uint16_t flags = 0;
+    while (n < max && rq_head_ != rq_tail_) {
+        const Slot& s = rq_[rq_head_ & rq_mask_];
+        Completion& c = out[n];
+        c = {s.wr_id, s.status, WcOpcode::recv, 0, 0, qp_num_, 0};
         if (s.ndesc) {
-            const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx[rx_head & rx_mask]);
+            const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
             const uint32_t se = d->wb.status_error;
             if (!(se & T::kRxDD)) {
                 if (!flushing) {
-                    dry = true;
+                    flush_recv_tail();   // nothing came: the device must have every buffer
                     break;
                 }
-                status = WcStatus::wr_flush_error;
+                c.status = WcStatus::wr_flush_error;
             } else {
                 mmio::dma_rmb();   // the rest of the write-back after DD
-                len = d->wb.length;
+                const uint32_t len = d->wb.length;
+                c.byte_len = len;
                 if (!(se & T::kRxEOP)) [[unlikely]] {
-                    status = WcStatus::local_length_error;   // larger than one buffer
+                    c.status = WcStatus::local_length_error;   // larger than one buffer
                 } else if (se & T::kRxErrFrame) [[unlikely]] {
-                    status = WcStatus::general_error;
+                    c.status = WcStatus::general_error;
                 } else {
-                    ++packets, bytes += len;
-                    if (T::rx_csum_ok(se)) flags = wc_ip_csum_ok;
+                    rx_packets_.add(1);   // per packet: cheaper than a count of failures kept aside
+                    rx_bytes_.add(len);
+                    if (T::rx_csum_ok(se)) c.flags = wc_ip_csum_ok;
                 }
-                if constexpr (requires { T::rx_any_flags(se); }) flags |= T::rx_any_flags(se);
+                if constexpr (requires { T::rx_any_flags(se); }) c.flags |= T::rx_any_flags(se);
             }
-            ++rx_head;
+            ++rx_head_;
         }   // (else: refused when posted, a bad key)
-        out[n++] = {s.wr_id, status, WcOpcode::recv, flags, len, qp_num, 0};
-        ++head;
+        ++rq_head_;
+        ++n;
     }
-    rq_head_ = head, rx_head_ = rx_head;
-    rx_packets_.add(packets);
-    rx_bytes_.add(bytes);
-    // Nothing more came: the device must have every buffer posted before the application waits.
-    if (dry) flush_recv_tail();
     return n;
 }
 

@@ -43,7 +43,7 @@ public:
     // The next used buffer: its token and the bytes the device wrote into it (never more than
     // its device-writable length). With IN_ORDER one used descriptor may stand for a batch
     // (§2.8.8): each buffer of it is returned in turn, the ones before the last as completely used.
-    bool poll_used(uint32_t& token, uint32_t& len) noexcept;
+    [[gnu::always_inline]] bool poll_used(uint32_t& token, uint32_t& len) noexcept;
     // Whether poll_used() would return a buffer now (one load of the next used position's
     // flags; false once broken()).
     bool has_used() const noexcept;
