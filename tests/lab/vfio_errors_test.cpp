@@ -190,10 +190,12 @@ TEST_P(VfioErrors, BackendFromTheEnvironment) {
     expect_mentions(bad.error(), "use auto, legacy, iommufd or noiommu");
 }
 
-TEST_P(VfioErrors, OpenAndClose1000TimesLeavesNothingBehind) {
+// A leak per open (an fd, a mapping) shows as 200 of them; 1000 rounds took 20 s per backend
+// and boot and found nothing more.
+TEST_P(VfioErrors, OpenAndClose200TimesLeavesNothingBehind) {
     void* mem = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     size_t fds = count_fds(), maps = count_mappings();
-    for (int i = 0; i < 1000; ++i) {
+    for (int i = 0; i < 200; ++i) {
         auto d = open_with("edu", GetParam());
         ASSERT_TRUE(d.ok()) << "iteration " << i << ": " << d.error().message;
         ASSERT_TRUE((*d)->region(0).ok());
