@@ -232,7 +232,7 @@ MrStatus MrTable::bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_
     if (!has(slots_[m].entry.access, access & kRemote)) return MrStatus::access_denied;
     const MrEntry& mr = slots_[m].entry;
     slots_[w].parent_key = mr_key;
-    slots_[w].parent_offset = mr.zero_based() ? addr : addr - mr.addr;
+    slots_[w].parent_offset = addr - mr.base();
     slots_[w].owner_qpn = type1 ? 0 : owner_qpn;
     make_valid(slots_[w], MrEntry{addr, len, t.iova, access}, new_key);
     sync_local(w);
@@ -289,7 +289,7 @@ void MrTable::sync_local(uint32_t index) noexcept {
     LocalEntry& l = local_[index];
     l.key = inline_ok ? key : key ^ 0xffffff00u;   // every index bit flipped: no WR's key
     l.access = s.entry.access;
-    l.base = s.entry.zero_based() ? 0 : s.entry.addr;
+    l.base = s.entry.base();
     l.length = s.entry.length;
     l.iova_delta = s.entry.iova.value - l.base;
     l.host_delta = s.host - l.base;

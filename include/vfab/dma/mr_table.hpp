@@ -90,6 +90,8 @@ struct MrEntry {
     Access access = Access::none;
     // Zero-based: translate() takes addresses as offsets from 0, not virtual addresses.
     constexpr bool zero_based() const noexcept { return has(access, Access::zero_based); }
+    // The address of its first byte as translate() takes addresses: 0 when zero-based.
+    constexpr uint64_t base() const noexcept { return zero_based() ? 0 : addr; }
 };
 
 // enum ibv_mw_type.
@@ -271,6 +273,7 @@ private:
     static Translation resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept;
     static Translation at(const Slot& s, uint64_t off, uint64_t len) noexcept;
     static bool offset_in(const MrEntry& e, uint64_t addr, uint64_t len, uint64_t& off) noexcept;
+    static bool in_range(uint64_t base, uint64_t length, uint64_t addr, uint64_t len, uint64_t& off) noexcept;
 
     // translate_local's inline test, by slot index, 40 bytes each: the key a WR must carry
     // while the slot is a valid region or single-run fast-register MR (else a key of another
@@ -309,14 +312,17 @@ inline Translation MrTable::at(const Slot& s, uint64_t off, uint64_t len) noexce
     return {MrStatus::ok, m.blocks[b].iova + in, m.blocks[b].host + in, std::min(len, m.block_size - in), &m, pos};
 }
 
-// Whether [addr, addr + len) lies inside the entry's range (`addr` an offset when it is
-// zero-based), and where it starts in it. Written so that no sum can wrap: off <= length,
-// then len <= what is left.
-inline bool MrTable::offset_in(const MrEntry& e, uint64_t addr, uint64_t len, uint64_t& off) noexcept {
-    const uint64_t base = e.zero_based() ? 0 : e.addr;
+// Whether [addr, addr + len) lies inside [base, base + length), and where it starts in it.
+// Written so that no sum can wrap: off <= length, then len <= what is left.
+inline bool MrTable::in_range(uint64_t base, uint64_t length, uint64_t addr, uint64_t len, uint64_t& off) noexcept {
     if (addr < base) return false;
     off = addr - base;
-    return off <= e.length && len <= e.length - off;
+    return off <= length && len <= length - off;
+}
+
+// in_range() of the entry's range (`addr` an offset when it is zero-based).
+inline bool MrTable::offset_in(const MrEntry& e, uint64_t addr, uint64_t len, uint64_t& off) noexcept {
+    return in_range(e.base(), e.length, addr, len, off);
 }
 
 inline Translation MrTable::resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept {
@@ -359,11 +365,10 @@ inline LocalTranslation MrTable::translate_local(uint32_t key, uint64_t addr, ui
     const uint32_t index = key_index(key);
     if (index < capacity_) [[likely]] {
         // resolve()'s checks for a valid region or single-run MR under the current key (one
-        // compare), offset_in()'s, has()'s.
+        // compare), its bounds and rights.
         const LocalEntry& l = local_.data()[index];
-        const uint64_t off = addr - l.base;
-        if (l.key == key && addr >= l.base && off <= l.length && len <= l.length - off && has(l.access, required))
-            [[likely]]
+        uint64_t off;
+        if (l.key == key && in_range(l.base, l.length, addr, len, off) && has(l.access, required)) [[likely]]
             return {Iova(addr + l.iova_delta), addr + l.host_delta, MrStatus::ok};
     }
     return translate_local_slow(key, addr, len, required);
