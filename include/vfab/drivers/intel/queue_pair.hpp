@@ -5,9 +5,10 @@
 // a WR with a bad key takes none and completes in order with an error. Completions come from
 // the descriptors' DD bits, oldest first; in the error state the rest flush. Counters run
 // freely (a ring index is counter & mask). The transmit tail goes to the device once per post
-// call; the receive tail once kRxTailBatch buffers are waiting for it, or at once while the
-// device holds fewer than that (as DPDK's rx_free_thresh), and whenever the application could
-// wait for a frame: a poll that finds the ring empty, and arm().
+// call; the receive tail once a batch of buffers (an eighth of the ring, at most kRxTailBatch)
+// waits for it, or at once while the device holds fewer than a batch (as DPDK's
+// rx_free_thresh): a poll that finds the ring empty while the device runs that low writes it
+// too, and so does arm(). Held buffers never leave the device short of a batch to receive into.
 //
 // A device family supplies `Traits` (e1000e::QueueTraits, igb::QueueTraits):
 //   TxDesc, TxContextDesc, RxDesc, TxContext     its descriptor formats, the context it keeps
@@ -22,6 +23,7 @@
 // and derives its QueuePair from QueuePairCore<Traits>, adding the control path.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -42,8 +44,10 @@ inline constexpr uint32_t kMaxSendSge = 8;
 inline constexpr uint32_t kEthHeader = 14;
 inline constexpr uint32_t kMaxQueueDepth = 4096;   // WRs per queue
 // Receive buffers posted before the receive tail is written (one MMIO write, a VM exit under
-// virtualisation), unless the device holds fewer than this many.
-inline constexpr uint32_t kRxTailBatch = 32;
+// virtualisation), unless the device holds fewer than this many: at most this, an eighth of
+// the ring below 512 entries (a batch of 64 halves the writes DPDK's rx_free_thresh of 32
+// makes at a burst of 32: bench/run's lab MMIO figures).
+inline constexpr uint32_t kRxTailBatch = 64;
 
 // Where a queue pair's rings are and what it may post: filled by the driver's create_qp (rings
 // in DMA memory) and by the unit tests' and bench/'s models (rings in plain memory, IOVA = VA).
@@ -106,8 +110,8 @@ public:
     QpStats stats() const noexcept { return {tx_packets_.get(), tx_bytes_.get(), rx_packets_.get(), rx_bytes_.get()}; }
     // Hands the device the receive buffers posted since the receive tail was last written (one
     // MMIO write; nothing when there are none). poll() does it when it finds the receive ring
-    // empty and the completion queue's arm() before it returns: call it only to hand buffers
-    // over sooner without polling. Fast path.
+    // empty and the device holding fewer than a batch, and the completion queue's arm() before
+    // it returns: call it only to hand buffers over sooner without polling. Fast path.
     void flush_recv_tail() noexcept {
         if (rx_tail_ != rx_written_) write_rx_tail();
     }
@@ -115,6 +119,8 @@ public:
     uint32_t send_outstanding() const noexcept { return sq_tail_ - sq_head_; }
     // Receives posted and not yet returned by a poll (refused ones included).
     uint32_t recv_outstanding() const noexcept { return rq_tail_ - rq_head_; }
+    // Receive buffers held back before the tail is written (kRxTailBatch).
+    uint32_t recv_tail_batch() const noexcept { return rx_batch_; }
 
 protected:
     // For the completion queue (queue::CompletionQueueCore, a friend of the derived class).
@@ -150,6 +156,7 @@ protected:
     void attach_rings(const RingView<Traits>& v) {
         tx_ = v.tx, tx_mask_ = v.tx_entries - 1, tx_head_ = tx_tail_ = 0;
         rx_ = v.rx, rx_mask_ = v.rx_entries - 1, rx_head_ = rx_tail_ = rx_written_ = 0;
+        rx_batch_ = std::clamp<uint32_t>(v.rx_entries / 8, 1, kRxTailBatch);
         sq_storage_.assign(v.send_depth, Slot{});
         rq_storage_.assign(v.rx_entries, Slot{});
         sq_ = sq_storage_.data(), sq_mask_ = v.send_depth - 1, sq_head_ = sq_tail_ = 0;
@@ -209,6 +216,7 @@ protected:
     RxDesc* rx_ = nullptr;
     uint32_t rx_mask_ = 0, rx_head_ = 0, rx_tail_ = 0;
     uint32_t rx_written_ = 0;   // rx_tail_ as the device last saw it
+    uint32_t rx_batch_ = 1;     // buffers held back before the tail is written
 
     queue::StatCounter tx_packets_, tx_bytes_, rx_packets_, rx_bytes_;   // for stats(), from any thread
     std::vector<Slot> sq_storage_, rq_storage_;
@@ -348,8 +356,8 @@ inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexc
         }
         ++rq_tail_;
     }
-    // The tail once kRxTailBatch buffers wait for it, or at once while the device runs low.
-    if (rx_tail_ != old_tail && (rx_tail_ - rx_written_ >= kRxTailBatch || rx_written_ - rx_head_ < kRxTailBatch))
+    // The tail once a batch waits for it, or at once while the device runs low.
+    if (rx_tail_ != old_tail && (rx_tail_ - rx_written_ >= rx_batch_ || rx_written_ - rx_head_ < rx_batch_))
         write_rx_tail();
     return {err, i};
 }
@@ -399,7 +407,9 @@ inline uint32_t QueuePairCore<T>::poll_recv(Completion* out, uint32_t max) noexc
             const uint32_t se = d->wb.status_error;
             if (!(se & T::kRxDD)) {
                 if (!flushing) {
-                    flush_recv_tail();   // nothing came: the device must have every buffer
+                    // Nothing came, and the device holds every buffer from here to the tail it
+                    // saw: short of a batch, it gets what is held (the caller may wait next).
+                    if (rx_written_ - rx_head_ < rx_batch_) flush_recv_tail();
                     break;
                 }
                 c.status = WcStatus::wr_flush_error;
