@@ -195,7 +195,9 @@ Event DeviceImpl::next_event() {
         return {EventType::device_fatal};
     }
     const bool other = vfio::drain_eventfd(msix_->eventfd(kOtherVector)) != 0;
-    if (bar_->read32(reg::STATUS) == 0xffffffffu) {   // surprise removal
+    // One STATUS read a call: all ones when the device is gone, else the link state below.
+    const uint32_t status = bar_->read32(reg::STATUS);
+    if (status == 0xffffffffu) {   // surprise removal
         removed_ = true;
         enter_error_state();
         return {EventType::device_fatal};
@@ -212,7 +214,7 @@ Event DeviceImpl::next_event() {
         bar_->write32(reg::ICR, reg::ICR_LSC | reg::ICR_OTHER | reg::ICR_RXO | reg::ICR_RXDMT0);
         bar_->write32(reg::IMS, reg::ICR_LSC | reg::ICR_OTHER);
     }
-    return queue::link_change(link().up, link_up_);
+    return queue::link_change(intel::link_from_status(status).up, link_up_);
 }
 
 // Stops the device's DMA and puts the queue pair in the error state: its outstanding WRs

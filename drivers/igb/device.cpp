@@ -161,7 +161,9 @@ Event DeviceImpl::next_event() {
         return {EventType::device_removal};
     }
     const bool other = vfio::drain_eventfd(msix_->eventfd(other_vector_)) != 0;
-    if (bar_->read32(reg::STATUS) == 0xffffffffu) {
+    // One STATUS read a call: all ones when the device is gone, else the link state below.
+    const uint32_t status = bar_->read32(reg::STATUS);
+    if (status == 0xffffffffu) {
         removed_ = true;
         enter_error_state();
         return {EventType::device_fatal};
@@ -177,7 +179,7 @@ Event DeviceImpl::next_event() {
         (void)bar_->read32(reg::ICR);   // clears the causes (GPIE.NSICR)
         bar_->write32(reg::EIMS, 1u << other_vector_);
     }
-    return queue::link_change(link().up, link_up_);
+    return queue::link_change(intel::link_from_status(status).up, link_up_);
 }
 
 Result<void> DeviceImpl::reset() {

@@ -274,7 +274,8 @@ Event DeviceImpl::next_event() {
         return {EventType::device_removal};
     }
     for (uint32_t v = 1; v < reg::kVectors; ++v) vfio::drain_eventfd(msix_->eventfd(v));
-    if (bar_->read32(reg::VTSTATUS) == 0xffffffffu) {
+    const uint32_t status = bar_->read32(reg::VTSTATUS);   // gone, else the link state below
+    if (status == 0xffffffffu) {
         removed_ = true;
         enter_error_state();
         return {EventType::device_fatal};
@@ -293,7 +294,7 @@ Event DeviceImpl::next_event() {
         }
         return {};
     }
-    return queue::link_change(link().up, link_up_);
+    return queue::link_change(intel::link_from_status(status).up, link_up_);
 }
 
 Result<void> DeviceImpl::reset() {

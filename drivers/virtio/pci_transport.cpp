@@ -166,6 +166,8 @@ Result<void> PciTransport::set_config_vector(uint16_t vector) {
 
 uint8_t PciTransport::read_isr() { return rd<uint8_t>(isr_, 0); }
 
+uint8_t PciTransport::config_generation() const { return rd<uint8_t>(common_, kConfigGeneration); }
+
 void PciTransport::read_device_config(uint32_t offset, void* out, uint32_t len) const {
     auto* dst = static_cast<uint8_t*>(out);
     uint8_t before, after;

@@ -88,6 +88,9 @@ public:
     // Device-specific configuration (§2.5); zeros where the transport has none.
     virtual void read_config(uint32_t offset, void* out, uint32_t len) const = 0;
     virtual uint32_t config_length() const = 0;
+    // config_generation (§4.1.4.3): unchanged since a read_config() means nothing that read
+    // saw has changed since (§2.5.1), so a cached value still holds. 0 where nothing changes.
+    virtual uint8_t config_generation() const = 0;
     // Clears the configuration-change channel; true when the device asks to be reset (§2.1.2).
     virtual bool needs_reset() = 0;
     // Whether the device has gone (PCI: the kernel asked for it back; vhost-user: the

@@ -104,6 +104,7 @@ public:
         pci_.read_device_config(offset, out, len);
     }
     uint32_t config_length() const override { return pci_.device_config_length(); }
+    uint8_t config_generation() const override { return pci_.config_generation(); }
     // The device asks for a reset (§2.1.2), or was reset behind the driver's back: a live
     // device holds at least ACKNOWLEDGE | DRIVER from open() on, a reset one reads 0 (§2.1).
     bool needs_reset() override {

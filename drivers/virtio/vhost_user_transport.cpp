@@ -173,6 +173,7 @@ public:
     // None of the features that read the configuration space is carried.
     void read_config(uint32_t, void* out, uint32_t len) const override { std::memset(out, 0, len); }
     uint32_t config_length() const override { return 0; }
+    uint8_t config_generation() const override { return 0; }
     bool needs_reset() override { return false; }
     bool gone() override { return !fe_.alive(); }
     bool polls_for_gone() const override { return true; }   // no interrupt tells a busy poller

@@ -185,7 +185,12 @@ Event DeviceState::next_event() {
         enter_error_state();
         return {EventType::device_fatal};
     }
-    return queue::link_change(link().up, link_up_);
+    if (const uint8_t gen = transport_->config_generation(); !link_cached_ || gen != link_gen_) {
+        link_gen_ = gen;   // read before the status: a change in between is seen next time
+        link_now_ = link().up;
+        link_cached_ = true;
+    }
+    return queue::link_change(link_now_, link_up_);
 }
 
 // Caller holds mu_. True once the device is gone; the first time, the queue pairs go to the
@@ -218,6 +223,7 @@ Result<void> DeviceState::reset() {
     enter_error_state();
     if (auto r = transport_->restart(); !r) return r;
     fatal_reported_ = false;
+    link_cached_ = false;   // a reset starts config_generation again
     return {};
 }
 

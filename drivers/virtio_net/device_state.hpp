@@ -54,6 +54,11 @@ public:
     bool packed_ = false;
     uint32_t vectors_ = 0;
     bool link_up_ = false;
+    // next_event()'s link state and the config_generation it was read under: read again only
+    // when the generation moves (one register read a call instead of four).
+    bool link_now_ = false;
+    bool link_cached_ = false;
+    uint8_t link_gen_ = 0;
     bool removed_ = false;         // the device (or vhost-user back-end) is gone
     bool gone_reported_ = false;   // ... and next_event() said so
     bool fatal_reported_ = false;  // next_event() said the device needs a reset (until reset())

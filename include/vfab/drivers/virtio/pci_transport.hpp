@@ -70,6 +70,8 @@ public:
 
     // Device-specific configuration (§4.1.4.6), read consistently across config_generation.
     void read_device_config(uint32_t offset, void* out, uint32_t len) const;
+    // config_generation (§4.1.4.3): one read.
+    uint8_t config_generation() const;
     // Bytes of the device-specific configuration (its capability's length):
     // read_device_config() does not check offset + len against it.
     uint32_t device_config_length() const { return device_.length; }
