@@ -14,7 +14,9 @@
 //
 // Both watch the ports' events (docs/reliability.md): a removal or a reset behind the driver's
 // back ends the run within a few milliseconds with one line naming the port, exit status 1.
+#include <fcntl.h>
 #include <poll.h>
+#include <unistd.h>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -22,7 +24,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <thread>
 
@@ -43,6 +47,7 @@ constexpr uint32_t kFrame = 64;   // as dpdk-pps (testpmd's --txpkts=64)
 struct Args {
     std::string driver = "e1000e", tx, rx;
     uint32_t batch = 32, count = 500;
+    int mmio_mark = -1;   // --mmio-mark N: the measured window marked for a QEMU trace (MmioMark)
     double seconds = 3;
     bool json = false, progress = false;
 };
@@ -56,6 +61,31 @@ double cpu_seconds() {
     auto s = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
     return s(u.ru_utime) + s(u.ru_stime);
 }
+
+// Cuts a QEMU trace of the devices' registers (bench/run's MMIO boot) into windows: writes
+// 0x80 + N into the Interrupt Line byte (PCI 3.0 §6.2.4, a scratch register to the device) of
+// the lab's edu device, 00:01.0, where the window starts and 0x40 + N where it ends. QEMU
+// traces both writes (pci_cfg_write); bench/run counts the MMIO accesses between them.
+class MmioMark {
+public:
+    explicit MmioMark(int n) : n_(n) {
+        if (n_ >= 0) fd_ = ::open("/sys/bus/pci/devices/0000:00:01.0/config", O_WRONLY | O_CLOEXEC);
+        if (n_ >= 0 && fd_ < 0) std::fprintf(stderr, "lab_bench: --mmio-mark: edu's config space: %s\n", std::strerror(errno));
+    }
+    ~MmioMark() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    MmioMark(const MmioMark&) = delete;
+    MmioMark& operator=(const MmioMark&) = delete;
+    void begin() const { write(uint8_t(0x80 + n_)); }
+    void end() const { write(uint8_t(0x40 + n_)); }
+
+private:
+    void write(uint8_t v) const {
+        if (fd_ >= 0 && ::pwrite(fd_, &v, 1, 0x3c) != 1) std::fprintf(stderr, "lab_bench: --mmio-mark: %s\n", std::strerror(errno));
+    }
+    int n_, fd_ = -1;
+};
 
 // The two ports and the frame every send carries (raw Ethernet, a local experimental type).
 template <class D>
@@ -144,6 +174,8 @@ int pps(const Args& a, Pair<D>& p, nlohmann::json& out) {
         }
         return n > 0;
     };
+    const MmioMark mark(a.mmio_mark);
+    mark.begin();   // after the receive ring's first fill: the window holds the fast path only
     const double cpu0 = cpu_seconds();
     const auto start = Clock::now();
     const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.seconds));
@@ -179,6 +211,7 @@ int pps(const Args& a, Pair<D>& p, nlohmann::json& out) {
         else if (auto why = watch.stop_reason()) return stopped(*why);
         else if (seconds_between(last, Clock::now()) > 0.2) break;
     }
+    mark.end();
     const double t = seconds_between(start, stop), cpu = cpu_seconds() - cpu0;
     const uint64_t lost = posted - received;
     out = {{"bench", "pps"},         {"driver", a.driver},  {"batch", a.batch},   {"seconds", t},
@@ -186,6 +219,7 @@ int pps(const Args& a, Pair<D>& p, nlohmann::json& out) {
            {"errors", errors},       {"frame_bytes", kFrame}};
     out["pps"] = lost || errors ? nlohmann::json() : nlohmann::json(double(in_time) / t);
     out["cpu_ns_per_packet"] = received ? cpu * 1e9 / double(received) : 0.0;
+    if (a.mmio_mark >= 0) out["mmio_mark"] = a.mmio_mark;
     if (!a.json) {
         if (lost || errors)
             std::printf("%s batch %u: LOST %llu of %llu frames (%llu errors) — no rate reported\n", a.driver.c_str(), a.batch,
@@ -339,6 +373,8 @@ int run(int argc, char** argv) {
     pps_cmd->add_option("--batch", a.batch, "Sends per doorbell (1..64)")->capture_default_str()->check(CLI::Range(1u, 64u));
     pps_cmd->add_option("--seconds", a.seconds, "Length of the run (0.5..600)")->capture_default_str()->check(CLI::Range(0.5, 600.0));
     pps_cmd->add_flag("--progress", a.progress, "A progress line (on stderr) every second");
+    pps_cmd->add_option("--mmio-mark", a.mmio_mark, "Mark the run for a QEMU trace: 0x80+N / 0x40+N into edu's config byte 0x3c (bench/run)")
+        ->check(CLI::Range(0, 63));
     CLI::App* wake_cmd = app.add_subcommand("wakeup", "Send-to-receiver latency: interrupt wake-up against busy polling");
     common(wake_cmd);
     wake_cmd->add_option("--count", a.count, "Frames in each mode (1..100000)")->capture_default_str()->check(CLI::Range(1u, 100000u));

@@ -18,6 +18,9 @@
 # DPDK_PPS_EAL (more EAL arguments for both processes, e.g. --iova-mode=pa), DPDK_PPS_TESTPMD
 # (more testpmd arguments for both, e.g. --rxd=1024 --txd=1024; default 256 descriptors each),
 # DPDK_PPS_NAME (the line's first word; dpdk-e1000).
+# DPDK_PPS_MMIO_MARK=N (0..63): marks the measured window for a QEMU trace of the devices'
+# registers, as lab_bench --mmio-mark does (0x80+N, then 0x40+N into the Interrupt Line byte of
+# the edu device 00:01.0; bench/run counts the accesses between); the line ends with mmio_mark=N.
 # DPDK_PPS_QUEUES=N (unset: one queue, as above): N queues on each port (--rxq=N --txq=N: testpmd
 # makes min(rxq, txq) streams per port), the sender's flows spread by --txonly-multi-flow (it
 # varies the IPv4 source address) and the receiver's by RSS on UDP (--rss-udp), both forwarding
@@ -33,6 +36,15 @@ name=${DPDK_PPS_NAME:-dpdk-e1000}
 queues=${DPDK_PPS_QUEUES:-}
 case $secs in ''|*[!0-9]*|0) echo "usage: dpdk-pps [SECONDS>0]" >&2; exit 2 ;; esac
 case $queues in ''|[1-9]|1[0-6]) ;; *) echo "dpdk-pps: DPDK_PPS_QUEUES must be 1..16" >&2; exit 2 ;; esac
+mark=${DPDK_PPS_MMIO_MARK:-}
+case $mark in ''|[0-9]|[1-5][0-9]|6[0-3]) ;; *) echo "dpdk-pps: DPDK_PPS_MMIO_MARK must be 0..63" >&2; exit 2 ;; esac
+# mmio_mark BASE: writes BASE + N into edu's config byte 0x3c (nothing without a mark).
+mmio_mark() {
+    [ -n "$mark" ] || return 0
+    # shellcheck disable=SC2059   # the format is the byte, as an octal escape
+    printf "\\$(printf %o $(($1 + mark)))" |
+        dd of=/sys/bus/pci/devices/0000:00:01.0/config bs=1 seek=60 count=1 conv=notrunc 2>/dev/null
+}
 tx_args="" rx_args=""
 if [ -n "$queues" ]; then
     tx_args="--rxq=$queues --txq=$queues --total-num-mbufs=8192 --txonly-multi-flow"
@@ -103,7 +115,9 @@ cmd tx start
 sleep 1                                 # past the first bursts
 cmd rx "show port stats all"; cmd tx "show port stats all"
 t0=$(uptime_cs)
+mmio_mark 128
 sleep "$secs"
+mmio_mark 64
 cmd rx "show port stats all"; cmd tx "show port stats all"
 t1=$(uptime_cs)
 cmd tx stop
@@ -148,6 +162,7 @@ if [ -n "$queues" ]; then
         END { print (q != "" ? q : total) }' "$work/rx.log")
     line="$line queues=$queues rx_queues=$per_queue"
 fi
+[ -n "$mark" ] && line="$line mmio_mark=$mark"
 echo "$line"
 case $line in
     *" tx_packets=0 "*|*" rx_packets=0 "*) fail "no packets counted" ;;
