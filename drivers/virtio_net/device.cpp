@@ -185,7 +185,13 @@ Event DeviceState::next_event() {
         enter_error_state();
         return {EventType::device_fatal};
     }
-    if (const uint8_t gen = transport_->config_generation(); !link_cached_ || gen != link_gen_) {
+    // A running device moves config_generation with its config; before DRIVER_OK it need not
+    // (QEMU's does not: it notifies configuration changes only to a running driver), so the
+    // status is read every time until the queues start.
+    if (!driver_ok_) {
+        link_cached_ = false;
+        link_now_ = link().up;
+    } else if (const uint8_t gen = transport_->config_generation(); !link_cached_ || gen != link_gen_) {
         link_gen_ = gen;   // read before the status: a change in between is seen next time
         link_now_ = link().up;
         link_cached_ = true;
@@ -223,7 +229,6 @@ Result<void> DeviceState::reset() {
     enter_error_state();
     if (auto r = transport_->restart(); !r) return r;
     fatal_reported_ = false;
-    link_cached_ = false;   // a reset starts config_generation again
     return {};
 }
 

@@ -54,8 +54,8 @@ public:
     bool packed_ = false;
     uint32_t vectors_ = 0;
     bool link_up_ = false;
-    // next_event()'s link state and the config_generation it was read under: read again only
-    // when the generation moves (one register read a call instead of four).
+    // next_event()'s link state and the config_generation it was read under: once the device
+    // runs, read again only when the generation moves (one register read a call, not four).
     bool link_now_ = false;
     bool link_cached_ = false;
     uint8_t link_gen_ = 0;

@@ -162,6 +162,7 @@ Result<QueuePair*> DeviceState::create_qp(const QpInitAttr& attr) {
 // restart(); the queue pairs' rings start over (they are idle, or this is their first start).
 Result<void> DeviceState::start_device() {
     driver_ok_ = true;   // from here, stop() stops whatever started
+    link_cached_ = false;   // next_event() reads the link under the running device's generation
     for (const auto& qp : qps_)
         if (qp && qp->state() == QpState::ready)
             if (auto r = program_qp(*qp); !r) return r;

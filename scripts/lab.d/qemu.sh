@@ -107,17 +107,32 @@ FROZEN_SECONDS=${VFAB_LAB_FROZEN_SECONDS:-60}
 # after this long is ended and reported as hung while booting.
 BOOT_SECONDS=${VFAB_LAB_BOOT_SECONDS:-90}
 
+# A guest's request to the host, one console line: "@@host set_link NAME on|off" takes QEMU
+# net client NAME's link down or up (QMP set_link; the hubports p0.. are the NICs' peers, so
+# the NIC sees it: tests/lab/link_events_test.cpp). Nothing else is accepted. Answered within
+# about a second, by the loop below.
+host_request() {   # host_request QMP_SOCKET LINE
+    if [[ $2 =~ ^@@host\ set_link\ ([a-z0-9]+)\ (on|off)$ ]]; then
+        "$LAB_DIR/qmp-set-link" "$1" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" >&2 \
+            || log "the guest's request failed: $2"
+    else
+        log "ignored a guest request the lab does not know: $2"
+    fi
+}
+
 # qemu_run_logged VMLINUX INITRD CMDLINE IOMMU TIMEOUT LOG: console to stdout and LOG.
 # Returns QEMU's exit status, 124 when the timeout ended it, 123 when the guest never started
 # beating, 125 when the guest stalled, 126 when it froze.
 qemu_run_logged() {
     local args timeout=$5 log=$6 pid stalled=0 frozen=0 unborn=0 beat_size=0 beat_at=$SECONDS size start=$SECONDS
+    local qmp_dir requests answered=0 line
     netns_available || true
     mapfile -t args < <(qemu_args "$1" "$2" "$3" "$4")
     : > "$log"
     rm -f "$log.pid" "$log.heartbeat"
+    qmp_dir=$(mktemp -d /tmp/vfab-qmp.XXXXXX)   # short: a socket's path has 107 bytes at most
     ( timeout -k 5 "$timeout" $(qemu_launcher) qemu-system-x86_64 "${args[@]}" -serial stdio \
-          -serial "file:$log.heartbeat" -monitor none \
+          -serial "file:$log.heartbeat" -monitor none -qmp "unix:$qmp_dir/qmp,server=on,wait=off" \
           -pidfile "$log.pid" 2>"$log.qemu-stderr" </dev/null | stdbuf -o0 tr -d '\r' | tee "$log"
       exit "${PIPESTATUS[0]}" ) &
     pid=$!
@@ -139,10 +154,17 @@ qemu_run_logged() {
             kill "$(cat "$log.pid" 2>/dev/null)" 2>/dev/null
             break
         fi
-        sleep 2
+        requests=$(grep -c '^@@host ' "$log")
+        while (( answered < requests )); do
+            answered=$((answered + 1))
+            line=$(grep '^@@host ' "$log" | sed -n "${answered}p")
+            host_request "$qmp_dir/qmp" "$line"
+        done
+        sleep 1
     done
     wait "$pid"
     local rc=$?
+    rm -rf "$qmp_dir"
     (( stalled )) && return 125
     (( frozen )) && return 126
     (( unborn )) && return 123
