@@ -78,7 +78,7 @@ Error MrTable::full() const {
 }
 
 // Pops the oldest free slot and starts a new registration in it under a new consumer key.
-uint32_t MrTable::take_slot(Kind kind, MrState state) noexcept {
+uint32_t MrTable::take_slot(Kind kind, MrState state, bool sync) noexcept {
     const uint32_t index = free_ring_[free_head_];
     free_head_ = free_head_ + 1 == capacity() ? 0 : free_head_ + 1;
     --free_count_;
@@ -86,7 +86,7 @@ uint32_t MrTable::take_slot(Kind kind, MrState state) noexcept {
     s.key = static_cast<uint8_t>(s.key + 1);   // so keys of the slot's previous life fail
     s.kind = kind;
     s.state = state;
-    sync_local(index);
+    if (sync) sync_local(index);
     return make_key(index, s.key);
 }
 
@@ -108,7 +108,7 @@ Result<MrKeys> MrTable::add(const MrEntry& e, uint64_t host) {
         return Error{EINVAL, str_cat("memory registration of ", e.length, " bytes at 0x", std::hex, e.addr,
                                      " (IOVA 0x", e.iova.value, ") wraps past the end of the address space")};
     if (free_count_ == 0) return full();
-    const uint32_t key = take_slot(Kind::region, MrState::valid);
+    const uint32_t key = take_slot(Kind::region, MrState::valid, false);   // synced once filled in
     slots_[key_index(key)].entry = e;
     slots_[key_index(key)].host = host;
     sync_local(key_index(key));

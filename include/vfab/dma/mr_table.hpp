@@ -260,7 +260,8 @@ private:
 
     explicit MrTable(uint32_t capacity);
     MrStatus lookup(uint32_t key, uint32_t& index) const noexcept;
-    uint32_t take_slot(Kind kind, MrState state) noexcept;
+    // `sync`: refresh its LocalEntry now (false: the caller does, once the slot is filled in).
+    uint32_t take_slot(Kind kind, MrState state, bool sync = true) noexcept;
     Error full() const;
     MrStatus set_invalid(uint32_t key, bool windows_only) noexcept;
     static void make_valid(Slot& s, const MrEntry& e, uint8_t new_key) noexcept;
