@@ -160,7 +160,7 @@ qemu_run_logged() {
             line=$(grep '^@@host ' "$log" | sed -n "${answered}p")
             host_request "$qmp_dir/qmp" "$line"
         done
-        sleep 1
+        sleep 2
     done
     wait "$pid"
     local rc=$?
