@@ -110,7 +110,7 @@ BOOT_SECONDS=${VFAB_LAB_BOOT_SECONDS:-90}
 # A guest's request to the host, one console line: "@@host set_link NAME on|off" takes QEMU
 # net client NAME's link down or up (QMP set_link; the hubports p0.. are the NICs' peers, so
 # the NIC sees it: tests/lab/link_events_test.cpp). Nothing else is accepted. Answered within
-# about a second, by the loop below.
+# about two seconds, by the loop below.
 host_request() {   # host_request QMP_SOCKET LINE
     if [[ $2 =~ ^@@host\ set_link\ ([a-z0-9]+)\ (on|off)$ ]]; then
         "$LAB_DIR/qmp-set-link" "$1" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" >&2 \
@@ -154,12 +154,11 @@ qemu_run_logged() {
             kill "$(cat "$log.pid" 2>/dev/null)" 2>/dev/null
             break
         fi
-        requests=$(grep -c '^@@host ' "$log")
-        while (( answered < requests )); do
-            answered=$((answered + 1))
-            line=$(grep '^@@host ' "$log" | sed -n "${answered}p")
+        mapfile -t requests < <(grep '^@@host ' "$log")
+        for line in "${requests[@]:answered}"; do
             host_request "$qmp_dir/qmp" "$line"
         done
+        answered=${#requests[@]}
         sleep 2
     done
     wait "$pid"

@@ -45,6 +45,13 @@ bool wait_for(Device& dev, EventType want) {
     return false;
 }
 
+// link() until it says up (true) or 30 s pass (false).
+bool wait_link_up(Device& dev) {
+    for (auto end = std::chrono::steady_clock::now() + 30s; !dev.link().up && std::chrono::steady_clock::now() < end;)
+        std::this_thread::sleep_for(50ms);
+    return dev.link().up;
+}
+
 // Whatever the test did, the link is asked up again and awaited before the next test starts.
 struct LinkBackUp {
     Device& dev;
@@ -52,8 +59,7 @@ struct LinkBackUp {
     ~LinkBackUp() {
         if (dev.link().up) return;
         ask_set_link(netdev, true);
-        for (auto end = std::chrono::steady_clock::now() + 30s; !dev.link().up && std::chrono::steady_clock::now() < end;)
-            std::this_thread::sleep_for(50ms);
+        (void)wait_link_up(dev);
     }
 };
 
@@ -77,9 +83,7 @@ TEST_P(LinkEvents, DownAndUpAreReportedOnce) {
     }
     LinkBackUp guard{dev, nic.netdev};
     // The link comes up after open (autonegotiation in QEMU's Intel models): wait for it.
-    for (auto end = std::chrono::steady_clock::now() + 30s; !dev.link().up && std::chrono::steady_clock::now() < end;)
-        std::this_thread::sleep_for(50ms);
-    ASSERT_TRUE(dev.link().up) << nic.device << ": the link never came up after open";
+    ASSERT_TRUE(wait_link_up(dev)) << nic.device << ": the link never came up after open";
     while (dev.next_event().type != EventType::none) {
     }
 
