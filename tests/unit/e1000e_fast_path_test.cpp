@@ -50,6 +50,38 @@ TEST(E1000eFastPath, SendWritesOneDataDescriptorPerSgeAndOneDoorbell) {
     EXPECT_EQ(h.qp.send_outstanding(), 0u);
 }
 
+// post_send queues the usual WR (one SGE, no checksum) inline and any other out of line: one
+// batch mixing them keeps their order, their descriptors, one doorbell and where it stopped.
+TEST(E1000eFastPath, OneSgeSendsAndOthersMixInOnePost) {
+    FastPathHarness h(16, 16);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    Sge a{b.addr(0), 60, lkey}, two[2] = {{b.addr(1), 14, lkey}, {b.addr(2), 46, lkey}}, bad{b.addr(3), 60, lkey + 0x1000},
+        c{b.addr(4), 1514, lkey}, shorty{b.addr(5), 13, lkey}, d{b.addr(6), 60, lkey};
+    SendWr wrs[6] = {{1, &a, 1, send_signaled}, {2, two, 2, send_signaled}, {3, &bad, 1, 0},
+                     {4, &c, 1, send_signaled}, {5, &shorty, 1, send_signaled}, {6, &d, 1, send_signaled}};
+    const PostResult r = h.qp.post_send(wrs);
+    EXPECT_EQ(r.error, EINVAL) << "13 bytes is shorter than an Ethernet header";
+    ASSERT_EQ(r.posted, 4u) << "it stops at the refused WR";
+    EXPECT_EQ(h.reg(reg::TDT), 4u) << "1 + 2 descriptors, none for the bad key, 1";
+    const uint64_t want[4] = {b.addr(0), b.addr(1), b.addr(2), b.addr(4)};
+    for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(h.tx_desc(i).buffer_addr, want[i]) << "descriptor " << i;
+    EXPECT_EQ(h.tx_desc(3).cmd_len & txd::kMaxDataLen, 1514u);
+    EXPECT_EQ(h.qp.stats().tx_packets, 3u) << "the bad key's WR is not counted as sent";
+    EXPECT_EQ(h.qp.stats().tx_bytes, 60u + 60u + 1514u);
+    h.device_step();
+    Completion wc[8];
+    ASSERT_EQ(h.cq.poll(wc), 4);
+    const uint64_t ids[4] = {1, 2, 3, 4};
+    for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(wc[i].wr_id, ids[i]) << "completion " << i;
+    EXPECT_EQ(wc[1].byte_len, 60u);
+    EXPECT_EQ(wc[2].status, WcStatus::local_protection_error);
+    EXPECT_EQ(h.qp.send_outstanding(), 0u);
+    // The rest of the batch goes once the refused WR is left out.
+    ASSERT_TRUE(h.qp.post_send({&wrs[5], 1}));
+    EXPECT_EQ(h.reg(reg::TDT), 5u);
+}
+
 TEST(E1000eFastPath, ReceiveTailBatchingNeverStrandsABuffer) {
     FastPathHarness h(16, 256);
     intel::test::check_rx_tail_batch(h, [](const FastPathHarness& x) { return x.reg(reg::RDT); });

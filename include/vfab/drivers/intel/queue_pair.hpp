@@ -72,10 +72,11 @@ struct RingView {
 // every byte-wide descriptor store, which may alias them), written back once at its end.
 struct SendCursor {
     uint32_t sq_tail, tx_tail;
-    uint32_t sq_room, tx_room;   // WR slots and descriptors free (one descriptor stays empty)
+    uint32_t sq_end, tx_end;     // where the tails must stop: the WR slots and descriptors are full
+                                 // (one descriptor stays empty)
     uint32_t refused;
     uint64_t bytes;
-    bool sig_all;   // sq_sig_all_
+    uint32_t signal;   // send_signaled when sq_sig_all_ (every send completes), else 0
 };
 
 template <class Traits>
@@ -183,6 +184,15 @@ protected:
     // post_send's work for one WR of `nsge` SGEs (checked by the caller) at the cursor: 0, or
     // the errno that refuses it (the cursor then unchanged).
     int queue_send(const SendWr& wr, uint32_t nsge, SendCursor& c) noexcept;
+    // The same for the usual WR, one SGE without send_ip_csum: inlined in post_send's loop.
+    int queue_send_one(const SendWr& wr, SendCursor& c) noexcept;
+    // What queue_send_other() gives: the cursor after the WR and queue_send's result.
+    struct SendStep {
+        SendCursor c;
+        int err;
+    };
+    // Any other WR, out of line (its checks and scratch would crowd the loop's registers).
+    SendStep queue_send_other(const SendWr& wr, SendCursor c) noexcept;
     // Writes the receive tail (rx_tail_), after a barrier for the descriptors it hands over.
     void write_rx_tail() noexcept {
         mmio::dma_wmb();   // descriptors before the tail that hands them to the device
@@ -258,11 +268,11 @@ template <class T>
         return EINVAL;
     const bool csum = wr.flags & send_ip_csum;
     const uint32_t need = nsge + (csum ? 1 : 0);
-    if (c.sq_room == 0 || c.tx_room < need) [[unlikely]]
+    if (c.sq_tail == c.sq_end || c.tx_end - c.tx_tail < need) [[unlikely]]
         return ENOMEM;
     Slot& slot = sq_[c.sq_tail & sq_mask_];
-    slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, c.sig_all || (wr.flags & send_signaled)};
-    ++c.sq_tail, --c.sq_room;
+    slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, ((wr.flags | c.signal) & send_signaled) != 0};
+    ++c.sq_tail;
     if (bad_key) [[unlikely]] {   // completes in order, touches no descriptor
         slot.status = WcStatus::local_protection_error;
         ++c.refused;
@@ -272,13 +282,13 @@ template <class T>
     if (csum) [[unlikely]] {
         TxContext ctx;
         if (prepare_checksum(wr.sg_list[0], ctx, popts) != 0) {
-            --c.sq_tail, ++c.sq_room;   // refused: the slot goes back
+            --c.sq_tail;   // refused: the slot goes back
             return EINVAL;
         }
         // A context descriptor only when the offsets change: the device keeps the last.
         if (tx_ctx_ != ctx) {
             T::write_context(*reinterpret_cast<typename T::TxContextDesc*>(&tx_[c.tx_tail & tx_mask_]), ctx);
-            ++c.tx_tail, --c.tx_room;
+            ++c.tx_tail;
             tx_ctx_ = ctx;
             ++ndesc;
         }
@@ -288,33 +298,73 @@ template <class T>
                       popts, wr.flags);
         ++c.tx_tail;
     }
-    c.tx_room -= nsge;
     slot.ndesc = uint16_t(ndesc);
     c.bytes += total;
     return 0;
 }
 
 template <class T>
+[[gnu::always_inline]] inline int QueuePairCore<T>::queue_send_one(const SendWr& wr, SendCursor& c) noexcept {
+    const Sge& g = *wr.sg_list;
+    const uint32_t len = g.length;
+    if (len - kEthHeader > max_frame_ - kEthHeader) [[unlikely]]   // 14 to max_frame_ bytes
+        return EINVAL;
+    if (c.sq_tail == c.sq_end || c.tx_tail == c.tx_end) [[unlikely]]
+        return ENOMEM;
+    const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, len, dma::Access::none);
+    const bool ok = t.status == dma::MrStatus::ok;
+    // A bad key completes in order and touches no descriptor.
+    sq_[c.sq_tail & sq_mask_] = {wr.wr_id, len, uint16_t(ok), ok ? WcStatus::success : WcStatus::local_protection_error,
+                                 ((wr.flags | c.signal) & send_signaled) != 0};
+    ++c.sq_tail;
+    if (!ok) [[unlikely]] {
+        ++c.refused;
+        return 0;
+    }
+    T::write_data(tx_[c.tx_tail & tx_mask_], t.iova.value, len, true, true, len, 0, wr.flags);
+    ++c.tx_tail;
+    c.bytes += len;
+    return 0;
+}
+
+template <class T>
+[[gnu::noinline]] typename QueuePairCore<T>::SendStep QueuePairCore<T>::queue_send_other(const SendWr& wr,
+                                                                                       SendCursor c) noexcept {
+    const uint32_t nsge = wr.num_sge;
+    int err = EINVAL;
+    if (nsge == 1 && wr.sg_list)
+        err = queue_send(wr, 1, c);
+    else if (wr.sg_list && nsge != 0 && nsge <= caps_.max_send_sge)
+        err = queue_send(wr, nsge, c);
+    return {c, err};
+}
+
+template <class T>
 inline PostResult QueuePairCore<T>::post_send(std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    SendCursor c{sq_tail_, tx_tail_, sq_mask_ + 1 - (sq_tail_ - sq_head_), tx_mask_ - (tx_tail_ - tx_head_), 0, 0,
-                 sq_sig_all_};
-    const uint32_t old_tail = c.tx_tail, max_sge = caps_.max_send_sge;
-    uint32_t i = 0;
+    SendCursor c{sq_tail_,
+                 tx_tail_,
+                 sq_head_ + sq_mask_ + 1,
+                 tx_head_ + tx_mask_,
+                 0,
+                 0,
+                 sq_sig_all_ ? uint32_t(send_signaled) : 0};
+    const uint32_t old_tail = c.tx_tail;
+    const SendWr* wr = wrs.data();
+    const SendWr* const end = wr + wrs.size();   // a pointer, not an index: one register less
     int err = 0;
-    for (; i < wrs.size(); ++i) {
-        const SendWr& wr = wrs[i];
-        const uint32_t nsge = wr.num_sge;
-        if (nsge == 1 && wr.sg_list) [[likely]]
-            err = queue_send(wr, 1, c);
-        else if (!wr.sg_list || nsge == 0 || nsge > max_sge)
-            err = EINVAL;
-        else
-            err = queue_send(wr, nsge, c);
+    for (; wr != end; ++wr) {
+        if (wr->num_sge == 1 && wr->sg_list && !(wr->flags & send_ip_csum)) [[likely]] {
+            err = queue_send_one(*wr, c);
+        } else {
+            const SendStep step = queue_send_other(*wr, c);
+            c = step.c, err = step.err;
+        }
         if (err) [[unlikely]]
             break;
     }
+    const auto i = uint32_t(wr - wrs.data());
     sq_tail_ = c.sq_tail, tx_tail_ = c.tx_tail;
     tx_packets_.add(i - c.refused);   // sends are counted when posted (as DPDK counts them)
     tx_bytes_.add(c.bytes);
@@ -330,12 +380,12 @@ inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexc
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
     const uint32_t old_tail = rx_tail_;
-    uint32_t i = 0;
+    const RecvWr* wr = wrs.data();
+    const RecvWr* const end = wr + wrs.size();
     int err = 0;
-    for (; i < wrs.size(); ++i) {
-        const RecvWr& wr = wrs[i];
+    for (; wr != end; ++wr) {
         // One buffer per frame, holding all the device may write.
-        if (wr.num_sge != 1 || !wr.sg_list || wr.sg_list[0].length < rx_buffer_) {
+        if (wr->num_sge != 1 || !wr->sg_list || wr->sg_list[0].length < rx_buffer_) {
             err = EINVAL;
             break;
         }
@@ -343,19 +393,19 @@ inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexc
             err = ENOMEM;
             break;
         }
-        const Sge& g = wr.sg_list[0];
-        Slot& slot = rq_[rq_tail_ & rq_mask_];
-        slot = {wr.wr_id, 0, 0, WcStatus::success, true};
+        const Sge& g = wr->sg_list[0];
         const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
-        if (t.status != dma::MrStatus::ok) {
-            slot.status = WcStatus::local_protection_error;
-        } else {
+        const bool ok = t.status == dma::MrStatus::ok;
+        // A bad key completes in order and takes no descriptor.
+        rq_[rq_tail_ & rq_mask_] = {wr->wr_id, 0, uint16_t(ok),
+                                    ok ? WcStatus::success : WcStatus::local_protection_error, true};
+        if (ok) [[likely]] {
             T::write_rx(rx_[rx_tail_ & rx_mask_], t.iova.value);
             ++rx_tail_;
-            slot.ndesc = 1;
         }
         ++rq_tail_;
     }
+    const auto i = uint32_t(wr - wrs.data());
     // The tail once a batch waits for it, or at once while the device runs low.
     if (rx_tail_ != old_tail && (rx_tail_ - rx_written_ >= rx_batch_ || rx_written_ - rx_head_ < rx_batch_))
         write_rx_tail();
