@@ -65,6 +65,18 @@ TEST(MrTable, TranslatesInsideTheRegionAndNowhereElse) {
     EXPECT_EQ(status(t, k, 0x12000, 1), MrStatus::out_of_bounds);
     EXPECT_EQ(status(t, k, 0x10001, UINT64_MAX), MrStatus::out_of_bounds);   // addr + len wraps
     EXPECT_EQ(status(t, k, UINT64_MAX, 2), MrStatus::out_of_bounds);
+    EXPECT_EQ(status(t, k, 0, 0x10001), MrStatus::out_of_bounds);   // from below into it
+    EXPECT_EQ(status(t, k, 0xffff, 0), MrStatus::out_of_bounds);    // empty, before it
+
+    // A region that ends at 2^64 exactly: an address past it wraps to 0, never inside.
+    const uint64_t top = 0ull - 0x1000;
+    const uint32_t hi = must_add(t, {top, 0x1000, Iova(0x900000), kLW});
+    EXPECT_EQ(status(t, hi, UINT64_MAX, 1), MrStatus::ok);
+    EXPECT_EQ(t.translate_local(hi, UINT64_MAX, 1, kLW).iova, Iova(0x900fff));
+    EXPECT_EQ(status(t, hi, UINT64_MAX, 2), MrStatus::out_of_bounds);
+    EXPECT_EQ(status(t, hi, 0, 1), MrStatus::out_of_bounds);
+    EXPECT_EQ(t.translate_local(hi, 0, 1, kLW).status, MrStatus::out_of_bounds);
+    EXPECT_EQ(status(t, hi, top - 1, 1), MrStatus::out_of_bounds);
 }
 
 TEST(MrTable, ZeroBasedRegionsTakeOffsets) {

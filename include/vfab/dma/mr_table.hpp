@@ -314,11 +314,12 @@ inline Translation MrTable::at(const Slot& s, uint64_t off, uint64_t len) noexce
 }
 
 // Whether [addr, addr + len) lies inside [base, base + length), and where it starts in it.
-// Written so that no sum can wrap: off <= length, then len <= what is left.
+// Two compares and no sum that can wrap: len <= length, then off <= what is left before the
+// end (an addr below base makes off wrap above any length: no range ends past 2^64; a zero
+// len at 0 counts as at the end of one that ends at 2^64 exactly, as at any end).
 inline bool MrTable::in_range(uint64_t base, uint64_t length, uint64_t addr, uint64_t len, uint64_t& off) noexcept {
-    if (addr < base) return false;
     off = addr - base;
-    return off <= length && len <= length - off;
+    return len <= length && off <= length - len;
 }
 
 // in_range() of the entry's range (`addr` an offset when it is zero-based).
