@@ -255,6 +255,12 @@ private:
     int send_one(Q& q, const SendWr& wr, uint32_t nsge, bool& added) noexcept;
     template <bool H, class Q>
     int recv_one(Q& q, const RecvWr& wr, uint32_t nsge, bool& added) noexcept;
+    // A WR of other than one SGE (or none): its checks and send_one/recv_one for it, out of
+    // line so that the loop for the usual one-SGE WR keeps its registers.
+    template <bool H, class Q>
+    int send_other(Q& q, const SendWr& wr, bool& added) noexcept;
+    template <bool H, class Q>
+    int recv_other(Q& q, const RecvWr& wr, bool& added) noexcept;
     template <bool H, class Q>
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
     template <bool H, class Q>
@@ -473,6 +479,13 @@ template <bool H, class Q>
 }
 
 template <bool H, class Q>
+[[gnu::noinline]] int QueuePair::send_other(Q& q, const SendWr& wr, bool& added) noexcept {
+    const uint32_t nsge = wr.num_sge;
+    if (nsge == 0 || nsge > caps_.max_send_sge || !wr.sg_list) return EINVAL;
+    return send_one<H>(q, wr, nsge, added);
+}
+
+template <bool H, class Q>
 inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
@@ -481,13 +494,10 @@ inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexce
     bool added = false;
     for (; i < wrs.size(); ++i) {
         const SendWr& wr = wrs[i];
-        const uint32_t nsge = wr.num_sge;
-        if (nsge == 1 && wr.sg_list) [[likely]]
+        if (wr.num_sge == 1 && wr.sg_list) [[likely]]
             err = send_one<H>(q, wr, 1, added);
-        else if (nsge == 0 || nsge > caps_.max_send_sge || !wr.sg_list)
-            err = EINVAL;
         else
-            err = send_one<H>(q, wr, nsge, added);
+            err = send_other<H>(q, wr, added);
         if (err != 0) [[unlikely]]
             break;
     }
@@ -510,6 +520,13 @@ template <bool H, class Q>
 }
 
 template <bool H, class Q>
+[[gnu::noinline]] int QueuePair::recv_other(Q& q, const RecvWr& wr, bool& added) noexcept {
+    const uint32_t nsge = wr.num_sge;
+    if (nsge == 0 || nsge > caps_.max_recv_sge || !wr.sg_list) return EINVAL;
+    return recv_one<H>(q, wr, nsge, added);
+}
+
+template <bool H, class Q>
 inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
@@ -518,13 +535,10 @@ inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexce
     bool added = false;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
-        const uint32_t nsge = wr.num_sge;
-        if (nsge == 1 && wr.sg_list) [[likely]]
+        if (wr.num_sge == 1 && wr.sg_list) [[likely]]
             err = recv_one<H>(q, wr, 1, added);
-        else if (nsge == 0 || nsge > caps_.max_recv_sge || !wr.sg_list)
-            err = EINVAL;
         else
-            err = recv_one<H>(q, wr, nsge, added);
+            err = recv_other<H>(q, wr, added);
         if (err != 0) [[unlikely]]
             break;
     }
