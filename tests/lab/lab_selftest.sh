@@ -2,7 +2,8 @@
 # The lab must never be green without its tests having run. This boots the lab with binaries
 # that pass, fail, crash, run no test, are missing, hang, stall or freeze, and makes QEMU and the kernel
 # download fail, hang before init or skip a test no suite expects, and checks that scripts/lab
-# fails each time and says which case it was.
+# fails each time and says which case it was; and that ctest's wrapper runs a failed binary once
+# more, alone, in a new boot (red when it fails again, green and named when it passes).
 #   lab_selftest.sh PASS_BIN FAIL_BIN CRASH_BIN EMPTY_BIN HANG_BIN STALL_BIN FREEZE_BIN SKIP_BIN
 set -uo pipefail
 lab=$(dirname "$0")/../../scripts/lab
@@ -43,6 +44,27 @@ if [[ -z $why_end || -z $fail_at || $fail_at -gt $why_end ]]; then
 else
     echo "ok: ctest-run prints why first"
 fi
+# A binary that failed, with nothing else wrong, runs once more alone in a new boot (a TCG
+# guest's stall can fail a test without freezing the guest); failing again, the suite is red.
+runner=$ctest_run expect 1 "$(basename "$fail") failed; running it once more, alone, in a new boot" \
+         "$(basename "$fail") failed again in a second boot" -- --timeout 600 run "$pass" "$fail"
+if [[ $(grep -c "$(basename "$pass") passed$" "$out") -ne 1 ]]; then
+    echo "FAIL: ctest-run ran more than the failed binary again"; bad=1
+else
+    echo "ok: ctest-run runs only the failed binary again"
+fi
+# Passing the second time, the suite is green and says which binary needed it (a stand-in for
+# scripts/lab that fails once: no boot needed to check the wrapper's logic).
+fake=$(mktemp -d); trap 'rm -rf "$out" "$fake"' EXIT
+mkdir -p "$fake/lab.d" && cp "$ctest_run" "$fake/lab.d/" && cp "$(dirname "$ctest_run")/../test-digest" "$fake/"
+cat > "$fake/lab" <<'FAKE'
+#!/usr/bin/env bash
+if [[ -e ${0%/*}/failed-once ]]; then echo "lab[debian]: flaky_test passed"; exit 0; fi
+touch "${0%/*}/failed-once"; echo "lab[debian]: steady_test passed"; echo "lab[debian]: flaky_test FAILED (exit 1)"; exit 1
+FAKE
+chmod +x "$fake/lab"
+runner=$fake/lab.d/ctest-run expect 0 "flaky_test passed in a second boot" -- run /x/steady_test /x/flaky_test
+
 expect 2 "the guest hung: still running after 40 s, in test $(basename "$hang")" \
     -- --timeout 40 run "$hang"
 expect 2 "booting once more" "the guest kernel stalled .* in test $(basename "$stall")" \
@@ -58,7 +80,7 @@ VFAB_LAB_QEMU_EXTRA=-S VFAB_LAB_BOOT_SECONDS=4 expect 2 \
     "the guest hung while booting \(no sign of life from init within 4 s\)" -- --timeout 120 run "$pass"
 # A skip no suite expects fails the run, by name; listed as expected, it is reported and passes.
 expect 1 "$(basename "$skip") SKIPPED LabSelftest.SkipsOnPurpose — not expected" -- run "$skip"
-skips=$(mktemp); trap 'rm -f "$out" "$skips"' EXIT
+skips=$(mktemp); trap 'rm -rf "$out" "$fake" "$skips"' EXIT
 echo 'debian LabSelftest\.SkipsOnPurpose the self-test skips it on purpose' > "$skips"
 LAB_EXPECTED_SKIPS=$skips expect 0 "$(basename "$skip") skipped LabSelftest.SkipsOnPurpose, as expected here: the self-test" \
     "$(basename "$skip") passed" -- run "$skip"
