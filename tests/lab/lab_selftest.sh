@@ -69,9 +69,16 @@ expect 2 "the guest hung: still running after 40 s, in test $(basename "$hang")"
     -- --timeout 40 run "$hang"
 expect 2 "booting once more" "the guest kernel stalled .* in test $(basename "$stall")" \
     -- --timeout 300 run "$stall"
-VFAB_LAB_FROZEN_SECONDS=10 expect 2 "the guest froze .* booting once more" "retry 3 of 3" \
+# A boot that froze after a binary finished: the next boots start after it (its result kept).
+VFAB_LAB_FROZEN_SECONDS=10 expect 2 "the guest froze .* booting once more" "binaries finished so far: 1 — they keep" \
+    "lab: resuming: the first 1 binaries finished in an earlier boot" "retry 3 of 3" \
     "the guest froze \(no heartbeat for 10 s: its vCPUs went to sleep for good\) in test $(basename "$freeze")" \
-    -- --timeout 300 run "$freeze"
+    -- --timeout 300 run "$pass" "$freeze"
+if [[ $(grep -c "^@@vfab:begin $(basename "$pass")$" "$out") -ne 1 ]]; then
+    echo "FAIL: a binary that finished before a freeze ran again in a later boot"; bad=1
+else
+    echo "ok: a binary that finished before a freeze is not run again"
+fi
 # A boot whose init never starts its heartbeat: QEMU's -S keeps the vCPUs stopped, as a guest
 # hung at SeaBIOS's last line. (A boot merely too short to finish is no proof: a fast host's
 # init can beat before the watchdog's first look.)
