@@ -57,6 +57,8 @@ static_assert(VFAB_WC_SUCCESS == int(WcStatus::success) && VFAB_WC_LOC_LEN_ERR =
               VFAB_WC_LOC_PROT_ERR == int(WcStatus::local_protection_error) &&
               VFAB_WC_WR_FLUSH_ERR == int(WcStatus::wr_flush_error) && VFAB_WC_GENERAL_ERR == int(WcStatus::general_error));
 static_assert(VFAB_WC_SEND == int(WcOpcode::send) && VFAB_WC_RECV == int(WcOpcode::recv));
+static_assert(int(VFAB_QP_INIT_ATTR_CREATE_FLAGS) == int(qp_init_attr_create_flags) &&
+              int(VFAB_QP_CREATE_HDR_IN_HEADROOM) == int(qp_create_hdr_in_headroom));
 static_assert(int(VFAB_LOG_ERROR) == int(LogLevel::error) && int(VFAB_LOG_WARNING) == int(LogLevel::warning) &&
               int(VFAB_LOG_INFO) == int(LogLevel::info) && int(VFAB_LOG_DEBUG) == int(LogLevel::debug));
 static_assert(int(VFAB_WC_IP_CSUM_OK) == int(wc_ip_csum_ok) && int(VFAB_WC_TIMESTAMPED) == int(wc_timestamped));

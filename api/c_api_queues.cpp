@@ -49,26 +49,55 @@ int64_t vfab_cq_take_events(vfab_cq* cq) {
     return int64_t(capi::cq_of(cq)->take_events());
 }
 
+namespace {
+
+// vfab_create_qp's and vfab_create_qp_ex's common attributes, defaults filled in.
+void common_attr(const vfab_qp_init_attr& attr, QpInitAttr& a) {
+    a.send_cq = capi::cq_of(attr.send_cq);
+    a.recv_cq = capi::cq_of(attr.recv_cq);
+    const QpCaps defaults;
+    a.caps.max_send_wr = attr.caps.max_send_wr ? attr.caps.max_send_wr : defaults.max_send_wr;
+    a.caps.max_recv_wr = attr.caps.max_recv_wr ? attr.caps.max_recv_wr : defaults.max_recv_wr;
+    a.caps.max_send_sge = attr.caps.max_send_sge ? attr.caps.max_send_sge : defaults.max_send_sge;
+    a.caps.max_recv_sge = attr.caps.max_recv_sge ? attr.caps.max_recv_sge : defaults.max_recv_sge;
+    a.sq_sig_all = attr.sq_sig_all != 0;
+}
+
+vfab_qp* created(Result<QueuePair*> qp) {
+    if (!qp) {
+        errno = fail(qp.error());
+        return nullptr;
+    }
+    return capi::handle_of(*qp);
+}
+
+}  // namespace
+
 vfab_qp* vfab_create_qp(vfab_device* dev, const vfab_qp_init_attr* attr) {
     if (!dev || !attr) {
         errno = null_arg("vfab_create_qp", dev ? "attr" : "dev");
         return nullptr;
     }
     QpInitAttr a;
-    a.send_cq = capi::cq_of(attr->send_cq);
-    a.recv_cq = capi::cq_of(attr->recv_cq);
-    const QpCaps defaults;
-    a.caps.max_send_wr = attr->caps.max_send_wr ? attr->caps.max_send_wr : defaults.max_send_wr;
-    a.caps.max_recv_wr = attr->caps.max_recv_wr ? attr->caps.max_recv_wr : defaults.max_recv_wr;
-    a.caps.max_send_sge = attr->caps.max_send_sge ? attr->caps.max_send_sge : defaults.max_send_sge;
-    a.caps.max_recv_sge = attr->caps.max_recv_sge ? attr->caps.max_recv_sge : defaults.max_recv_sge;
-    a.sq_sig_all = attr->sq_sig_all != 0;
-    auto qp = dev->dev->create_qp(a);
-    if (!qp) {
-        errno = fail(qp.error());
+    common_attr(*attr, a);
+    return created(dev->dev->create_qp(a));
+}
+
+vfab_qp* vfab_create_qp_ex(vfab_device* dev, const vfab_qp_init_attr_ex* attr) {
+    if (!dev || !attr) {
+        errno = null_arg("vfab_create_qp_ex", dev ? "attr" : "dev");
         return nullptr;
     }
-    return capi::handle_of(*qp);
+    QpInitAttrEx a;
+    common_attr({attr->send_cq, attr->recv_cq, attr->caps, attr->sq_sig_all}, a);
+    a.comp_mask = attr->comp_mask;
+    a.create_flags = attr->create_flags;
+    return created(dev->dev->create_qp_ex(a));
+}
+
+int vfab_frame_headroom(vfab_device* dev) {
+    if (!dev) return -null_arg("vfab_frame_headroom", "dev");
+    return int(dev->dev->attr().frame_headroom);
 }
 
 int vfab_destroy_qp(vfab_qp* qp) {

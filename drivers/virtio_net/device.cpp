@@ -115,6 +115,7 @@ Result<void> DeviceState::init(const DeviceOptions& opts) {
     attr_.offloads = (virtio::has_feature(features_, nf::CSUM) ? offload_tx_ip_csum : 0u) |
                      (virtio::has_feature(features_, nf::GUEST_CSUM) ? offload_rx_ip_csum : 0u);
     attr_.interrupt_vectors = vectors_;
+    attr_.frame_headroom = kNetHdrSize;   // QpInitAttr::hdr_in_headroom
     link_up_ = link().up;
     return {};
 }

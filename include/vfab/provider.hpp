@@ -41,11 +41,12 @@ namespace vfab::provider {
 // Bumped whenever a plugin built from older headers could misbehave with this libvfab: the
 // Record, OpenOptions, the multiplexed classes' virtual functions, types.hpp, Result/Error,
 // the dma:: classes the device hands out.
-inline constexpr uint32_t kAbiVersion = 7;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
+inline constexpr uint32_t kAbiVersion = 8;   // 2: queue(), stats(), configure_rss(); 3: timestamps, clock;
                                              // 4: dma::Translation and MrTable's slots carry the CPU address, OpenOptions::mtu;
                                              // 5: set_multicast(), IommuContext::maps_device_memory();
                                              // 6: vfio::AddressSpace under the dma:: classes, Record::cxx_abi;
-                                             // 7: Record::attach_log
+                                             // 7: Record::attach_log;
+                                             // 8: Device::create_qp_ex, DeviceAttr::frame_headroom
 
 // The C++ library ABI the headers were compiled for: std::string, std::vector and
 // std::shared_ptr cross the plugin boundary, and libstdc++ lays std::string out two ways
@@ -279,7 +280,16 @@ public:
         return cqs_.back().get();
     }
 
-    Result<vfab::QueuePair*> create_qp(const QpInitAttr& attr) override {
+    Result<vfab::QueuePair*> create_qp(const QpInitAttr& attr) override { return make_qp(attr, false); }
+    Result<vfab::QueuePair*> create_qp_ex(const QpInitAttrEx& init) override {
+        if (auto e = unknown_qp_init_bits(init)) return *e;
+        return make_qp(init, wants_hdr_in_headroom(init));
+    }
+
+private:
+    // create_qp and create_qp_ex: `headroom` goes to a driver that takes it (a device whose
+    // frame_headroom is 0 has no header to put there).
+    Result<vfab::QueuePair*> make_qp(const QpInitAttr& attr, bool headroom) {
         std::lock_guard lock(mu_);
         InitAttr a{};
         auto s = direct_cq(attr.send_cq), r = direct_cq(attr.recv_cq);
@@ -289,13 +299,12 @@ public:
         a.recv_cq = *r;
         a.caps = attr.caps;
         a.sq_sig_all = attr.sq_sig_all;
+        if constexpr (requires { a.hdr_in_headroom; }) a.hdr_in_headroom = headroom;
         auto qp = dev_->create_qp(a);
         if (!qp) return qp.take_error();
         qps_.push_back(std::make_unique<QpAdapter>(**qp));
         return qps_.back().get();
     }
-
-private:
     Error unsupported(const char* what) const {
         return Error{ENOTSUP, str_cat(dev_->attr().address.to_string(), ": the ", dev_->attr().provider, " provider has no ", what)};
     }

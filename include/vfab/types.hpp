@@ -146,6 +146,12 @@ struct DeviceAttr {
     uint32_t rss_key_size = 0;
     uint32_t rss_table_size = 0;
     uint32_t rss_hash_types = 0;
+    // The bytes a queue pair created with qp_create_hdr_in_headroom (vfab.hpp; a driver's
+    // QpInitAttr::hdr_in_headroom) needs free before each WR's first SGE, for a header of the
+    // provider's own in front of every frame (virtio-net: the 12-byte virtio_net_hdr); 0: the
+    // provider puts none there and ignores the flag. (Last, so that the fields before it stay
+    // where programs built before it read them.)
+    uint32_t frame_headroom = 0;
 };
 
 // What receive-side scaling hashes (the values of virtio's VIRTIO_NET_RSS_HASH_TYPE_*). A

@@ -286,6 +286,29 @@ struct vfab_qp_init_attr {
     int sq_sig_all;            /* every send completes, not only VFAB_SEND_SIGNALED ones */
 };
 
+/* vfab_create_qp_ex's attributes: vfab_qp_init_attr's, then the fields comp_mask names. A bit
+ * this libvfab does not know is refused (EINVAL), so that a program built against a newer
+ * header fails clearly on an older library instead of losing what it asked for. */
+enum vfab_qp_init_attr_mask {
+    VFAB_QP_INIT_ATTR_CREATE_FLAGS = 1,
+};
+enum vfab_qp_create_flags {
+    /* The application keeps vfab_frame_headroom() bytes free before every WR's first SGE, in
+     * the same MR (with VFAB_ACCESS_LOCAL_WRITE for receives): a provider with a header of
+     * its own in front of each frame puts it there, one descriptor per one-SGE frame instead
+     * of two (virtio-net; its queues then hold twice the WRs). A WR whose headroom lies
+     * outside its MR completes with VFAB_WC_LOC_PROT_ERR. Ignored where the headroom is 0. */
+    VFAB_QP_CREATE_HDR_IN_HEADROOM = 1,
+};
+struct vfab_qp_init_attr_ex {
+    vfab_cq *send_cq;          /* as in vfab_qp_init_attr */
+    vfab_cq *recv_cq;
+    struct vfab_qp_caps caps;
+    int sq_sig_all;
+    uint32_t comp_mask;        /* enum vfab_qp_init_attr_mask: the fields below that are set */
+    uint32_t create_flags;     /* enum vfab_qp_create_flags (VFAB_QP_INIT_ATTR_CREATE_FLAGS) */
+};
+
 enum vfab_qp_state { VFAB_QPS_READY = 0, VFAB_QPS_ERROR = 1, VFAB_QPS_DESTROYED = 2 };
 
 struct vfab_qp_attr {
@@ -303,6 +326,11 @@ struct vfab_qp_stats {         /* what this queue pair sent and received */
 };
 
 vfab_qp *vfab_create_qp(vfab_device *dev, const struct vfab_qp_init_attr *attr);
+/* vfab_create_qp with the attributes comp_mask names (EINVAL for a bit or flag it does not know). */
+vfab_qp *vfab_create_qp_ex(vfab_device *dev, const struct vfab_qp_init_attr_ex *attr);
+/* The bytes a queue pair created with VFAB_QP_CREATE_HDR_IN_HEADROOM needs free before each
+ * WR's first SGE (virtio-net: 12); 0 where the provider puts no header there. Or a negative errno. */
+int vfab_frame_headroom(vfab_device *dev);
 int vfab_destroy_qp(vfab_qp *qp);
 int vfab_query_qp(vfab_qp *qp, struct vfab_qp_attr *attr);
 int vfab_query_qp_stats(vfab_qp *qp, struct vfab_qp_stats *stats);

@@ -22,7 +22,9 @@
 // thread-safe.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
+#include <ios>
 #include <memory>
 #include <optional>
 #include <span>
@@ -81,6 +83,45 @@ struct QpInitAttr {
     QpCaps caps = {};          // its defaults: 256 WRs each way, 1 SGE
     bool sq_sig_all = false;   // every send completes (else only send_signaled ones and errors)
 };
+
+// What create_qp_ex adds to QpInitAttr: the fields comp_mask names. A struct of its own, so
+// that QpInitAttr keeps the layout that programs built against libvfab.so.1 pass.
+enum QpInitAttrMask : uint32_t {
+    qp_init_attr_create_flags = 1u << 0,   // create_flags is set
+};
+enum QpCreateFlags : uint32_t {
+    // The application keeps attr().frame_headroom bytes free before every WR's first SGE, in
+    // the same memory region (with local_write for receives): a provider with a header of its
+    // own in front of each frame puts it there, so that a frame of one SGE is one descriptor
+    // instead of two (virtio-net: its queues then hold twice the WRs; a WR whose headroom lies
+    // outside its MR completes with local_protection_error). Providers whose frame_headroom is
+    // 0 (e1000e, igb, igbvf) ignore it.
+    qp_create_hdr_in_headroom = 1u << 0,
+};
+struct QpInitAttrEx : QpInitAttr {
+    uint32_t comp_mask = 0;      // QpInitAttrMask
+    uint32_t create_flags = 0;   // QpCreateFlags, with qp_init_attr_create_flags
+};
+
+// A comp_mask bit or create flag this library does not know, as the error create_qp_ex
+// returns (a program built against newer headers then fails clearly instead of losing what it
+// asked for); nothing when all are known.
+inline std::optional<Error> unknown_qp_init_bits(const QpInitAttrEx& init) {
+    constexpr uint32_t known_mask = qp_init_attr_create_flags, known_flags = qp_create_hdr_in_headroom;
+    if (init.comp_mask & ~known_mask)
+        return Error{EINVAL, str_cat("create_qp_ex: comp_mask 0x", std::hex, init.comp_mask & ~known_mask, std::dec,
+                                     " is not known to this libvfab (it knows 0x", std::hex, known_mask, std::dec,
+                                     "): clear it, or run with the libvfab the program was built against")};
+    if ((init.comp_mask & qp_init_attr_create_flags) && (init.create_flags & ~known_flags))
+        return Error{EINVAL, str_cat("create_qp_ex: create_flags 0x", std::hex, init.create_flags & ~known_flags, std::dec,
+                                     " are not known to this libvfab (it knows 0x", std::hex, known_flags, std::dec, ")")};
+    return std::nullopt;
+}
+
+// Whether create_qp_ex was asked for the header in the headroom.
+inline bool wants_hdr_in_headroom(const QpInitAttrEx& init) {
+    return (init.comp_mask & qp_init_attr_create_flags) && (init.create_flags & qp_create_hdr_in_headroom);
+}
 
 class QueuePair {
 public:
@@ -164,6 +205,17 @@ public:
     virtual std::optional<uint64_t> take_tx_timestamp() = 0;
     // The latched time of the last timestamped received frame, once; nothing if none is waiting.
     virtual std::optional<RxTimestamp> take_rx_timestamp() = 0;
+
+    // create_qp with what QpInitAttrEx adds (last among the virtual functions, so that programs
+    // built before it find the others where they were). EINVAL for a bit or flag it does not
+    // know. This default serves a device with no header of its own (frame_headroom 0), which
+    // ignores qp_create_hdr_in_headroom.
+    virtual Result<QueuePair*> create_qp_ex(const QpInitAttrEx& init) {
+        if (auto e = unknown_qp_init_bits(init)) return *e;
+        if (wants_hdr_in_headroom(init) && attr().frame_headroom != 0)
+            return Error{ENOTSUP, str_cat("create_qp_ex: the ", attr().provider, " device does not take its header in the headroom")};
+        return create_qp(init);
+    }
 
 protected:
     Device() = default;

@@ -169,6 +169,8 @@ public:
         pd_ = std::move(*dma::ProtectionDomain::create(std::make_shared<NullIommu>()));
     }
     const DeviceAttr& attr() const override { return attr_; }
+    // As a provider with a header of its own in front of each frame would say (create_qp_ex).
+    void set_frame_headroom(uint32_t bytes) { attr_.frame_headroom = bytes; }
     LinkState link() const override { return {true, 1000, true}; }
     DeviceStats stats() override { return {}; }
     dma::ProtectionDomain& pd() override { return *pd_; }
