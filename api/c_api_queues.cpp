@@ -88,10 +88,9 @@ vfab_qp* vfab_create_qp_ex(vfab_device* dev, const vfab_qp_init_attr_ex* attr) {
         errno = null_arg("vfab_create_qp_ex", dev ? "attr" : "dev");
         return nullptr;
     }
-    QpInitAttrEx a;
-    common_attr({attr->send_cq, attr->recv_cq, attr->caps, attr->sq_sig_all}, a);
-    a.comp_mask = attr->comp_mask;
-    a.create_flags = attr->create_flags;
+    QpInitAttr b;
+    common_attr({attr->send_cq, attr->recv_cq, attr->caps, attr->sq_sig_all}, b);
+    const QpInitAttrEx a{b.send_cq, b.recv_cq, b.caps, b.sq_sig_all, attr->comp_mask, attr->create_flags};
     return created(dev->dev->create_qp_ex(a));
 }
 

@@ -84,8 +84,10 @@ struct QpInitAttr {
     bool sq_sig_all = false;   // every send completes (else only send_signaled ones and errors)
 };
 
-// What create_qp_ex adds to QpInitAttr: the fields comp_mask names. A struct of its own, so
-// that QpInitAttr keeps the layout that programs built against libvfab.so.1 pass.
+// create_qp_ex's attributes: QpInitAttr's, then the fields comp_mask names. A struct of its
+// own (as verbs' ibv_qp_init_attr_ex), so that QpInitAttr keeps the layout programs built
+// against libvfab.so.1 pass, and so that it cannot be handed to create_qp by mistake (its
+// flags would be lost).
 enum QpInitAttrMask : uint32_t {
     qp_init_attr_create_flags = 1u << 0,   // create_flags is set
 };
@@ -98,9 +100,16 @@ enum QpCreateFlags : uint32_t {
     // 0 (e1000e, igb, igbvf) ignore it.
     qp_create_hdr_in_headroom = 1u << 0,
 };
-struct QpInitAttrEx : QpInitAttr {
+struct QpInitAttrEx {
+    CompletionQueue* send_cq = nullptr;   // as in QpInitAttr
+    CompletionQueue* recv_cq = nullptr;
+    QpCaps caps = {};
+    bool sq_sig_all = false;
     uint32_t comp_mask = 0;      // QpInitAttrMask
     uint32_t create_flags = 0;   // QpCreateFlags, with qp_init_attr_create_flags
+
+    // The QpInitAttr part.
+    QpInitAttr base() const { return {send_cq, recv_cq, caps, sq_sig_all}; }
 };
 
 // A comp_mask bit or create flag this library does not know, as the error create_qp_ex
@@ -214,7 +223,7 @@ public:
         if (auto e = unknown_qp_init_bits(init)) return *e;
         if (wants_hdr_in_headroom(init) && attr().frame_headroom != 0)
             return Error{ENOTSUP, str_cat("create_qp_ex: the ", attr().provider, " device does not take its header in the headroom")};
-        return create_qp(init);
+        return create_qp(init.base());
     }
 
 protected:
