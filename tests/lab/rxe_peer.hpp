@@ -90,6 +90,16 @@ inline std::optional<bool> set_link_up(const std::string& ifname, bool up) {
     return was;
 }
 
+// The kernel log's last `n` lines (dmesg), for a failure's message.
+inline std::string kernel_log_tail(size_t n) {
+    const Outcome r = run_program({"dmesg"}, std::chrono::seconds(10));
+    if (r.rc != 0) return "(dmesg: " + r.summary() + ")";
+    size_t at = r.out.size();
+    for (size_t lines = 0; at > 0 && lines <= n;)
+        if (r.out[--at] == '\n') ++lines;
+    return r.out.substr(at == 0 ? 0 : at + 1);
+}
+
 class RxePeer {
 public:
     explicit RxePeer(std::string bdf = kRxeNic, uint32_t ip = kRxeIp, std::string ibdev = "rxe0")

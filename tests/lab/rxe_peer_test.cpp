@@ -95,7 +95,10 @@ protected:
             return;
         }
         rxe_ = std::make_unique<RxePeer>();
-        if (setup_error_ = rxe_->start(); !setup_error_.empty()) return;
+        if (setup_error_ = rxe_->start(); !setup_error_.empty()) {
+            setup_error_ += "\nthe kernel's last lines:\n" + kernel_log_tail(20);
+            return;
+        }
         std::printf("rxe: %s on %s (%s, %s), %s/24, link after %.0f ms, port active %.0f ms after rdma link add\n",
                     rxe_->ibdev().c_str(), rxe_->ifname().c_str(), kRxeNic,
                     rxe_->mac() ? pkt::to_string(*rxe_->mac()).c_str() : "?", pkt::to_string_ip(kRxeIp).c_str(),
@@ -278,6 +281,10 @@ TEST_F(RxePeerTest, DevinfoSeesAnActiveRoceDevice) {
     Outcome addr = run_program({"/usr/sbin/ip", "-4", "-brief", "address", "show", "dev", rxe_->ifname()}, 30s);
     ASSERT_EQ(addr.rc, 0) << addr.summary();
     EXPECT_NE(addr.out.find("10.77.0.2/24"), std::string::npos) << addr.out;
+    // What a failed start() adds to its message: the kernel log's last lines, no more.
+    const std::string tail = kernel_log_tail(3);
+    EXPECT_FALSE(tail.empty());
+    EXPECT_LE(std::count(tail.begin(), tail.end(), '\n'), 3) << tail;
 }
 
 // RC SENDs through rxe0, both ends in this guest (rxe loops them back inside the kernel).
