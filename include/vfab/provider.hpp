@@ -282,13 +282,16 @@ public:
 
     Result<vfab::QueuePair*> create_qp(const QpInitAttr& attr) override { return make_qp(attr, false); }
     Result<vfab::QueuePair*> create_qp_ex(const QpInitAttrEx& init) override {
-        if (auto e = unknown_qp_init_bits(init)) return *e;
-        return make_qp(init.base(), wants_hdr_in_headroom(init));
+        if constexpr (requires(InitAttr a) { a.hdr_in_headroom; }) {
+            if (auto e = unknown_qp_init_bits(init)) return *e;
+            return make_qp(init.base(), wants_hdr_in_headroom(init));
+        } else {
+            return vfab::Device::create_qp_ex(init);   // a driver with no header to place
+        }
     }
 
 private:
-    // create_qp and create_qp_ex: `headroom` goes to a driver that takes it; a device whose
-    // frame_headroom is 0 has no header to put there and ignores it, any other refuses it.
+    // create_qp and create_qp_ex: `headroom` goes to a driver that takes it.
     Result<vfab::QueuePair*> make_qp(const QpInitAttr& attr, bool headroom) {
         std::lock_guard lock(mu_);
         InitAttr a{};
@@ -299,11 +302,7 @@ private:
         a.recv_cq = *r;
         a.caps = attr.caps;
         a.sq_sig_all = attr.sq_sig_all;
-        if constexpr (requires { a.hdr_in_headroom; })
-            a.hdr_in_headroom = headroom;
-        else if (headroom && dev_->attr().frame_headroom != 0)
-            return Error{ENOTSUP, str_cat("create_qp_ex: the ", dev_->attr().provider,
-                                          " provider does not take its header in the headroom")};
+        if constexpr (requires { a.hdr_in_headroom; }) a.hdr_in_headroom = headroom;
         auto qp = dev_->create_qp(a);
         if (!qp) return qp.take_error();
         qps_.push_back(std::make_unique<QpAdapter>(**qp));

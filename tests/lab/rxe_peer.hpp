@@ -110,8 +110,56 @@ public:
     RxePeer(const RxePeer&) = delete;
     RxePeer& operator=(const RxePeer&) = delete;
 
-    // Empty on success, else what failed (stop() undoes whatever was done by then).
+    // Empty on success, else what failed (stop() undoes whatever was done by then), how long
+    // into start() and the guest kernel's last lines: a CI run's only clue to a failed set-up.
     std::string start(std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::string e = start_steps(limit);
+        if (!e.empty())
+            e += str_cat(" (", std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count(),
+                         " ms into start())\nthe kernel's last lines:\n", kernel_log_tail(20));
+        return e;
+    }
+
+    // Deletes the rxe device, unloads the modules start() loaded, gives the NIC back to
+    // vfio-pci. Empty on success, else every step that failed.
+    std::string stop() {
+        if (!started_) return {};
+        started_ = false;
+        std::string err;
+        auto note = [&](const std::string& e) {
+            if (!e.empty()) err += (err.empty() ? "" : "; ") + e;
+        };
+        if (linked_) {
+            linked_ = false;
+            Outcome del = run_program({"/usr/bin/rdma", "link", "delete", ibdev_}, std::chrono::seconds(30));
+            if (del.rc != 0) note("rdma link delete " + ibdev_ + ": " + del.summary());
+            else if (!wait_for([&] { return !std::filesystem::exists("/sys/class/infiniband/" + ibdev_); },
+                               std::chrono::seconds(10)))
+                note(ibdev_ + " still in /sys/class/infiniband 10 s after rdma link delete");
+        }
+        for (auto m = loaded_.rbegin(); m != loaded_.rend(); ++m) {
+            Outcome r = run_program({"rmmod", *m}, std::chrono::seconds(30));
+            if (r.rc != 0) note("rmmod " + *m + ": " + r.summary());
+        }
+        loaded_.clear();
+        note(nic_.restore());
+        if (lo_was_down_ && !set_link_up("lo", false)) note(std::string("lo down: ") + std::strerror(errno));
+        lo_was_down_ = false;
+        return err;
+    }
+
+    const std::string& ibdev() const { return ibdev_; }
+    const std::string& ifname() const { return nic_.ifname(); }
+    uint32_t ip() const { return ip_; }
+    std::optional<pkt::Mac> mac() const { return nic_.mac(); }
+    KernelNic& nic() { return nic_; }
+    double active_ms() const { return active_ms_; }   // rdma link add until ibv_devinfo saw the port active
+    const std::vector<std::string>& loaded_modules() const { return loaded_; }
+
+private:
+    // start()'s steps: empty, or the first that failed.
+    std::string start_steps(std::chrono::milliseconds limit) {
         started_ = true;
         for (const char* tool : {"/usr/bin/rdma", "/usr/bin/ibv_devinfo"})
             if (!std::filesystem::exists(tool))
@@ -152,43 +200,6 @@ public:
         return {};
     }
 
-    // Deletes the rxe device, unloads the modules start() loaded, gives the NIC back to
-    // vfio-pci. Empty on success, else every step that failed.
-    std::string stop() {
-        if (!started_) return {};
-        started_ = false;
-        std::string err;
-        auto note = [&](const std::string& e) {
-            if (!e.empty()) err += (err.empty() ? "" : "; ") + e;
-        };
-        if (linked_) {
-            linked_ = false;
-            Outcome del = run_program({"/usr/bin/rdma", "link", "delete", ibdev_}, std::chrono::seconds(30));
-            if (del.rc != 0) note("rdma link delete " + ibdev_ + ": " + del.summary());
-            else if (!wait_for([&] { return !std::filesystem::exists("/sys/class/infiniband/" + ibdev_); },
-                               std::chrono::seconds(10)))
-                note(ibdev_ + " still in /sys/class/infiniband 10 s after rdma link delete");
-        }
-        for (auto m = loaded_.rbegin(); m != loaded_.rend(); ++m) {
-            Outcome r = run_program({"rmmod", *m}, std::chrono::seconds(30));
-            if (r.rc != 0) note("rmmod " + *m + ": " + r.summary());
-        }
-        loaded_.clear();
-        note(nic_.restore());
-        if (lo_was_down_ && !set_link_up("lo", false)) note(std::string("lo down: ") + std::strerror(errno));
-        lo_was_down_ = false;
-        return err;
-    }
-
-    const std::string& ibdev() const { return ibdev_; }
-    const std::string& ifname() const { return nic_.ifname(); }
-    uint32_t ip() const { return ip_; }
-    std::optional<pkt::Mac> mac() const { return nic_.mac(); }
-    KernelNic& nic() { return nic_; }
-    double active_ms() const { return active_ms_; }   // rdma link add until ibv_devinfo saw the port active
-    const std::vector<std::string>& loaded_modules() const { return loaded_; }
-
-private:
     KernelNic nic_;
     uint32_t ip_;
     std::string ibdev_;
