@@ -84,7 +84,8 @@ TEST_P(VfabVirtioNet, TheProviderIsPickedByIdAndCarriesTraffic) {
 // buffers. Then the
 // C API's vfab_create_qp_ex takes the flag to the provider: 256 WRs each way fit the lab's
 // 256-entry virtqueues only with the header in the headroom; and the e1000e provider, which
-// puts no header there, says 0 and ignores it.
+// puts no header there, says 0 and ignores it. A comp_mask bit the library does not know is
+// refused by name, and takes no queue pair.
 TEST_P(VfabVirtioNet, TheHeaderInTheHeadroomThroughTheMultiplexedAndCApis) {
     OpenOptions opts;
     opts.backend = GetParam();
@@ -119,12 +120,19 @@ TEST_P(VfabVirtioNet, TheHeaderInTheHeadroomThroughTheMultiplexedAndCApis) {
             ASSERT_NE(qp, nullptr) << vfab_last_error();
             EXPECT_EQ(vfab_destroy_qp(qp), 0);
         }
-        vfab_qp_init_attr_ex ex{cq, cq, {256, 256, 1, 1}, 0, VFAB_QP_INIT_ATTR_CREATE_FLAGS, VFAB_QP_CREATE_HDR_IN_HEADROOM};
+        vfab_qp_init_attr_ex ex{cq, cq, {256, 256, 1, 1}, 0, VFAB_QP_INIT_ATTR_CREATE_FLAGS | 0x80,
+                                VFAB_QP_CREATE_HDR_IN_HEADROOM};
+        errno = 0;
+        EXPECT_EQ(vfab_create_qp_ex(dev, &ex), nullptr);   // a comp_mask bit this libvfab does not know
+        EXPECT_EQ(errno, EINVAL);
+        EXPECT_NE(std::string(vfab_last_error()).find("comp_mask 0x80"), std::string::npos) << vfab_last_error();
+        ex.comp_mask = VFAB_QP_INIT_ATTR_CREATE_FLAGS;
         qp = vfab_create_qp_ex(dev, &ex);
         ASSERT_NE(qp, nullptr) << vfab_last_error();
         vfab_qp_attr qattr;
         ASSERT_EQ(vfab_query_qp(qp, &qattr), 0);
         EXPECT_EQ(qattr.caps.max_send_wr, 256u);
+        EXPECT_EQ(qattr.queue, 0u) << "a refused create took a queue pair";
         EXPECT_EQ(vfab_close(dev), 0);
     }
 }
