@@ -40,9 +40,9 @@ struct Rig {
         RecvWr wr{wr_id, &s, 1, 0};
         return h.qp.post_recv({&wr, 1});
     }
-    std::vector<Completion> poll() {
+    std::vector<Completion> poll(size_t max = 32) {
         Completion wc[32];
-        const int n = h.cq.poll(wc);
+        const int n = h.cq.poll({wc, std::min<size_t>(max, 32)});
         EXPECT_GE(n, 0);
         return {wc, wc + std::max(n, 0)};
     }
@@ -165,6 +165,46 @@ TYPED_TEST(VirtioNetQp, InOrderBatchOfOneUsedEntryCompletesEveryWr) {
         EXPECT_EQ(wc[k].byte_len, k == 2 ? kFrame : kBuf - kRoom);
     }
     EXPECT_EQ(r.h.qp.recv_outstanding(), 2u);
+}
+
+// A used entry for more WRs than the poll has room for: the rest wait in their slots, done,
+// and the next poll retires them — a WR with a bad key among them (never on the device) in
+// its place, the batch's last with the length the device wrote.
+TYPED_TEST(VirtioNetQp, InOrderBatchCutShortByThePollFinishesNextPoll) {
+    TypeParam r(true, true);
+    for (uint32_t i = 0; i < 2; ++i) ASSERT_EQ(r.recv(i, 20 + i).error, 0);
+    {
+        Sge s{reinterpret_cast<uint64_t>(r.buf(2)), kBuf - kRoom, r.lkey + 1};   // no such key
+        RecvWr wr{22, &s, 1, 0};
+        ASSERT_EQ(r.h.qp.post_recv({&wr, 1}).error, 0);
+    }
+    for (uint32_t i = 3; i < 5; ++i) ASSERT_EQ(r.recv(i, 20 + i).error, 0);
+    r.rings.rx_dev.fetch();
+    ASSERT_EQ(r.rings.rx_dev.pending().size(), 4u);
+    r.rings.rx_dev.use_batch(4, kNetHdrSize + kFrame);
+    auto wc = r.poll(1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].wr_id, 20u);
+    EXPECT_EQ(wc[0].byte_len, kBuf - kRoom);
+    EXPECT_EQ(r.h.cq.poll(std::span<Completion>{}), 0);
+    wc = r.poll();
+    ASSERT_EQ(wc.size(), 4u);
+    const uint32_t want_len[] = {kBuf - kRoom, 0, kBuf - kRoom, kFrame};
+    for (uint32_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(wc[k].wr_id, 21u + k);
+        EXPECT_EQ(wc[k].status, k == 1 ? WcStatus::local_protection_error : WcStatus::success);
+        EXPECT_EQ(wc[k].byte_len, want_len[k]);
+    }
+    EXPECT_EQ(r.h.qp.recv_outstanding(), 0u);
+    // A length shorter than the header the device must write first: an error completion.
+    ASSERT_EQ(r.recv(0, 30).error, 0);
+    r.rings.rx_dev.fetch();
+    r.rings.rx_dev.use_batch(1, kNetHdrSize - 1);
+    wc = r.poll();
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, WcStatus::general_error);
+    EXPECT_EQ(wc[0].byte_len, 0u);
+    EXPECT_TRUE(r.rings.rx_dev.errors().empty()) << r.rings.rx_dev.errors().front();
 }
 
 }  // namespace

@@ -188,6 +188,45 @@ TYPED_TEST(VirtqueueTest, InOrderBatchReturnsEveryBuffer) {
     }
 }
 
+// take_used_run(): one used entry, every buffer of its batch at once (the oldest, in order),
+// the last with its length and the others completely used; it also finishes a batch that
+// poll_used() began.
+TYPED_TEST(VirtqueueTest, InOrderRunTakesABatchAtOnce) {
+    for (RingFeatures f : {RingFeatures{false, true}, RingFeatures{true, true}}) {
+        TypeParam r(16, f);
+        for (uint32_t t = 0; t < 5; ++t) ASSERT_TRUE(r.q.add(chain(t, 1, t), t));
+        r.q.publish();
+        ASSERT_EQ(r.dev.fetch(), 5u);
+        EXPECT_EQ(r.q.take_used_run().count, 0u) << "nothing used yet";
+        r.dev.use_batch(3, 150);   // tokens 0, 1, 2 (writable 0, 101, 101 + 102)
+        UsedRun run = r.q.take_used_run();
+        EXPECT_EQ(run.count, 3u);
+        EXPECT_EQ(run.last_len, 150u);
+        EXPECT_EQ(r.q.outstanding(), 2u);
+        EXPECT_EQ(r.q.free_count(), 16u - (4 + 5));   // tokens 3 and 4: 1 + 3 and 1 + 4 descriptors
+        EXPECT_FALSE(r.q.has_used());
+        r.dev.use_batch(2, 300);
+        uint32_t token, len;
+        ASSERT_TRUE(r.q.poll_used(token, len));
+        EXPECT_EQ(token, 3u);
+        run = r.q.take_used_run();   // the rest of that batch
+        EXPECT_EQ(run.count, 1u);
+        EXPECT_EQ(run.last_len, 300u);
+        EXPECT_EQ(r.q.free_count(), 16u);
+        EXPECT_EQ(r.q.outstanding(), 0u);
+        // And the ring goes on from where the batches ended.
+        ASSERT_TRUE(r.q.add(chain(9, 1, 1), 9));
+        r.q.publish();
+        ASSERT_EQ(r.dev.fetch(), 1u);
+        r.dev.use_batch(1, 5);
+        run = r.q.take_used_run();
+        EXPECT_EQ(run.count, 1u);
+        EXPECT_EQ(run.last_len, 5u);
+        EXPECT_FALSE(r.q.broken());
+        EXPECT_TRUE(r.dev.errors().empty()) << r.dev.errors().front();
+    }
+}
+
 // Random batches, chain lengths, completion orders and notification settings, far past every
 // 16-bit counter and through many laps of the packed ring: each token comes back exactly once
 // with the length the device reported, needs_notify() agrees with the device's view, and after
@@ -201,7 +240,7 @@ TYPED_TEST(VirtqueueTest, RandomTrafficWrapsEverything) {
             // Per token: device-writable bytes, descriptors, the length the device reported.
             std::vector<uint32_t> writable, ndesc;
             std::vector<int64_t> expect;
-            uint32_t done = 0, descs = 0, outstanding = 0;
+            uint32_t done = 0, descs = 0, outstanding = 0, next_in_order = 0;
             while (done < 70000) {
                 for (uint32_t k = rng() % 6; k > 0; --k) {
                     const uint32_t rd = rng() % 3, wr = rng() % 3 + (rd == 0), next = uint32_t(writable.size());
@@ -249,7 +288,26 @@ TYPED_TEST(VirtqueueTest, RandomTrafficWrapsEverything) {
                     ASSERT_GT(r.dev.interrupts(), irqs) << "a wake-up lost after enable_interrupts()";
                 }
                 uint32_t token, len;
-                for (uint32_t k = rng() % 8; k > 0 && r.q.poll_used(token, len); --k, ++done) {
+                for (uint32_t k = rng() % 8; k > 0; --k) {
+                    if (f.in_order && rng() % 2) {   // a whole batch at once: the oldest `count`
+                        const UsedRun run = r.q.take_used_run();
+                        if (run.count == 0) break;
+                        for (uint32_t i = 0; i < run.count; ++i, ++done) {
+                            token = next_in_order++;
+                            ASSERT_LT(token, expect.size());
+                            ASSERT_GE(expect[token], 0) << "token " << token << " not used by the device";
+                            ASSERT_EQ(i + 1 < run.count ? writable[token] : run.last_len, expect[token]);
+                            expect[token] = -2;
+                            descs -= ndesc[token];
+                            --outstanding;
+                        }
+                        continue;
+                    }
+                    if (!r.q.poll_used(token, len)) break;
+                    ++done;
+                    if (f.in_order) {
+                        ASSERT_EQ(token, next_in_order++);
+                    }
                     ASSERT_LT(token, expect.size());
                     ASSERT_GE(expect[token], 0) << "token " << token << " not used by the device";
                     ASSERT_EQ(len, expect[token]);

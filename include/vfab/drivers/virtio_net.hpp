@@ -249,6 +249,7 @@ private:
     int enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key, bool device_writes,
                 bool& added) noexcept;
     void complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept;
+    static void set_received(Slot& s, uint32_t len) noexcept;
     template <class Q>
     static void publish(Q& q, const virtio::Doorbell& bell) noexcept;
     template <bool H, class Q>
@@ -265,8 +266,11 @@ private:
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
     template <bool H, class Q>
     PostResult recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept;
-    template <class Q>
-    [[gnu::always_inline]] uint32_t poll_ring(Q& q, WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept;
+    template <bool Recv, class Q>
+    [[gnu::noinline]] uint32_t poll_ring(Q& q, Completion* out, uint32_t max) noexcept;
+    template <bool Recv, class Q>
+    [[gnu::noinline]] uint32_t poll_in_order(Q& q, Completion* out, uint32_t max) noexcept;
+    [[gnu::always_inline]] void retire(const Slot& s, WcOpcode op, Completion* out, uint32_t& n) noexcept;
     uint32_t poll_send(Completion* out, uint32_t max) noexcept;
     uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
     bool send_ready() noexcept;
@@ -433,6 +437,7 @@ template <bool H, class Q>
     if (bad_key) [[unlikely]] {
         Slot& slot = ring.at(ring.tail);
         slot.status = WcStatus::local_protection_error;
+        if (device_writes) slot.byte_len = 0;   // nothing received
         slot.done = true;
         ++ring.tail;
         return 0;
@@ -515,7 +520,8 @@ template <bool H, class Q>
         return EINVAL;
     if (rq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1))) [[unlikely]]
         return ENOMEM;
-    rq_.at(rq_.tail) = {wr.wr_id, 0, WcStatus::success, true, false, 0};
+    // byte_len: what the buffer holds, the length of a buffer an IN_ORDER batch used completely.
+    rq_.at(rq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, true, false, 0};
     return enqueue<H>(q, rq_, bufs, nsge, g.bad_key, true, added);
 }
 
@@ -546,29 +552,46 @@ inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexce
     return {err, i};
 }
 
-// What the device returned for slot `token`: it is done. A receive wrote the header, then the
-// frame. (The header's flags are not read: without VIRTIO_NET_F_GUEST_CSUM, which the driver
-// does not negotiate, the device sets them to 0, §5.1.6.4.1.)
-inline void QueuePair::complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept {
-    Slot& s = ring.slots[token];
-    s.done = true;
-    if (recv) {
-        if (len < kNetHdrSize) [[unlikely]] {
-            s.status = WcStatus::general_error;
-            s.byte_len = 0;
-        } else {
-            s.byte_len = len - kNetHdrSize;
-        }
+// A receive's length from the bytes the device wrote (capped at the buffer's): the header,
+// then the frame. (The header's flags are not read: without VIRTIO_NET_F_GUEST_CSUM, which the
+// driver does not negotiate, the device sets them to 0, §5.1.6.4.1.)
+inline void QueuePair::set_received(Slot& s, uint32_t len) noexcept {
+    if (len < kNetHdrSize) [[unlikely]] {
+        s.status = WcStatus::general_error;
+        s.byte_len = 0;
+    } else {
+        s.byte_len = len - kNetHdrSize;
     }
 }
 
-// Completions in posting order, in one pass: while the oldest WR is not done, the next used
-// buffer is taken from the virtqueue — with IN_ORDER, or a device that keeps to it, that is
+// What the device returned for slot `token`: it is done.
+inline void QueuePair::complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept {
+    Slot& s = ring.slots[token];
+    s.done = true;
+    if (recv) set_received(s, len);
+}
+
+// The oldest WR leaves the ring: counted when it succeeded, a completion when signaled or failed.
+inline void QueuePair::retire(const Slot& s, WcOpcode op, Completion* out, uint32_t& n) noexcept {
+    const bool recv = op == WcOpcode::recv;
+    if (s.status == WcStatus::success) [[likely]] {
+        (recv ? rx_packets_ : tx_packets_).add(1);
+        (recv ? rx_bytes_ : tx_bytes_).add(s.byte_len);
+        if (s.signaled) out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
+    } else {
+        out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
+    }
+}
+
+// Completions in posting order, in one pass, from a device that may use buffers in any order:
+// while the oldest WR is not done, the next used buffer is taken from the virtqueue — usually
 // the oldest WR itself; one used out of order is marked and waits for its turn. In the error
 // state nothing more is taken and the rest flush.
-template <class Q>
-inline uint32_t QueuePair::poll_ring(Q& q, WorkRing& ring, WcOpcode op, Completion* out, uint32_t max) noexcept {
-    const bool recv = op == WcOpcode::recv;
+template <bool Recv, class Q>
+uint32_t QueuePair::poll_ring(Q& q, Completion* out, uint32_t max) noexcept {
+    constexpr bool recv = Recv;
+    constexpr WcOpcode op = Recv ? WcOpcode::recv : WcOpcode::send;
+    WorkRing& ring = Recv ? rq_ : sq_;
     const bool ready = state() == QpState::ready;
     uint32_t n = 0;
     while (n < max && ring.head != ring.tail) {
@@ -582,6 +605,7 @@ inline uint32_t QueuePair::poll_ring(Q& q, WorkRing& ring, WcOpcode op, Completi
                     continue;   // out of order: marked, the oldest is still to come
             } else {
                 s.status = WcStatus::wr_flush_error;
+                if (recv) s.byte_len = 0;
             }
         }
         ++ring.head;
@@ -596,12 +620,58 @@ inline uint32_t QueuePair::poll_ring(Q& q, WorkRing& ring, WcOpcode op, Completi
     return n;
 }
 
+// The same with IN_ORDER: the device returns buffers in the order they were posted, so a used
+// element (one per batch, §2.7.9/§2.8.8) stands for the oldest WRs the device had — no token
+// to look up, no slot to mark. WRs that never went to the device (a bad key) are done already.
+// A run that `max` cuts short is marked done in its slots, to be retired by the next poll.
+template <bool Recv, class Q>
+uint32_t QueuePair::poll_in_order(Q& q, Completion* out, uint32_t max) noexcept {
+    constexpr WcOpcode op = Recv ? WcOpcode::recv : WcOpcode::send;
+    WorkRing& ring = Recv ? rq_ : sq_;
+    uint32_t n = 0, run = 0, run_len = 0;
+    while (n < max && ring.head != ring.tail) {
+        Slot& s = ring.at(ring.head);
+        if (!s.done) {
+            if (run == 0) {
+                if (state() != QpState::ready) [[unlikely]] {
+                    s.status = WcStatus::wr_flush_error;
+                    if (Recv) s.byte_len = 0;
+                    goto retire_it;
+                }
+                const virtio::UsedRun r = q.take_used_run();
+                if (r.count == 0) break;
+                run = r.count;
+                run_len = r.last_len;
+            }
+            if (--run == 0 && Recv) set_received(s, run_len);
+        }
+    retire_it:
+        ++ring.head;
+        retire(s, op, out, n);
+    }
+    for (uint32_t i = ring.head; run != 0 && i != ring.tail; ++i) {   // cut short: the rest of the run
+        Slot& s = ring.at(i);
+        if (s.done) continue;
+        s.done = true;
+        if (--run == 0 && Recv) set_received(s, run_len);
+    }
+    return n;
+}
+
 inline uint32_t QueuePair::poll_send(Completion* out, uint32_t max) noexcept {
-    return packed_ ? poll_ring(*ptx_, sq_, WcOpcode::send, out, max) : poll_ring(*stx_, sq_, WcOpcode::send, out, max);
+    if (packed_)
+        return ptx_->features().in_order ? poll_in_order<false>(*ptx_, out, max)
+                                         : poll_ring<false>(*ptx_, out, max);
+    return stx_->features().in_order ? poll_in_order<false>(*stx_, out, max)
+                                     : poll_ring<false>(*stx_, out, max);
 }
 
 inline uint32_t QueuePair::poll_recv(Completion* out, uint32_t max) noexcept {
-    return packed_ ? poll_ring(*prx_, rq_, WcOpcode::recv, out, max) : poll_ring(*srx_, rq_, WcOpcode::recv, out, max);
+    if (packed_)
+        return prx_->features().in_order ? poll_in_order<true>(*prx_, out, max)
+                                         : poll_ring<true>(*prx_, out, max);
+    return srx_->features().in_order ? poll_in_order<true>(*srx_, out, max)
+                                     : poll_ring<true>(*srx_, out, max);
 }
 
 inline bool QueuePair::send_ready() noexcept {

@@ -44,6 +44,11 @@ public:
     // its device-writable length). With IN_ORDER one used descriptor may stand for a batch
     // (§2.8.8): each buffer of it is returned in turn, the ones before the last as completely used.
     [[gnu::always_inline]] bool poll_used(uint32_t& token, uint32_t& len) noexcept;
+    // With IN_ORDER only: every buffer the next used element returns, at once (§2.8.8) — the
+    // element is read once and the buffers are released together, without a token each (the
+    // caller knows them: its oldest `count`). Finishes a batch poll_used() began. {0, 0} when
+    // nothing is used or broken().
+    [[gnu::always_inline]] UsedRun take_used_run() noexcept;
     // Whether poll_used() would return a buffer now (one load of the next used position's
     // flags; false once broken()).
     bool has_used() const noexcept;
@@ -322,6 +327,43 @@ inline bool PackedQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
     release(id, s);
     in_batch_ = !last;
     return true;
+}
+
+inline UsedRun PackedQueue::take_used_run() noexcept {
+    uint16_t last;
+    uint32_t written;
+    if (in_batch_) [[unlikely]] {
+        last = batch_last_;
+        written = batch_len_;
+        in_batch_ = false;
+    } else {
+        if (broken_ || in_flight_ == 0) return {0, 0};
+        const PackedDesc& d = ring_[used_pos_];
+        if (!is_used(detail::load16(&d.flags))) return {0, 0};
+        mmio::dma_rmb();   // §2.8.22: flags first, then the rest of the used descriptor
+        last = detail::load16(&d.id);
+        written = detail::load32(&d.len);   // see poll_used(): read whether or not WRITE is set
+    }
+    // The batch is the published chains from the oldest (its ID is its first position) to
+    // `last`: walk to it before changing anything; an ID that names none breaks the queue.
+    uint32_t pos = used_pos_, count = 0, descs = 0;
+    for (;;) {
+        if (count == in_flight_) [[unlikely]] {
+            broken_ = true;
+            return {0, 0};
+        }
+        const uint32_t n = slots_[pos].ndesc;
+        ++count;
+        descs += n;
+        if (pos == last) break;
+        pos += n;
+        if (pos >= size_) pos -= size_;
+    }
+    advance_used(uint16_t(descs));
+    free_ += descs;
+    outstanding_ -= count;
+    in_flight_ -= count;
+    return {count, std::min(written, slots_[last].writable)};
 }
 
 inline bool PackedQueue::has_used() const noexcept {

@@ -44,6 +44,11 @@ public:
     // its device-writable length). With IN_ORDER one used entry may stand for a batch (§2.7.9):
     // each buffer of it is returned in turn, the ones before the last as completely used.
     [[gnu::always_inline]] bool poll_used(uint32_t& token, uint32_t& len) noexcept;
+    // With IN_ORDER only: every buffer the next used element returns, at once (§2.7.9) — the
+    // element is read once and the buffers are released together, without a token each (the
+    // caller knows them: its oldest `count`). Finishes a batch poll_used() began. {0, 0} when
+    // nothing is used or broken().
+    [[gnu::always_inline]] UsedRun take_used_run() noexcept;
     // Whether poll_used() would return a buffer now (one load of used->idx; false once broken()).
     bool has_used() const noexcept;
 
@@ -275,6 +280,41 @@ inline bool SplitQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
     release(head, s);
     in_batch_ = !last;
     return true;
+}
+
+inline UsedRun SplitQueue::take_used_run() noexcept {
+    uint32_t last, written;
+    if (in_batch_) [[unlikely]] {
+        last = batch_last_;
+        written = batch_len_;
+        in_batch_ = false;
+    } else {
+        if (broken_ || used_idx() == last_used_) return {0, 0};
+        mmio::dma_rmb();   // §2.7.8.1: the device writes the entry before idx
+        const UsedElem* e = &used_ring_[last_used_ & mask_];
+        last = detail::load32(&e->id);
+        written = detail::load32(&e->len);
+    }
+    // The batch is the published chains from the oldest to the one whose head is `last`: walk
+    // to it before changing anything; an id that names none breaks the queue.
+    const auto published = uint16_t(published_ - last_used_);
+    uint32_t head = oldest_, count = 0, descs = 0;
+    for (;;) {
+        if (count == published) [[unlikely]] {
+            broken_ = true;
+            return {0, 0};
+        }
+        const uint32_t n = slots_[head].ndesc;
+        ++count;
+        descs += n;
+        if (head == last) break;
+        head = (head + n) & mask_;
+    }
+    oldest_ = uint16_t((head + slots_[head].ndesc) & mask_);
+    free_ += descs;
+    outstanding_ -= count;
+    last_used_ = uint16_t(last_used_ + count);
+    return {count, std::min(written, slots_[head].writable)};
 }
 
 inline bool SplitQueue::has_used() const noexcept {

@@ -52,6 +52,14 @@ struct RingFeatures {
     }
 };
 
+// What take_used_run() returns: the oldest `count` outstanding buffers are used, the last of
+// them with `last_len` bytes written, the ones before it completely (§2.7.9, §2.8.8 IN_ORDER
+// batches). {0, 0}: none.
+struct UsedRun {
+    uint32_t count;
+    uint32_t last_len;
+};
+
 // Size and minimum alignment of one of a queue's three parts (§2.6: Descriptor Area, Driver
 // Area, Device Area).
 struct RingArea {
@@ -160,6 +168,7 @@ concept Virtqueue = requires(Q& q, const Q& cq, std::span<const Buffer> bufs, ui
     { q.needs_notify() } noexcept -> std::same_as<bool>;
     { q.notify_data() } noexcept -> std::same_as<uint16_t>;
     { q.poll_used(token, len) } noexcept -> std::same_as<bool>;
+    { q.take_used_run() } noexcept -> std::same_as<UsedRun>;
     { cq.has_used() } noexcept -> std::same_as<bool>;
     { q.disable_interrupts() } noexcept;
     { q.enable_interrupts() } noexcept -> std::same_as<bool>;
