@@ -471,16 +471,23 @@ template <bool H, class Q>
         return EINVAL;
     if (sq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1))) [[unlikely]]
         return ENOMEM;
-    if (!g.bad_key) {
-        // Built here and copied: in the headroom it may be at any address the application chose.
-        virtio::NetHdr hdr{};
-        if ((wr.flags & send_ip_csum) && seed_checksum(wr, hdr) != 0) [[unlikely]]
-            return EINVAL;
-        std::memcpy(H ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot,
-                    &hdr, sizeof hdr);
-    }
+    void* const hdr_at = H ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot;
+    const bool csum = (wr.flags & send_ip_csum) != 0;
+    virtio::NetHdr hdr{};
+    if (csum && !g.bad_key && seed_checksum(wr, hdr) != 0) [[unlikely]]
+        return EINVAL;
     sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
-    return enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false, added);
+    const int err = enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false, added);
+    // The header last (the device reads it only after publish()'s barrier): a byte copy may
+    // alias anything, and before the ring's stores it made the compiler reload the queue's state.
+    // In the headroom it may be at any address the application chose.
+    if (err == 0 && !g.bad_key) {
+        if (csum) [[unlikely]]
+            std::memcpy(hdr_at, &hdr, sizeof hdr);
+        else
+            std::memset(hdr_at, 0, sizeof hdr);
+    }
+    return err;
 }
 
 template <bool H, class Q>
