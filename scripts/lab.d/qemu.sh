@@ -63,9 +63,9 @@ qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
            -netdev hubport,id=p0,hubid=0 -device e1000e,addr=02.0,romfile=,netdev=p0,mac=52:54:00:00:00:01
            -netdev hubport,id=p1,hubid=0 -device e1000e,addr=03.0,romfile=,netdev=p1,mac=52:54:00:00:00:02
            -netdev hubport,id=p2,hubid=1
-           -device virtio-net-pci,addr=04.0,romfile=,netdev=p2,disable-legacy=on,iommu_platform=on,packed=on,mac=52:54:00:00:00:03
+           -device virtio-net-pci,addr=04.0,romfile=,netdev=p2,disable-legacy=on,iommu_platform=on,packed=on,in_order=on,mac=52:54:00:00:00:03
            -netdev hubport,id=p6,hubid=1
-           -device virtio-net-pci,addr=06.0,romfile=,netdev=p6,disable-legacy=on,iommu_platform=on,packed=on,mac=52:54:00:00:00:06
+           -device virtio-net-pci,addr=06.0,romfile=,netdev=p6,disable-legacy=on,iommu_platform=on,packed=on,in_order=on,mac=52:54:00:00:00:06
            -netdev hubport,id=p7,hubid=1
            -device virtio-net-pci,addr=07.0,romfile=,netdev=p7,disable-legacy=on,mac=52:54:00:00:00:07
            -netdev "$(sink_netdev sink1)" -netdev hubport,id=p3,hubid=1,netdev=sink1

@@ -24,11 +24,14 @@ struct VirtioNic {
     static constexpr uint32_t kSlots = 64, kBuf = 2048, kRoom = 64;
     uint32_t room = 0;   // kRoom with the virtio-net header in the frames' headroom
 
-    void open(const char* name, vfio::IommuBackend backend, virtio_net::RingFormat ring, bool headroom = false) {
+    // in_order: negotiate VIRTIO_F_IN_ORDER when the device offers it (04.0 and 06.0 do).
+    void open(const char* name, vfio::IommuBackend backend, virtio_net::RingFormat ring, bool headroom = false,
+              bool in_order = true) {
         room = headroom ? kRoom : 0;
         virtio_net::DeviceOptions o;
         o.vfio.backend = backend;
         o.ring = ring;
+        o.in_order = in_order;
         auto d = virtio_net::Device::open(address_of(name), o);
         ASSERT_TRUE(d.ok()) << d.error().message;
         dev = std::move(*d);
