@@ -616,13 +616,7 @@ uint32_t QueuePair::poll_ring(Q& q, Completion* out, uint32_t max) noexcept {
             }
         }
         ++ring.head;
-        if (s.status == WcStatus::success) [[likely]] {
-            (recv ? rx_packets_ : tx_packets_).add(1);
-            (recv ? rx_bytes_ : tx_bytes_).add(s.byte_len);
-            if (s.signaled) out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
-        } else {
-            out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
-        }
+        retire(s, op, out, n);
     }
     return n;
 }
@@ -639,20 +633,19 @@ uint32_t QueuePair::poll_in_order(Q& q, Completion* out, uint32_t max) noexcept 
     while (n < max && ring.head != ring.tail) {
         Slot& s = ring.at(ring.head);
         if (!s.done) {
-            if (run == 0) {
-                if (state() != QpState::ready) [[unlikely]] {
-                    s.status = WcStatus::wr_flush_error;
-                    if (Recv) s.byte_len = 0;
-                    goto retire_it;
+            if (run == 0 && state() != QpState::ready) [[unlikely]] {
+                s.status = WcStatus::wr_flush_error;   // the virtqueue is not read again
+                if (Recv) s.byte_len = 0;
+            } else {
+                if (run == 0) {
+                    const virtio::UsedRun r = q.take_used_run();
+                    if (r.count == 0) break;
+                    run = r.count;
+                    run_len = r.last_len;
                 }
-                const virtio::UsedRun r = q.take_used_run();
-                if (r.count == 0) break;
-                run = r.count;
-                run_len = r.last_len;
+                if (--run == 0 && Recv) set_received(s, run_len);
             }
-            if (--run == 0 && Recv) set_received(s, run_len);
         }
-    retire_it:
         ++ring.head;
         retire(s, op, out, n);
     }
