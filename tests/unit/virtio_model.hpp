@@ -144,6 +144,10 @@ public:
         put_used(last.id, last_len, uint16_t(n));
     }
 
+    // A buggy device: one used entry naming head `id`, idx moved by `count`, whatever the driver
+    // made available.
+    void use_any_id(uint16_t id, uint32_t len, uint16_t count = 1) { put_used(id, len, count); }
+
     // Available buffer notification suppression, the device's side (§2.7.10).
     void set_no_notify(bool on) { store(used_, used::kFlagsOffset, on ? used::F_NO_NOTIFY : 0); }
     void set_avail_event(uint16_t v) { store(used_, used::avail_event_offset(size_), v); }
@@ -336,6 +340,9 @@ public:
     }
 
     const EventSuppress& driver_event() const { return *driver_; }
+
+    // A buggy device: a used descriptor naming `id` at the next used position, skipping `ndesc`.
+    void use_any_id(uint16_t id, uint32_t len, uint32_t ndesc = 1) { put_used(id, len, ndesc); }
 
 private:
     bool available(uint32_t pos, bool wrap) const {

@@ -207,4 +207,26 @@ TYPED_TEST(VirtioNetQp, InOrderBatchCutShortByThePollFinishesNextPoll) {
     EXPECT_TRUE(r.rings.rx_dev.errors().empty()) << r.rings.rx_dev.errors().front();
 }
 
+// A device that returns a buffer it was not given breaks the virtqueue: the queue pair goes to
+// the error state and its WRs flush, in order and in any order (nothing waits forever).
+TYPED_TEST(VirtioNetQp, ADeviceReturningABufferItWasNotGivenFlushesTheQueuePair) {
+    for (const bool in_order : {false, true}) {
+        SCOPED_TRACE(in_order ? "IN_ORDER" : "any order");
+        TypeParam r(true, in_order);
+        for (uint32_t i = 0; i < 2; ++i) ASSERT_EQ(r.recv(i, 20 + i).error, 0);
+        r.rings.rx_dev.fetch();
+        r.rings.rx_dev.use_any_id(9, kNetHdrSize + kFrame);   // position 9: never posted
+        EXPECT_TRUE(r.poll().empty());
+        EXPECT_EQ(r.h.qp.state(), QpState::error);
+        const auto wc = r.poll();
+        ASSERT_EQ(wc.size(), 2u);
+        for (uint32_t k = 0; k < 2; ++k) {
+            EXPECT_EQ(wc[k].wr_id, 20u + k);
+            EXPECT_EQ(wc[k].status, WcStatus::wr_flush_error);
+            EXPECT_EQ(wc[k].byte_len, 0u);
+        }
+        EXPECT_EQ(r.h.qp.recv_outstanding(), 0u);
+    }
+}
+
 }  // namespace

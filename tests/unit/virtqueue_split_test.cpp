@@ -186,7 +186,8 @@ TEST(SplitQueue, BadUsedIdBreaksTheQueue) {
         EXPECT_EQ(r.q.drain([](uint32_t) {}), 1u);
         EXPECT_FALSE(r.q.broken()) << "reset() clears it";
     }
-    // IN_ORDER: an id past the published chains must not walk into unpublished ones.
+    // IN_ORDER: an id past the published chains must not walk into unpublished ones; the batch
+    // is checked before its first buffer is returned, so nothing is.
     SplitRig r(8, {false, true});
     const Buffer b{0x1000, 64, true};
     ASSERT_TRUE(r.q.add({&b, 1}, 1));
@@ -194,10 +195,9 @@ TEST(SplitQueue, BadUsedIdBreaksTheQueue) {
     ASSERT_TRUE(r.q.add({&b, 1}, 2));   // descriptor 1, not published
     put_used(r, 0, 1, 10);
     uint32_t t, len;
-    ASSERT_TRUE(r.q.poll_used(t, len));   // chain 0: the batch's first
-    EXPECT_EQ(t, 1u);
     EXPECT_FALSE(r.q.poll_used(t, len));
     EXPECT_TRUE(r.q.broken());
+    EXPECT_EQ(r.q.outstanding(), 2u);
 }
 
 // take_used_run() with an id that heads no published chain: nothing is taken (the walk looks
@@ -229,6 +229,34 @@ TEST(SplitQueue, InOrderRunLengthNeverExceedsTheWritableBytes) {
     const UsedRun run = r.q.take_used_run();
     EXPECT_EQ(run.count, 1u);
     EXPECT_EQ(run.last_len, 100u);
+}
+
+// §2.7.9: the used index moves by every buffer of a batch. A device that names the fifth
+// chain but moves idx by one has not returned five: nothing is taken, the queue is broken
+// (else the entries after idx would later be read as used).
+TEST(SplitQueue, InOrderBatchLargerThanIdxMovedTakesNothing) {
+    for (const bool run : {false, true}) {
+        SplitRig r(8, {false, true});
+        const Buffer b{0x1000, 64, true};
+        for (uint32_t t = 0; t < 5; ++t) ASSERT_TRUE(r.q.add({&b, 1}, t));
+        r.q.publish();
+        ASSERT_EQ(r.dev.fetch(), 5u);
+        r.dev.use_any_id(4, 10, 1);
+        uint32_t token, len;
+        if (run)
+            EXPECT_EQ(r.q.take_used_run().count, 0u);
+        else
+            EXPECT_FALSE(r.q.poll_used(token, len));
+        EXPECT_TRUE(r.q.broken());
+        EXPECT_EQ(r.q.outstanding(), 5u);
+    }
+    SplitRig r(8, {false, true});   // idx moved by all five: one batch
+    const Buffer b{0x1000, 64, true};
+    for (uint32_t t = 0; t < 5; ++t) ASSERT_TRUE(r.q.add({&b, 1}, t));
+    r.q.publish();
+    ASSERT_EQ(r.dev.fetch(), 5u);
+    r.dev.use_any_id(4, 10, 5);
+    EXPECT_EQ(r.q.take_used_run().count, 5u);
 }
 
 }  // namespace

@@ -227,6 +227,36 @@ TYPED_TEST(VirtqueueTest, InOrderRunTakesABatchAtOnce) {
     }
 }
 
+// A buggy device naming, for a new batch, a buffer it returned before: the slot still holds
+// that chain's length, but the walk from the oldest buffer does not reach it, so nothing is
+// taken (through either call), the queue is broken and drain() returns the buffers it holds.
+TYPED_TEST(VirtqueueTest, InOrderAStaleIdBreaksTheQueueAndTakesNothing) {
+    for (const bool run : {false, true}) {
+        SCOPED_TRACE(run ? "take_used_run" : "poll_used");
+        TypeParam r(8, {true, true});
+        for (uint32_t t = 0; t < 2; ++t) ASSERT_TRUE(r.q.add(chain(t, 0, 1), t));
+        r.q.publish();
+        ASSERT_EQ(r.dev.fetch(), 2u);
+        r.dev.use_batch(2, 5);
+        ASSERT_EQ(r.q.take_used_run().count, 2u);
+        for (uint32_t t = 2; t < 4; ++t) ASSERT_TRUE(r.q.add(chain(t, 0, 1), t));
+        r.q.publish();
+        ASSERT_EQ(r.dev.fetch(), 2u);
+        r.dev.use_any_id(0, 5);   // the first chain's ID again
+        uint32_t token, len;
+        if (run)
+            EXPECT_EQ(r.q.take_used_run().count, 0u);
+        else
+            EXPECT_FALSE(r.q.poll_used(token, len));
+        EXPECT_TRUE(r.q.broken());
+        EXPECT_EQ(r.q.outstanding(), 2u);
+        EXPECT_EQ(r.q.free_count(), 6u);
+        std::vector<uint32_t> drained;
+        EXPECT_EQ(r.q.drain([&](uint32_t t) { drained.push_back(t); }), 2u);
+        EXPECT_EQ(drained, (std::vector<uint32_t>{2, 3}));
+    }
+}
+
 // Random batches, chain lengths, completion orders and notification settings, far past every
 // 16-bit counter and through many laps of the packed ring: each token comes back exactly once
 // with the length the device reported, needs_notify() agrees with the device's view, and after

@@ -175,8 +175,9 @@ public:
         if (headroom_) return packed_ ? recv_impl<true>(*prx_, wrs) : recv_impl<true>(*srx_, wrs);
         return packed_ ? recv_impl<false>(*prx_, wrs) : recv_impl<false>(*srx_, wrs);
     }
-    // ready; error after a removal, a fatal error or reset(), or when destroying another queue
-    // pair restarted the device while this one had WRs outstanding (they flush: destroy it);
+    // ready; error after a removal, a fatal error or reset(), when the device returned a
+    // buffer it was not given (its virtqueue broke), or when destroying another queue pair
+    // restarted the device while this one had WRs outstanding (they flush: destroy it);
     // destroyed.
     QpState state() const noexcept { return state_.load(std::memory_order_relaxed); }
     // Its number in completions (Completion::qp_num): queue() + 1.
@@ -249,6 +250,12 @@ private:
     int enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key, bool device_writes,
                 bool& added) noexcept;
     void complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept;
+    // The virtqueue broke (the device returned a buffer it was not given): from the ready state
+    // to the error state, so that the next poll flushes the WRs (the device needs a reset).
+    [[gnu::cold, gnu::noinline]] void fail_broken() noexcept {
+        QpState ready = QpState::ready;
+        state_.compare_exchange_strong(ready, QpState::error, std::memory_order_relaxed);
+    }
     static void set_received(Slot& s, uint32_t len) noexcept;
     template <class Q>
     static void publish(Q& q, const virtio::Doorbell& bell) noexcept;
@@ -478,9 +485,11 @@ template <bool H, class Q>
         return EINVAL;
     sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
     const int err = enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false, added);
-    // The header last (the device reads it only after publish()'s barrier): a byte copy may
-    // alias anything, and before the ring's stores it made the compiler reload the queue's state.
-    // In the headroom it may be at any address the application chose.
+    // The header last: a byte copy may alias anything, and before the ring's stores it made the
+    // compiler reload the queue's state. The device cannot read it yet: a chain becomes visible
+    // only at publish(), after its barrier (split: avail->idx; packed: the flags of the batch's
+    // first chain, which a later chain's flags, stored in add(), cannot be reached before). In
+    // the headroom it may be at any address the application chose.
     if (err == 0 && !g.bad_key) {
         if (csum) [[unlikely]]
             std::memcpy(hdr_at, &hdr, sizeof hdr);
@@ -606,7 +615,11 @@ uint32_t QueuePair::poll_ring(Q& q, Completion* out, uint32_t max) noexcept {
         if (!s.done) {
             if (ready) {
                 uint32_t token, len;
-                if (!q.poll_used(token, len)) break;
+                if (!q.poll_used(token, len)) {
+                    if (q.broken()) [[unlikely]]
+                        fail_broken();
+                    break;
+                }
                 complete_used(ring, token, len, recv);
                 if (token != (ring.head & ring.mask)) [[unlikely]]
                     continue;   // out of order: marked, the oldest is still to come
@@ -639,7 +652,11 @@ uint32_t QueuePair::poll_in_order(Q& q, Completion* out, uint32_t max) noexcept 
             } else {
                 if (run == 0) {
                     const virtio::UsedRun r = q.take_used_run();
-                    if (r.count == 0) break;
+                    if (r.count == 0) {
+                        if (q.broken()) [[unlikely]]
+                            fail_broken();
+                        break;
+                    }
                     run = r.count;
                     run_len = r.last_len;
                 }

@@ -106,6 +106,7 @@ private:
         }
     }
     bool take_batch(uint32_t& token, uint32_t& len) noexcept;
+    bool batch_to(uint32_t last, uint32_t& count, uint32_t& descs) const noexcept;
     void release(uint16_t id, Slot& s) noexcept;
 
     QueueMemory mem_;
@@ -294,15 +295,20 @@ inline bool PackedQueue::poll_used(uint32_t& token, uint32_t& len) noexcept {
     // others) report what they wrote without setting WRITE, as Linux's driver expects: read
     // it always; it is capped at the chain's device-writable bytes.
     const uint32_t written = detail::load32(&d.len);
-    if (id >= size_ || !slots_[id].ndesc) [[unlikely]] {
-        broken_ = true;
-        return false;
-    }
     if (features_.in_order) {   // §2.8.8: `id` is the last buffer of a batch
+        uint32_t count, descs;
+        if (!batch_to(id, count, descs)) [[unlikely]] {
+            broken_ = true;
+            return false;
+        }
         batch_last_ = id;
         batch_len_ = written;
         in_batch_ = true;
         return take_batch(token, len);
+    }
+    if (id >= size_ || !slots_[id].ndesc) [[unlikely]] {
+        broken_ = true;
+        return false;
     }
     Slot& s = slots_[id];
     token = s.token;
@@ -329,6 +335,24 @@ inline bool PackedQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
     return true;
 }
 
+// IN_ORDER: the batch a used descriptor naming `last` returns is the published chains from the
+// oldest (at the used position; its ID is its first position) to `last`: how many, and their
+// descriptors. Read only, so that a `last` naming none of them (false) changes nothing — the
+// slots of chains already returned keep their lengths, so the walk, not a slot, decides.
+[[gnu::always_inline]] inline bool PackedQueue::batch_to(uint32_t last, uint32_t& count, uint32_t& descs) const noexcept {
+    uint32_t pos = used_pos_;
+    count = descs = 0;
+    for (;;) {
+        if (count == in_flight_) return false;
+        const uint32_t n = slots_[pos].ndesc;
+        ++count;
+        descs += n;
+        if (pos == last) return true;
+        pos += n;
+        if (pos >= size_) pos -= size_;
+    }
+}
+
 inline UsedRun PackedQueue::take_used_run() noexcept {
     uint16_t last;
     uint32_t written;
@@ -344,20 +368,10 @@ inline UsedRun PackedQueue::take_used_run() noexcept {
         last = detail::load16(&d.id);
         written = detail::load32(&d.len);   // see poll_used(): read whether or not WRITE is set
     }
-    // The batch is the published chains from the oldest (its ID is its first position) to
-    // `last`: walk to it before changing anything; an ID that names none breaks the queue.
-    uint32_t pos = used_pos_, count = 0, descs = 0;
-    for (;;) {
-        if (count == in_flight_) [[unlikely]] {
-            broken_ = true;
-            return {0, 0};
-        }
-        const uint32_t n = slots_[pos].ndesc;
-        ++count;
-        descs += n;
-        if (pos == last) break;
-        pos += n;
-        if (pos >= size_) pos -= size_;
+    uint32_t count, descs;
+    if (!batch_to(last, count, descs)) [[unlikely]] {
+        broken_ = true;
+        return {0, 0};
     }
     advance_used(uint16_t(descs));
     free_ += descs;

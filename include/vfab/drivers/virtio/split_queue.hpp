@@ -93,6 +93,7 @@ private:
     uint16_t* used_field(size_t off) const { return reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(mem_.device) + off); }
     uint16_t used_idx() const noexcept { return detail::load16(used_field(used::kIdxOffset)); }
     bool take_batch(uint32_t& token, uint32_t& len) noexcept;
+    bool batch_to(uint32_t last, uint32_t& count, uint32_t& descs) const noexcept;
     void release(uint16_t head, Slot& s) noexcept;
 
     QueueMemory mem_;
@@ -242,19 +243,25 @@ inline void SplitQueue::release(uint16_t head, Slot& s) noexcept {
 
 inline bool SplitQueue::poll_used(uint32_t& token, uint32_t& len) noexcept {
     if (in_batch_) return take_batch(token, len);
-    if (broken_ || used_idx() == last_used_) return false;
+    const uint16_t idx = used_idx();
+    if (broken_ || idx == last_used_) return false;
     mmio::dma_rmb();   // §2.7.8.1: the device writes the entry before idx
     const UsedElem* e = &used_ring_[last_used_ & mask_];
     const uint32_t id = detail::load32(&e->id), written = detail::load32(&e->len);
-    if (id >= size_ || !slots_[id].ndesc) [[unlikely]] {
-        broken_ = true;
-        return false;
-    }
     if (features_.in_order) {   // §2.7.9: `id` is the head of the last buffer of a batch
+        uint32_t count, descs;
+        if (!batch_to(id, count, descs) || count > uint16_t(idx - last_used_)) [[unlikely]] {
+            broken_ = true;
+            return false;
+        }
         batch_last_ = uint16_t(id);
         batch_len_ = written;
         in_batch_ = true;
         return take_batch(token, len);
+    }
+    if (id >= size_ || !slots_[id].ndesc) [[unlikely]] {
+        broken_ = true;
+        return false;
     }
     Slot& s = slots_[id];
     token = s.token;
@@ -282,34 +289,47 @@ inline bool SplitQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
     return true;
 }
 
+// IN_ORDER: the batch a used entry naming head `last` returns is the published chains from the
+// oldest to `last`: how many, and their descriptors. Read only, so that a `last` naming none of
+// them (false) changes nothing — the slots of chains already returned keep their lengths, so
+// the walk decides. The caller also checks the count against how far idx moved (§2.7.9: by
+// every buffer of the batch).
+[[gnu::always_inline]] inline bool SplitQueue::batch_to(uint32_t last, uint32_t& count, uint32_t& descs) const noexcept {
+    const auto limit = uint16_t(published_ - last_used_);
+    uint32_t head = oldest_;
+    count = descs = 0;
+    for (;;) {
+        if (count == limit) return false;
+        const uint32_t n = slots_[head].ndesc;
+        ++count;
+        descs += n;
+        if (head == last) return true;
+        head = (head + n) & mask_;
+    }
+}
+
 inline UsedRun SplitQueue::take_used_run() noexcept {
-    uint32_t last, written;
+    uint32_t last, written, used;   // used: entries the device says it used (§2.7.9: a batch counts all)
     if (in_batch_) [[unlikely]] {
         last = batch_last_;
         written = batch_len_;
+        used = ~0u;   // poll_used() checked the batch against idx
         in_batch_ = false;
     } else {
-        if (broken_ || used_idx() == last_used_) return {0, 0};
+        const uint16_t idx = used_idx();
+        if (broken_ || idx == last_used_) return {0, 0};
         mmio::dma_rmb();   // §2.7.8.1: the device writes the entry before idx
         const UsedElem* e = &used_ring_[last_used_ & mask_];
         last = detail::load32(&e->id);
         written = detail::load32(&e->len);
+        used = uint16_t(idx - last_used_);
     }
-    // The batch is the published chains from the oldest to the one whose head is `last`: walk
-    // to it before changing anything; an id that names none breaks the queue.
-    const auto published = uint16_t(published_ - last_used_);
-    uint32_t head = oldest_, count = 0, descs = 0;
-    for (;;) {
-        if (count == published) [[unlikely]] {
-            broken_ = true;
-            return {0, 0};
-        }
-        const uint32_t n = slots_[head].ndesc;
-        ++count;
-        descs += n;
-        if (head == last) break;
-        head = (head + n) & mask_;
+    uint32_t count, descs;
+    if (!batch_to(last, count, descs) || count > used) [[unlikely]] {
+        broken_ = true;
+        return {0, 0};
     }
+    const uint32_t head = last;
     oldest_ = uint16_t((head + slots_[head].ndesc) & mask_);
     free_ += descs;
     outstanding_ -= count;
