@@ -144,9 +144,9 @@ public:
         put_used(last.id, last_len, uint16_t(n));
     }
 
-    // A buggy device: one used entry naming head `id`, idx moved by `count`, whatever the driver
-    // made available.
-    void use_any_id(uint16_t id, uint32_t len, uint16_t count = 1) { put_used(id, len, count); }
+    // A buggy device: one used entry naming head `id` (32 bits wide in a used element), idx
+    // moved by `count`, whatever the driver made available.
+    void use_any_id(uint32_t id, uint32_t len, uint16_t count = 1) { put_used(id, len, count); }
 
     // Available buffer notification suppression, the device's side (§2.7.10).
     void set_no_notify(bool on) { store(used_, used::kFlagsOffset, on ? used::F_NO_NOTIFY : 0); }
@@ -217,7 +217,7 @@ private:
         check_order(c);
         return c;
     }
-    void put_used(uint16_t id, uint32_t len, uint16_t count) {
+    void put_used(uint32_t id, uint32_t len, uint16_t count) {
         auto* e = reinterpret_cast<UsedElem*>(used_ + used::kRingOffset) + used_idx_ % size_;
         detail::store32(&e->id, id);
         detail::store32(&e->len, len);
@@ -341,8 +341,9 @@ public:
 
     const EventSuppress& driver_event() const { return *driver_; }
 
-    // A buggy device: a used descriptor naming `id` at the next used position, skipping `ndesc`.
-    void use_any_id(uint16_t id, uint32_t len, uint32_t ndesc = 1) { put_used(id, len, ndesc); }
+    // A buggy device: a used descriptor naming `id` (16 bits wide: the rest is dropped) at the
+    // next used position, skipping `ndesc`.
+    void use_any_id(uint32_t id, uint32_t len, uint32_t ndesc = 1) { put_used(uint16_t(id), len, ndesc); }
 
 private:
     bool available(uint32_t pos, bool wrap) const {

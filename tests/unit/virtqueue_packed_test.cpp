@@ -209,36 +209,5 @@ TEST(PackedQueue, InOrderBatchOverTheRingEnd) {
     EXPECT_TRUE(r.dev.errors().empty()) << r.dev.errors().front();
 }
 
-// take_used_run() with an ID that names no published buffer: nothing is taken (the walk
-// looks before it changes anything), the queue is broken, and drain() returns every buffer.
-TEST(PackedQueue, InOrderRunWithABadIdTakesNothing) {
-    for (uint16_t bad : {uint16_t(1), uint16_t(5), uint16_t(9000)}) {   // unpublished, never added, out of the ring
-        PackedRig r(8, {false, true});
-        const Buffer b{0x1000, 64, true};
-        ASSERT_TRUE(r.q.add({&b, 1}, 1));
-        r.q.publish();
-        ASSERT_TRUE(r.q.add({&b, 1}, 2));   // position 1, not published
-        put_used(r, 0, true, bad, 10, true);
-        EXPECT_EQ(r.q.take_used_run().count, 0u) << bad;
-        EXPECT_TRUE(r.q.broken());
-        EXPECT_EQ(r.q.take_used_run().count, 0u);
-        EXPECT_EQ(r.q.outstanding(), 2u);
-        std::vector<uint32_t> drained;
-        EXPECT_EQ(r.q.drain([&](uint32_t t) { drained.push_back(t); }), 2u);
-        EXPECT_EQ(drained, (std::vector<uint32_t>{1, 2}));
-    }
-}
-
-TEST(PackedQueue, InOrderRunLengthNeverExceedsTheWritableBytes) {
-    PackedRig r(8, {false, true});
-    const Buffer bufs[] = {{0x1000, 12, false}, {0x2000, 100, true}};
-    ASSERT_TRUE(r.q.add(bufs, 1));
-    r.q.publish();
-    put_used(r, 0, true, 0, 5000, true);
-    const UsedRun run = r.q.take_used_run();
-    EXPECT_EQ(run.count, 1u);
-    EXPECT_EQ(run.last_len, 100u);
-}
-
 }  // namespace
 }  // namespace vfab::virtio

@@ -227,6 +227,39 @@ TYPED_TEST(VirtqueueTest, InOrderRunTakesABatchAtOnce) {
     }
 }
 
+// take_used_run() with an ID that names no published buffer: nothing is taken (the walk looks
+// before it changes anything), the queue is broken, and drain() still returns every buffer.
+TYPED_TEST(VirtqueueTest, InOrderRunWithABadIdTakesNothing) {
+    constexpr bool kPacked = std::is_same_v<typename TypeParam::Queue, PackedQueue>;
+    // Unpublished, never added, out of the ring (a packed ID has 16 bits, a split id 32).
+    for (uint32_t bad : {1u, 5u, kPacked ? 9000u : 70000u}) {
+        TypeParam r(8, {false, true});
+        const Buffer b{0x1000, 64, true};
+        ASSERT_TRUE(r.q.add({&b, 1}, 1));
+        r.q.publish();
+        ASSERT_TRUE(r.q.add({&b, 1}, 2));   // not published
+        r.dev.use_any_id(bad, 10);
+        EXPECT_EQ(r.q.take_used_run().count, 0u) << bad;
+        EXPECT_TRUE(r.q.broken());
+        EXPECT_EQ(r.q.take_used_run().count, 0u);
+        EXPECT_EQ(r.q.outstanding(), 2u);
+        std::vector<uint32_t> drained;
+        EXPECT_EQ(r.q.drain([&](uint32_t t) { drained.push_back(t); }), 2u);
+        EXPECT_EQ(drained, (std::vector<uint32_t>{1, 2}));
+    }
+}
+
+TYPED_TEST(VirtqueueTest, InOrderRunLengthNeverExceedsTheWritableBytes) {
+    TypeParam r(8, {false, true});
+    const Buffer bufs[] = {{0x1000, 12, false}, {0x2000, 100, true}};
+    ASSERT_TRUE(r.q.add(bufs, 1));
+    r.q.publish();
+    r.dev.use_any_id(0, 5000);
+    const UsedRun run = r.q.take_used_run();
+    EXPECT_EQ(run.count, 1u);
+    EXPECT_EQ(run.last_len, 100u);
+}
+
 // A buggy device naming, for a new batch, a buffer it returned before: the slot still holds
 // that chain's length, but the walk from the oldest buffer does not reach it, so nothing is
 // taken (through either call), the queue is broken and drain() returns the buffers it holds.

@@ -257,6 +257,7 @@ private:
         state_.compare_exchange_strong(ready, QpState::error, std::memory_order_relaxed);
     }
     static void set_received(Slot& s, uint32_t len) noexcept;
+    static void set_flushed(Slot& s, bool recv) noexcept;
     template <class Q>
     static void publish(Q& q, const virtio::Doorbell& bell) noexcept;
     template <bool H, class Q>
@@ -580,6 +581,12 @@ inline void QueuePair::set_received(Slot& s, uint32_t len) noexcept {
     }
 }
 
+// A WR the device will not return (the error state): flushed, nothing received.
+inline void QueuePair::set_flushed(Slot& s, bool recv) noexcept {
+    s.status = WcStatus::wr_flush_error;
+    if (recv) s.byte_len = 0;
+}
+
 // What the device returned for slot `token`: it is done.
 inline void QueuePair::complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept {
     Slot& s = ring.slots[token];
@@ -624,8 +631,7 @@ uint32_t QueuePair::poll_ring(Q& q, Completion* out, uint32_t max) noexcept {
                 if (token != (ring.head & ring.mask)) [[unlikely]]
                     continue;   // out of order: marked, the oldest is still to come
             } else {
-                s.status = WcStatus::wr_flush_error;
-                if (recv) s.byte_len = 0;
+                set_flushed(s, recv);
             }
         }
         ++ring.head;
@@ -647,8 +653,7 @@ uint32_t QueuePair::poll_in_order(Q& q, Completion* out, uint32_t max) noexcept 
         Slot& s = ring.at(ring.head);
         if (!s.done) {
             if (run == 0 && state() != QpState::ready) [[unlikely]] {
-                s.status = WcStatus::wr_flush_error;   // the virtqueue is not read again
-                if (Recv) s.byte_len = 0;
+                set_flushed(s, Recv);   // the virtqueue is not read again
             } else {
                 if (run == 0) {
                     const virtio::UsedRun r = q.take_used_run();

@@ -329,12 +329,11 @@ inline UsedRun SplitQueue::take_used_run() noexcept {
         broken_ = true;
         return {0, 0};
     }
-    const uint32_t head = last;
-    oldest_ = uint16_t((head + slots_[head].ndesc) & mask_);
+    oldest_ = uint16_t((last + slots_[last].ndesc) & mask_);
     free_ += descs;
     outstanding_ -= count;
     last_used_ = uint16_t(last_used_ + count);
-    return {count, std::min(written, slots_[head].writable)};
+    return {count, std::min(written, slots_[last].writable)};
 }
 
 inline bool SplitQueue::has_used() const noexcept {
