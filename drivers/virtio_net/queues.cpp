@@ -297,7 +297,7 @@ void QueuePair::attach_rings(QueueRings<Q>&& r) {
                                              std::tuple{&sq_, tx_size, r.tx_hdrs, r.tx_hdr_iova}}) {
         ring->slots.assign(size, Slot{});
         ring->mask = size - 1;
-        ring->head = ring->tail = 0;
+        ring->head = ring->tail = ring->returned = ring->unsent = 0;
         ring->hdrs = hdrs;
         ring->hdr_iova = hdr_iova;
     }

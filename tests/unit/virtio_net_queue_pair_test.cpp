@@ -207,6 +207,51 @@ TYPED_TEST(VirtioNetQp, InOrderBatchCutShortByThePollFinishesNextPoll) {
     EXPECT_TRUE(r.rings.rx_dev.errors().empty()) << r.rings.rx_dev.errors().front();
 }
 
+// Receives returned one used element each (their lengths differ) with bad-key WRs first,
+// between and last, polled two at a time: completions in posting order, each receive with its
+// element's length; afterwards the queue pair goes on as before.
+TYPED_TEST(VirtioNetQp, InOrderElementsAroundBadKeysCompleteInOrderAcrossPolls) {
+    TypeParam r(true, true);
+    const auto post_bad_key = [&](uint64_t wr_id) {
+        Sge s{reinterpret_cast<uint64_t>(r.buf(7)), kBuf - kRoom, r.lkey + 1};   // no such key
+        RecvWr wr{wr_id, &s, 1, 0};
+        return r.h.qp.post_recv({&wr, 1}).error;
+    };
+    ASSERT_EQ(post_bad_key(40), 0);
+    ASSERT_EQ(r.recv(0, 41).error, 0);
+    ASSERT_EQ(r.recv(1, 42).error, 0);
+    ASSERT_EQ(post_bad_key(43), 0);
+    ASSERT_EQ(r.recv(2, 44).error, 0);
+    ASSERT_EQ(post_bad_key(45), 0);
+    r.rings.rx_dev.fetch();
+    ASSERT_EQ(r.rings.rx_dev.pending().size(), 3u);
+    for (uint32_t k = 0; k < 3; ++k) r.rings.rx_dev.use_batch(1, kNetHdrSize + 60 + k);
+    std::vector<Completion> all;
+    for (int polls = 0; polls < 6 && all.size() < 6; ++polls) {
+        const auto wc = r.poll(2);
+        all.insert(all.end(), wc.begin(), wc.end());
+    }
+    ASSERT_EQ(all.size(), 6u);
+    const uint32_t want_len[] = {0, 60, 61, 0, 62, 0};
+    for (uint32_t k = 0; k < 6; ++k) {
+        SCOPED_TRACE(k);
+        EXPECT_EQ(all[k].wr_id, 40u + k);
+        const bool bad = want_len[k] == 0;
+        EXPECT_EQ(all[k].status, bad ? WcStatus::local_protection_error : WcStatus::success);
+        EXPECT_EQ(all[k].byte_len, want_len[k]);
+    }
+    EXPECT_EQ(r.h.qp.recv_outstanding(), 0u);
+    EXPECT_EQ(r.h.cq.poll(std::span<Completion>{}), 0);
+    ASSERT_EQ(r.recv(3, 50).error, 0);
+    r.rings.rx_dev.fetch();
+    r.rings.rx_dev.use_batch(1, kNetHdrSize + 70);
+    const auto wc = r.poll();
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].wr_id, 50u);
+    EXPECT_EQ(wc[0].byte_len, 70u);
+    EXPECT_TRUE(r.rings.rx_dev.errors().empty()) << r.rings.rx_dev.errors().front();
+}
+
 // A device that returns a buffer it was not given breaks the virtqueue: the queue pair goes to
 // the error state and its WRs flush, in order and in any order (nothing waits forever).
 TYPED_TEST(VirtioNetQp, ADeviceReturningABufferItWasNotGivenFlushesTheQueuePair) {

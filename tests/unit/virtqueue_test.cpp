@@ -227,6 +227,62 @@ TYPED_TEST(VirtqueueTest, InOrderRunTakesABatchAtOnce) {
     }
 }
 
+// take_used_runs(): every used element in one call, a run each, up to the limit — a batch is
+// taken whole even when it passes the limit — and the rest in the next call; a batch
+// poll_used() began is finished first.
+TYPED_TEST(VirtqueueTest, InOrderRunsTakeEveryElementUpToTheLimit) {
+    for (RingFeatures f : {RingFeatures{false, true}, RingFeatures{true, true}}) {
+        TypeParam r(16, f);
+        for (uint32_t t = 0; t < 7; ++t) ASSERT_TRUE(r.q.add(chain(t, 0, 1), t));   // 100 writable bytes each
+        r.q.publish();
+        ASSERT_EQ(r.dev.fetch(), 7u);
+        r.dev.use_batch(2, 5);    // tokens 0, 1
+        r.dev.use_batch(1, 10);   // 2
+        r.dev.use_batch(2, 20);   // 3, 4
+        r.dev.use_batch(1, 30);   // 5
+        uint32_t token, len;
+        ASSERT_TRUE(r.q.poll_used(token, len));   // token 0: its batch is half taken
+        ASSERT_EQ(token, 0u);
+        std::vector<std::pair<uint32_t, uint32_t>> runs;
+        const auto keep = [&](UsedRun run) { runs.emplace_back(run.count, run.last_len); };
+        EXPECT_EQ(r.q.take_used_runs(3, keep), 4u);   // token 1, then 2, then 3 and 4 whole
+        EXPECT_EQ(runs, (std::vector<std::pair<uint32_t, uint32_t>>{{1, 5}, {1, 10}, {2, 20}}));
+        EXPECT_EQ(r.q.outstanding(), 2u);
+        runs.clear();
+        EXPECT_EQ(r.q.take_used_runs(16, keep), 1u);
+        EXPECT_EQ(runs, (std::vector<std::pair<uint32_t, uint32_t>>{{1, 30}}));
+        EXPECT_EQ(r.q.take_used_runs(16, keep), 0u) << "token 6 is not used yet";
+        EXPECT_EQ(r.q.outstanding(), 1u);
+        EXPECT_EQ(r.q.free_count(), 15u);
+        r.dev.use_any_id(6, 500);   // token 6 (ID 6), more than its 100 writable bytes: capped
+        runs.clear();
+        EXPECT_EQ(r.q.take_used_runs(1, keep), 1u);
+        EXPECT_EQ(runs, (std::vector<std::pair<uint32_t, uint32_t>>{{1, 100}}));
+        EXPECT_EQ(r.q.free_count(), 16u);
+        EXPECT_FALSE(r.q.broken());
+        EXPECT_TRUE(r.dev.errors().empty()) << r.dev.errors().front();
+    }
+}
+
+// An element naming no published buffer after good ones: the runs before it are taken, the
+// queue breaks there, and drain() returns the buffers after them.
+TYPED_TEST(VirtqueueTest, InOrderRunsStopAtABadIdAndKeepTheRunsBefore) {
+    TypeParam r(8, {false, true});
+    for (uint32_t t = 0; t < 3; ++t) ASSERT_TRUE(r.q.add(chain(t, 0, 1), t));
+    r.q.publish();
+    ASSERT_EQ(r.dev.fetch(), 3u);
+    r.dev.use_batch(1, 7);      // token 0
+    r.dev.use_any_id(6, 7);     // an ID past the published buffers
+    std::vector<uint32_t> lens;
+    EXPECT_EQ(r.q.take_used_runs(8, [&](UsedRun run) { lens.push_back(run.last_len); }), 1u);
+    EXPECT_EQ(lens, std::vector<uint32_t>{7});
+    EXPECT_TRUE(r.q.broken());
+    EXPECT_EQ(r.q.take_used_runs(8, [](UsedRun) {}), 0u);
+    std::vector<uint32_t> drained;
+    EXPECT_EQ(r.q.drain([&](uint32_t t) { drained.push_back(t); }), 2u);
+    EXPECT_EQ(drained, (std::vector<uint32_t>{1, 2}));
+}
+
 // take_used_run() with an ID that names no published buffer: nothing is taken (the walk looks
 // before it changes anything), the queue is broken, and drain() still returns every buffer.
 TYPED_TEST(VirtqueueTest, InOrderRunWithABadIdTakesNothing) {
@@ -352,18 +408,26 @@ TYPED_TEST(VirtqueueTest, RandomTrafficWrapsEverything) {
                 }
                 uint32_t token, len;
                 for (uint32_t k = rng() % 8; k > 0; --k) {
-                    if (f.in_order && rng() % 2) {   // a whole batch at once: the oldest `count`
-                        const UsedRun run = r.q.take_used_run();
-                        if (run.count == 0) break;
-                        for (uint32_t i = 0; i < run.count; ++i, ++done) {
-                            token = next_in_order++;
-                            ASSERT_LT(token, expect.size());
-                            ASSERT_GE(expect[token], 0) << "token " << token << " not used by the device";
-                            ASSERT_EQ(i + 1 < run.count ? writable[token] : run.last_len, expect[token]);
-                            expect[token] = -2;
-                            descs -= ndesc[token];
-                            --outstanding;
+                    if (f.in_order && rng() % 2) {   // whole batches at once: the oldest `count` each
+                        const auto check_run = [&](UsedRun run) {
+                            for (uint32_t i = 0; i < run.count; ++i, ++done) {
+                                const uint32_t t = next_in_order++;
+                                ASSERT_LT(t, expect.size());
+                                ASSERT_GE(expect[t], 0) << "token " << t << " not used by the device";
+                                ASSERT_EQ(i + 1 < run.count ? writable[t] : run.last_len, expect[t]);
+                                expect[t] = -2;
+                                descs -= ndesc[t];
+                                --outstanding;
+                            }
+                        };
+                        if (rng() % 2) {
+                            const UsedRun run = r.q.take_used_run();
+                            if (run.count == 0) break;
+                            check_run(run);
+                        } else if (r.q.take_used_runs(1 + rng() % 16, check_run) == 0) {
+                            break;
                         }
+                        ASSERT_FALSE(::testing::Test::HasFatalFailure());
                         continue;
                     }
                     if (!r.q.poll_used(token, len)) break;

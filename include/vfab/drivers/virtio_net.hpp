@@ -221,10 +221,12 @@ private:
         bool done;      // the device returned it (or it never went to the device)
         uint16_t flags; // completion flags
     };
-    // WRs in posting order; slot i also owns header i in DMA memory.
+    // WRs in posting order; slot i also owns header i in DMA memory. With IN_ORDER the WRs
+    // from head to returned are done, waiting for a poll to retire them, and `unsent` of those
+    // after it are too: WRs with a bad key, which never went to the device.
     struct WorkRing {
         std::vector<Slot> slots;
-        uint32_t mask = 0, head = 0, tail = 0;
+        uint32_t mask = 0, head = 0, tail = 0, returned = 0, unsent = 0;
         uint8_t* hdrs = nullptr;
         uint64_t hdr_iova = 0;
         Slot& at(uint32_t i) noexcept { return slots[i & mask]; }
@@ -278,6 +280,12 @@ private:
     [[gnu::noinline]] uint32_t poll_ring(Q& q, Completion* out, uint32_t max) noexcept;
     template <bool Recv, class Q>
     [[gnu::noinline]] uint32_t poll_in_order(Q& q, Completion* out, uint32_t max) noexcept;
+    template <bool Recv, class Q>
+    [[gnu::always_inline]] void take_returned(Q& q, WorkRing& ring, uint32_t limit) noexcept;
+    template <bool Recv, class Q>
+    [[gnu::noinline]] void take_returned_past_unsent(Q& q, WorkRing& ring, uint32_t limit) noexcept;
+    template <bool Recv>
+    [[gnu::noinline]] void flush_unreturned(WorkRing& ring) noexcept;
     [[gnu::always_inline]] void retire(const Slot& s, WcOpcode op, Completion* out, uint32_t& n) noexcept;
     uint32_t poll_send(Completion* out, uint32_t max) noexcept;
     uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
@@ -448,6 +456,7 @@ template <bool H, class Q>
         if (device_writes) slot.byte_len = 0;   // nothing received
         slot.done = true;
         ++ring.tail;
+        ++ring.unsent;
         return 0;
     }
     std::span<const virtio::Buffer> chain(bufs + 1, nsge);
@@ -637,46 +646,90 @@ uint32_t QueuePair::poll_ring(Q& q, Completion* out, uint32_t max) noexcept {
         ++ring.head;
         retire(s, op, out, n);
     }
+    ring.returned = ring.head;   // send_ready()/recv_ready() read it in either order
     return n;
 }
 
-// The same with IN_ORDER: the device returns buffers in the order they were posted, so a used
-// element (one per batch, §2.7.9/§2.8.8) stands for the oldest WRs the device had — no token
-// to look up, no slot to mark. WRs that never went to the device (a bad key) are done already.
-// A run that `max` cuts short is marked done in its slots, to be retired by the next poll.
+// With IN_ORDER the device returns buffers in the order they were posted, so a used element
+// (one per batch, §2.7.9/§2.8.8) stands for the oldest WRs the device has: no token to look
+// up. Two passes: take_returned() moves `returned` past what the device returned, then the
+// WRs up to it retire — each pass a short loop that keeps its state in registers.
+
+// Moves ring.returned past the WRs the device returned — a run's WRs are the oldest it still
+// has; a bad key's WR (done at post, never given to the device) keeps its place; a receive's
+// run gives its last WR the element's length, the others keep their buffer's — and past the
+// bad keys' WRs after them. In the error state the device is not read: every WR left flushes.
+template <bool Recv, class Q>
+inline void QueuePair::take_returned(Q& q, WorkRing& ring, uint32_t limit) noexcept {
+    if (state() != QpState::ready) [[unlikely]]
+        return flush_unreturned<Recv>(ring);
+    if (ring.unsent != 0) [[unlikely]]
+        return take_returned_past_unsent<Recv>(q, ring, limit);
+    // Every WR after `returned` is at the device: a run is the next r.count of them. The
+    // first run alone (a poll's usual lot at low rates) is cheaper through take_used_run().
+    Slot* const slots = ring.slots.data();
+    const uint32_t mask = ring.mask;
+    uint32_t at = ring.returned;
+    const auto take = [&](virtio::UsedRun r) {
+        at += r.count;
+        if constexpr (Recv) set_received(slots[(at - 1) & mask], r.last_len);
+    };
+    if (const virtio::UsedRun first = q.take_used_run(); first.count != 0) {
+        take(first);
+        if (first.count < limit && q.has_used()) q.take_used_runs(limit - first.count, take);
+        ring.returned = at;
+    }
+    if (q.broken()) [[unlikely]]
+        fail_broken();
+}
+
+// The same when WRs with a bad key wait among them: a run's WRs are the next r.count that
+// went to the device. A run never counts more WRs than the device has (the virtqueue checks it
+// against the buffers in flight), so these scans stop before the tail.
+template <bool Recv, class Q>
+void QueuePair::take_returned_past_unsent(Q& q, WorkRing& ring, uint32_t limit) noexcept {
+    Slot* const slots = ring.slots.data();
+    const uint32_t mask = ring.mask, tail = ring.tail;
+    uint32_t at = ring.returned, passed = 0;
+    const auto skip_unsent = [&] {
+        for (; at != tail && slots[at & mask].done; ++at) ++passed;
+    };
+    q.take_used_runs(limit, [&](virtio::UsedRun r) {
+        for (uint32_t k = r.count;; ++at) {
+            skip_unsent();
+            if (--k == 0) break;
+        }
+        if constexpr (Recv) set_received(slots[at & mask], r.last_len);
+        ++at;
+    });
+    skip_unsent();
+    ring.unsent -= passed;
+    ring.returned = at;
+    if (q.broken()) [[unlikely]]
+        fail_broken();
+}
+
+// The error state: the device is not read again; every WR it has not returned flushes.
+template <bool Recv>
+void QueuePair::flush_unreturned(WorkRing& ring) noexcept {
+    for (uint32_t at = ring.returned; at != ring.tail; ++at)
+        if (Slot& s = ring.at(at); !s.done) set_flushed(s, Recv);
+    ring.returned = ring.tail;
+    ring.unsent = 0;
+}
+
 template <bool Recv, class Q>
 uint32_t QueuePair::poll_in_order(Q& q, Completion* out, uint32_t max) noexcept {
     constexpr WcOpcode op = Recv ? WcOpcode::recv : WcOpcode::send;
     WorkRing& ring = Recv ? rq_ : sq_;
-    uint32_t n = 0, run = 0, run_len = 0;
-    while (n < max && ring.head != ring.tail) {
-        Slot& s = ring.at(ring.head);
-        if (!s.done) {
-            if (run == 0 && state() != QpState::ready) [[unlikely]] {
-                set_flushed(s, Recv);   // the virtqueue is not read again
-            } else {
-                if (run == 0) {
-                    const virtio::UsedRun r = q.take_used_run();
-                    if (r.count == 0) {
-                        if (q.broken()) [[unlikely]]
-                            fail_broken();
-                        break;
-                    }
-                    run = r.count;
-                    run_len = r.last_len;
-                }
-                if (--run == 0 && Recv) set_received(s, run_len);
-            }
-        }
-        ++ring.head;
-        retire(s, op, out, n);
-    }
-    for (uint32_t i = ring.head; run != 0 && i != ring.tail; ++i) {   // cut short: the rest of the run
-        Slot& s = ring.at(i);
-        if (s.done) continue;
-        s.done = true;
-        if (--run == 0 && Recv) set_received(s, run_len);
-    }
+    // A receive is a completion each: take no more than fit. Sends may be unsignaled: take all.
+    const uint32_t waiting = ring.returned - ring.head;
+    if (!Recv || waiting < max) take_returned<Recv>(q, ring, Recv ? max - waiting : ~0u);
+    const Slot* const slots = ring.slots.data();
+    const uint32_t mask = ring.mask, end = ring.returned;
+    uint32_t head = ring.head, n = 0;
+    for (; n < max && head != end; ++head) retire(slots[head & mask], op, out, n);
+    ring.head = head;
     return n;
 }
 
@@ -698,13 +751,13 @@ inline uint32_t QueuePair::poll_recv(Completion* out, uint32_t max) noexcept {
 
 inline bool QueuePair::send_ready() noexcept {
     if (sq_.head == sq_.tail) return false;
-    if (sq_.at(sq_.head).done || state() != QpState::ready) return true;
+    if (sq_.returned != sq_.head || sq_.at(sq_.head).done || state() != QpState::ready) return true;
     return packed_ ? ptx_->has_used() : stx_->has_used();
 }
 
 inline bool QueuePair::recv_ready() noexcept {
     if (rq_.head == rq_.tail) return false;
-    if (rq_.at(rq_.head).done || state() != QpState::ready) return true;
+    if (rq_.returned != rq_.head || rq_.at(rq_.head).done || state() != QpState::ready) return true;
     return packed_ ? prx_->has_used() : srx_->has_used();
 }
 

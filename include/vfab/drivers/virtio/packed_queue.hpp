@@ -49,9 +49,16 @@ public:
     // caller knows them: its oldest `count`). Finishes a batch poll_used() began. {0, 0} when
     // nothing is used or broken().
     [[gnu::always_inline]] UsedRun take_used_run() noexcept;
+    // With IN_ORDER only: take_used_run() while elements are used and fewer than `limit`
+    // buffers were taken, on_run(UsedRun) for each, oldest first; the buffers taken. The
+    // queue's position stays in registers across the elements (a back-end writes one per
+    // buffer when their lengths differ, as for receives). An ID that names no published buffer
+    // breaks the queue: the runs before it stand, nothing after.
+    template <class F>
+    [[gnu::always_inline]] uint32_t take_used_runs(uint32_t limit, F&& on_run) noexcept;
     // Whether poll_used() would return a buffer now (one load of the next used position's
     // flags; false once broken()).
-    bool has_used() const noexcept;
+    [[gnu::always_inline]] bool has_used() const noexcept;
 
     // Used buffer notifications through the Driver Event Suppression structure (§2.8.10).
     void disable_interrupts() noexcept;
@@ -94,8 +101,9 @@ private:
     const EventSuppress* device_event() const { return static_cast<const EventSuppress*>(mem_.device); }
     // §2.8.1: a descriptor is used when its AVAIL and USED bits both equal the wrap counter
     // the driver expects for the position it is looking at.
-    bool is_used(uint16_t flags) const noexcept {
-        const uint16_t want = used_wrap_ ? (desc_flags::AVAIL | desc_flags::USED) : 0;
+    bool is_used(uint16_t flags) const noexcept { return is_used(flags, used_wrap_); }
+    static bool is_used(uint16_t flags, bool wrap) noexcept {
+        const uint16_t want = wrap ? (desc_flags::AVAIL | desc_flags::USED) : 0;
         return (flags & (desc_flags::AVAIL | desc_flags::USED)) == want;
     }
     void advance_used(uint16_t n) noexcept {
@@ -106,7 +114,8 @@ private:
         }
     }
     bool take_batch(uint32_t& token, uint32_t& len) noexcept;
-    bool batch_to(uint32_t last, uint32_t& count, uint32_t& descs) const noexcept;
+    [[gnu::cold]] UsedRun finish_batch() noexcept;
+    bool batch_to(uint32_t from, uint32_t in_flight, uint32_t last, uint32_t& count, uint32_t& descs) const noexcept;
     void release(uint16_t id, Slot& s) noexcept;
 
     QueueMemory mem_;
@@ -297,7 +306,7 @@ inline bool PackedQueue::poll_used(uint32_t& token, uint32_t& len) noexcept {
     const uint32_t written = detail::load32(&d.len);
     if (features_.in_order) {   // §2.8.8: `id` is the last buffer of a batch
         uint32_t count, descs;
-        if (!batch_to(id, count, descs)) [[unlikely]] {
+        if (!batch_to(used_pos_, in_flight_, id, count, descs)) [[unlikely]] {
             broken_ = true;
             return false;
         }
@@ -336,14 +345,16 @@ inline bool PackedQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
 }
 
 // IN_ORDER: the batch a used descriptor naming `last` returns is the published chains from the
-// oldest (at the used position; its ID is its first position) to `last`: how many, and their
-// descriptors. Read only, so that a `last` naming none of them (false) changes nothing — the
-// slots of chains already returned keep their lengths, so the walk, not a slot, decides.
-[[gnu::always_inline]] inline bool PackedQueue::batch_to(uint32_t last, uint32_t& count, uint32_t& descs) const noexcept {
-    uint32_t pos = used_pos_;
+// oldest (at `from`, the used position; its ID is its first position) to `last`: how many, and
+// their descriptors. Read only, so that a `last` naming none of the `in_flight` (false) changes
+// nothing — the slots of chains already returned keep their lengths, so the walk, not a slot,
+// decides.
+[[gnu::always_inline]] inline bool PackedQueue::batch_to(uint32_t from, uint32_t in_flight, uint32_t last,
+                                                         uint32_t& count, uint32_t& descs) const noexcept {
+    uint32_t pos = from;
     count = descs = 0;
     for (;;) {
-        if (count == in_flight_) return false;
+        if (count == in_flight) return false;
         const uint32_t n = slots_[pos].ndesc;
         ++count;
         descs += n;
@@ -354,22 +365,16 @@ inline bool PackedQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
 }
 
 inline UsedRun PackedQueue::take_used_run() noexcept {
-    uint16_t last;
-    uint32_t written;
-    if (in_batch_) [[unlikely]] {
-        last = batch_last_;
-        written = batch_len_;
-        in_batch_ = false;
-    } else {
-        if (broken_ || in_flight_ == 0) return {0, 0};
-        const PackedDesc& d = ring_[used_pos_];
-        if (!is_used(detail::load16(&d.flags))) return {0, 0};
-        mmio::dma_rmb();   // §2.8.22: flags first, then the rest of the used descriptor
-        last = detail::load16(&d.id);
-        written = detail::load32(&d.len);   // see poll_used(): read whether or not WRITE is set
-    }
+    if (in_batch_) [[unlikely]]
+        return finish_batch();
+    if (broken_ || in_flight_ == 0) return {0, 0};
+    const PackedDesc& d = ring_[used_pos_];
+    if (!is_used(detail::load16(&d.flags))) return {0, 0};
+    mmio::dma_rmb();   // §2.8.22: flags first, then the rest of the used descriptor
+    const uint32_t last = detail::load16(&d.id);
+    const uint32_t written = detail::load32(&d.len);   // see poll_used(): read whether or not WRITE is set
     uint32_t count, descs;
-    if (!batch_to(last, count, descs)) [[unlikely]] {
+    if (!batch_to(used_pos_, in_flight_, last, count, descs)) [[unlikely]] {
         broken_ = true;
         return {0, 0};
     }
@@ -378,6 +383,65 @@ inline UsedRun PackedQueue::take_used_run() noexcept {
     outstanding_ -= count;
     in_flight_ -= count;
     return {count, std::min(written, slots_[last].writable)};
+}
+
+// The rest of a batch poll_used() began, at once.
+inline UsedRun PackedQueue::finish_batch() noexcept {
+    in_batch_ = false;
+    uint32_t count, descs;
+    if (!batch_to(used_pos_, in_flight_, batch_last_, count, descs)) {
+        broken_ = true;
+        return {0, 0};
+    }
+    advance_used(uint16_t(descs));
+    free_ += descs;
+    outstanding_ -= count;
+    in_flight_ -= count;
+    return {count, std::min(batch_len_, slots_[batch_last_].writable)};
+}
+
+template <class F>
+inline uint32_t PackedQueue::take_used_runs(uint32_t limit, F&& on_run) noexcept {
+    uint32_t taken = 0;
+    if (in_batch_) [[unlikely]] {
+        const UsedRun r = finish_batch();
+        if (r.count == 0) return 0;
+        on_run(r);
+        taken = r.count;
+    }
+    if (broken_ || taken >= limit) return taken;
+    // In registers: the used position and how many published buffers remain; the loop stops
+    // at `floor` of them (limit reached) or 0. Descriptors freed: how far the position moved.
+    const uint32_t from = used_pos_, before = in_flight_;
+    const bool from_wrap = used_wrap_;
+    const uint32_t floor = before > limit - taken ? before - (limit - taken) : 0;
+    uint32_t pos = from, in_flight = before;
+    bool wrap = from_wrap;
+    while (in_flight > floor) {
+        const PackedDesc& d = ring_[pos];
+        if (!is_used(detail::load16(&d.flags), wrap)) break;
+        mmio::dma_rmb();   // §2.8.22: flags first, then the rest of the used descriptor
+        const uint32_t last = detail::load16(&d.id);
+        const uint32_t written = detail::load32(&d.len);   // see poll_used(): read whether or not WRITE is set
+        uint32_t count, n;
+        if (!batch_to(pos, in_flight, last, count, n)) [[unlikely]] {
+            broken_ = true;
+            break;
+        }
+        pos += n;
+        if (pos >= size_) {
+            pos -= size_;
+            wrap = !wrap;
+        }
+        in_flight -= count;
+        on_run(UsedRun{count, std::min(written, slots_[last].writable)});
+    }
+    used_pos_ = uint16_t(pos);
+    used_wrap_ = wrap;
+    free_ += pos - from + (wrap != from_wrap ? size_ : 0);
+    outstanding_ -= before - in_flight;
+    in_flight_ = in_flight;
+    return taken + before - in_flight;
 }
 
 inline bool PackedQueue::has_used() const noexcept {

@@ -49,8 +49,15 @@ public:
     // caller knows them: its oldest `count`). Finishes a batch poll_used() began. {0, 0} when
     // nothing is used or broken().
     [[gnu::always_inline]] UsedRun take_used_run() noexcept;
+    // With IN_ORDER only: take_used_run() while entries are used and fewer than `limit`
+    // buffers were taken, on_run(UsedRun) for each, oldest first; the buffers taken. used->idx
+    // is read once, and the queue's position stays in registers across the entries (a back-end
+    // writes one per buffer when their lengths differ, as for receives). An id that names no
+    // published chain breaks the queue: the runs before it stand, nothing after.
+    template <class F>
+    [[gnu::always_inline]] uint32_t take_used_runs(uint32_t limit, F&& on_run) noexcept;
     // Whether poll_used() would return a buffer now (one load of used->idx; false once broken()).
-    bool has_used() const noexcept;
+    [[gnu::always_inline]] bool has_used() const noexcept;
 
     // Used buffer notifications (§2.7.7): a hint to the device, not synchronised with it.
     void disable_interrupts() noexcept;
@@ -93,7 +100,8 @@ private:
     uint16_t* used_field(size_t off) const { return reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(mem_.device) + off); }
     uint16_t used_idx() const noexcept { return detail::load16(used_field(used::kIdxOffset)); }
     bool take_batch(uint32_t& token, uint32_t& len) noexcept;
-    bool batch_to(uint32_t last, uint32_t& count, uint32_t& descs) const noexcept;
+    [[gnu::cold]] UsedRun finish_batch() noexcept;
+    bool batch_to(uint32_t from, uint32_t in_flight, uint32_t last, uint32_t& count, uint32_t& descs) const noexcept;
     void release(uint16_t head, Slot& s) noexcept;
 
     QueueMemory mem_;
@@ -250,7 +258,8 @@ inline bool SplitQueue::poll_used(uint32_t& token, uint32_t& len) noexcept {
     const uint32_t id = detail::load32(&e->id), written = detail::load32(&e->len);
     if (features_.in_order) {   // §2.7.9: `id` is the head of the last buffer of a batch
         uint32_t count, descs;
-        if (!batch_to(id, count, descs) || count > uint16_t(idx - last_used_)) [[unlikely]] {
+        if (!batch_to(oldest_, uint16_t(published_ - last_used_), id, count, descs) ||
+            count > uint16_t(idx - last_used_)) [[unlikely]] {
             broken_ = true;
             return false;
         }
@@ -294,12 +303,12 @@ inline bool SplitQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
 // them (false) changes nothing — the slots of chains already returned keep their lengths, so
 // the walk decides. The caller also checks the count against how far idx moved (§2.7.9: by
 // every buffer of the batch).
-[[gnu::always_inline]] inline bool SplitQueue::batch_to(uint32_t last, uint32_t& count, uint32_t& descs) const noexcept {
-    const auto limit = uint16_t(published_ - last_used_);
-    uint32_t head = oldest_;
+[[gnu::always_inline]] inline bool SplitQueue::batch_to(uint32_t from, uint32_t in_flight, uint32_t last,
+                                                        uint32_t& count, uint32_t& descs) const noexcept {
+    uint32_t head = from;
     count = descs = 0;
     for (;;) {
-        if (count == limit) return false;
+        if (count == in_flight) return false;
         const uint32_t n = slots_[head].ndesc;
         ++count;
         descs += n;
@@ -309,23 +318,17 @@ inline bool SplitQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
 }
 
 inline UsedRun SplitQueue::take_used_run() noexcept {
-    uint32_t last, written, used;   // used: entries the device says it used (§2.7.9: a batch counts all)
-    if (in_batch_) [[unlikely]] {
-        last = batch_last_;
-        written = batch_len_;
-        used = ~0u;   // poll_used() checked the batch against idx
-        in_batch_ = false;
-    } else {
-        const uint16_t idx = used_idx();
-        if (broken_ || idx == last_used_) return {0, 0};
-        mmio::dma_rmb();   // §2.7.8.1: the device writes the entry before idx
-        const UsedElem* e = &used_ring_[last_used_ & mask_];
-        last = detail::load32(&e->id);
-        written = detail::load32(&e->len);
-        used = uint16_t(idx - last_used_);
-    }
+    if (in_batch_) [[unlikely]]
+        return finish_batch();
+    const uint16_t idx = used_idx();
+    if (broken_ || idx == last_used_) return {0, 0};
+    mmio::dma_rmb();   // §2.7.8.1: the device writes the entry before idx
+    const UsedElem* e = &used_ring_[last_used_ & mask_];
+    const uint32_t last = detail::load32(&e->id), written = detail::load32(&e->len);
     uint32_t count, descs;
-    if (!batch_to(last, count, descs) || count > used) [[unlikely]] {
+    // §2.7.9: idx moves by every buffer of a batch.
+    if (!batch_to(oldest_, uint16_t(published_ - last_used_), last, count, descs) ||
+        count > uint16_t(idx - last_used_)) [[unlikely]] {
         broken_ = true;
         return {0, 0};
     }
@@ -334,6 +337,60 @@ inline UsedRun SplitQueue::take_used_run() noexcept {
     outstanding_ -= count;
     last_used_ = uint16_t(last_used_ + count);
     return {count, std::min(written, slots_[last].writable)};
+}
+
+// The rest of a batch poll_used() began (checked against idx then), at once.
+inline UsedRun SplitQueue::finish_batch() noexcept {
+    in_batch_ = false;
+    uint32_t count, descs;
+    if (!batch_to(oldest_, uint16_t(published_ - last_used_), batch_last_, count, descs)) {
+        broken_ = true;
+        return {0, 0};
+    }
+    oldest_ = uint16_t((batch_last_ + slots_[batch_last_].ndesc) & mask_);
+    free_ += descs;
+    outstanding_ -= count;
+    last_used_ = uint16_t(last_used_ + count);
+    return {count, std::min(batch_len_, slots_[batch_last_].writable)};
+}
+
+template <class F>
+inline uint32_t SplitQueue::take_used_runs(uint32_t limit, F&& on_run) noexcept {
+    uint32_t taken = 0;
+    if (in_batch_) [[unlikely]] {
+        const UsedRun r = finish_batch();
+        if (r.count == 0) return 0;
+        on_run(r);
+        taken = r.count;
+    }
+    if (broken_ || taken >= limit) return taken;
+    // In registers: the next used entry and the oldest chain. idx moves by every buffer of a
+    // batch (§2.7.9): the entries up to it, and no more than `limit`, are taken.
+    const uint16_t from = last_used_, idx = used_idx();
+    if (idx == from) return taken;
+    mmio::dma_rmb();   // §2.7.8.1: the device writes the entries before idx
+    const uint32_t stop = std::min<uint32_t>(uint16_t(idx - from), limit - taken);
+    uint16_t last_used = from;
+    uint32_t oldest = oldest_, descs = 0;
+    do {
+        const UsedElem* e = &used_ring_[last_used & mask_];
+        const uint32_t last = detail::load32(&e->id), written = detail::load32(&e->len);
+        uint32_t count, n;
+        if (!batch_to(oldest, uint16_t(published_ - last_used), last, count, n) ||
+            count > uint16_t(idx - last_used)) [[unlikely]] {
+            broken_ = true;
+            break;
+        }
+        oldest = (last + slots_[last].ndesc) & mask_;
+        last_used = uint16_t(last_used + count);
+        descs += n;
+        on_run(UsedRun{count, std::min(written, slots_[last].writable)});
+    } while (uint16_t(last_used - from) < stop);
+    free_ += descs;
+    oldest_ = uint16_t(oldest);
+    last_used_ = last_used;
+    outstanding_ -= uint16_t(last_used - from);
+    return taken + uint16_t(last_used - from);
 }
 
 inline bool SplitQueue::has_used() const noexcept {
