@@ -241,9 +241,8 @@ inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexc
     if (unpublished_++ == 0) {   // first chain of a batch: publish() makes it available
         batch_pos_ = head;
         batch_flags_ = head_flags;
-    } else {                      // later chains: the device cannot pass the batch's first
-        mmio::dma_wmb();          // §2.8.21.1.1: the chain before its first flags
-        detail::store16(&ring_[head].flags, head_flags);
+    } else {   // later chains: the device cannot pass the batch's first
+        detail::store16_after(&ring_[head].flags, head_flags);   // §2.8.21.1.1: the chain before its flags
     }
     return true;
 }

@@ -131,6 +131,10 @@ inline uint16_t load16(const void* p) { return __atomic_load_n(static_cast<const
 inline uint32_t load32(const void* p) { return __atomic_load_n(static_cast<const uint32_t*>(p), __ATOMIC_RELAXED); }
 inline void store16(void* p, uint16_t v) { __atomic_store_n(static_cast<uint16_t*>(p), v, __ATOMIC_RELAXED); }
 inline void store32(void* p, uint32_t v) { __atomic_store_n(static_cast<uint32_t*>(p), v, __ATOMIC_RELAXED); }
+// A store that the device sees after every earlier store (a packed descriptor's flags after its
+// body): the ordering of dma_wmb() for this one store, without a barrier for the compiler on
+// everything else — values the driver holds in registers stay there (x86: a plain MOV).
+inline void store16_after(void* p, uint16_t v) { __atomic_store_n(static_cast<uint16_t*>(p), v, __ATOMIC_RELEASE); }
 
 inline bool aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 inline bool aligned(Iova v, size_t a) { return (v.value & (a - 1)) == 0; }
