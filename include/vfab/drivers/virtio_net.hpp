@@ -213,13 +213,14 @@ private:
     friend class DeviceState;
     friend class CompletionQueue;
     friend class queue::CompletionQueueCore<QueuePair>;
+    // The three fields a post sets to constants are adjacent: one store.
     struct Slot {
         uint64_t wr_id;
         uint32_t byte_len;
         WcStatus status;
-        bool signaled;
         bool done;      // the device returned it (or it never went to the device)
         uint16_t flags; // completion flags
+        bool signaled;
     };
     // WRs in posting order; slot i also owns header i in DMA memory. With IN_ORDER the WRs
     // from head to returned are done, waiting for a poll to retire them, and `unsent` of those
@@ -249,8 +250,7 @@ private:
     template <bool H>
     Gathered gather(const Sge* sgl, uint32_t n, bool device_writes, virtio::Buffer* out) const noexcept;
     template <bool H, class Q>
-    int enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key, bool device_writes,
-                bool& added) noexcept;
+    int enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key, bool device_writes) noexcept;
     void complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept;
     // The virtqueue broke (the device returned a buffer it was not given): from the ready state
     // to the error state, so that the next poll flushes the WRs (the device needs a reset).
@@ -263,15 +263,15 @@ private:
     template <class Q>
     static void publish(Q& q, const virtio::Doorbell& bell) noexcept;
     template <bool H, class Q>
-    int send_one(Q& q, const SendWr& wr, uint32_t nsge, bool& added) noexcept;
+    int send_one(Q& q, const SendWr& wr, uint32_t nsge) noexcept;
     template <bool H, class Q>
-    int recv_one(Q& q, const RecvWr& wr, uint32_t nsge, bool& added) noexcept;
+    int recv_one(Q& q, const RecvWr& wr, uint32_t nsge) noexcept;
     // A WR of other than one SGE (or none): its checks and send_one/recv_one for it, out of
     // line so that the loop for the usual one-SGE WR keeps its registers.
     template <bool H, class Q>
-    int send_other(Q& q, const SendWr& wr, bool& added) noexcept;
+    int send_other(Q& q, const SendWr& wr) noexcept;
     template <bool H, class Q>
-    int recv_other(Q& q, const RecvWr& wr, bool& added) noexcept;
+    int recv_other(Q& q, const RecvWr& wr) noexcept;
     template <bool H, class Q>
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
     template <bool H, class Q>
@@ -448,7 +448,7 @@ template <bool H>
 // when the virtqueue has no room (the slot is then not taken).
 template <bool H, class Q>
 [[gnu::always_inline]] inline int QueuePair::enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key,
-                              bool device_writes, bool& added) noexcept {
+                              bool device_writes) noexcept {
     const uint32_t index = ring.tail & ring.mask;
     if (bad_key) [[unlikely]] {
         Slot& slot = ring.at(ring.tail);
@@ -466,12 +466,11 @@ template <bool H, class Q>
     }
     if (!q.add(chain, index)) [[unlikely]]
         return ENOMEM;
-    added = true;
     ++ring.tail;
     return 0;
 }
 
-// One publish and at most one notification per batch.
+// One publish and at most one notification per batch (neither when nothing was added).
 template <class Q>
 inline void QueuePair::publish(Q& q, const virtio::Doorbell& bell) noexcept {
     q.publish();
@@ -481,7 +480,7 @@ inline void QueuePair::publish(Q& q, const virtio::Doorbell& bell) noexcept {
 // One send WR of `nsge` SGEs (1 to caps().max_send_sge, checked by the caller); 0 or the
 // error that stops the post. Always inlined: called with nsge 1, the compiler drops the loops.
 template <bool H, class Q>
-[[gnu::always_inline]] inline int QueuePair::send_one(Q& q, const SendWr& wr, uint32_t nsge, bool& added) noexcept {
+[[gnu::always_inline]] inline int QueuePair::send_one(Q& q, const SendWr& wr, uint32_t nsge) noexcept {
     virtio::Buffer bufs[kMaxSendSge + 1];
     const Gathered g = gather<H>(wr.sg_list, nsge, false, bufs + 1);
     if (g.zero_sge || g.total < kEthHeader || g.total > max_frame_) [[unlikely]]
@@ -493,8 +492,8 @@ template <bool H, class Q>
     virtio::NetHdr hdr{};
     if (csum && !g.bad_key && seed_checksum(wr, hdr) != 0) [[unlikely]]
         return EINVAL;
-    sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, sq_sig_all_ || (wr.flags & send_signaled), false, 0};
-    const int err = enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false, added);
+    sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, sq_sig_all_ || (wr.flags & send_signaled)};
+    const int err = enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false);
     // The header last: a byte copy may alias anything, and before the ring's stores it made the
     // compiler reload the queue's state. The device cannot read it yet: a chain becomes visible
     // only at publish(), after its barrier (split: avail->idx; packed: the flags of the batch's
@@ -510,10 +509,10 @@ template <bool H, class Q>
 }
 
 template <bool H, class Q>
-[[gnu::noinline]] int QueuePair::send_other(Q& q, const SendWr& wr, bool& added) noexcept {
+[[gnu::noinline]] int QueuePair::send_other(Q& q, const SendWr& wr) noexcept {
     const uint32_t nsge = wr.num_sge;
     if (nsge == 0 || nsge > caps_.max_send_sge || !wr.sg_list) return EINVAL;
-    return send_one<H>(q, wr, nsge, added);
+    return send_one<H>(q, wr, nsge);
 }
 
 template <bool H, class Q>
@@ -522,23 +521,22 @@ inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexce
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
     uint32_t i = 0;
     int err = 0;
-    bool added = false;
     for (; i < wrs.size(); ++i) {
         const SendWr& wr = wrs[i];
         if (wr.num_sge == 1 && wr.sg_list) [[likely]]
-            err = send_one<H>(q, wr, 1, added);
+            err = send_one<H>(q, wr, 1);
         else
-            err = send_other<H>(q, wr, added);
+            err = send_other<H>(q, wr);
         if (err != 0) [[unlikely]]
             break;
     }
-    if (added) publish(q, tx_bell_);
+    publish(q, tx_bell_);
     return {err, i};
 }
 
 // One receive WR of `nsge` SGEs, as send_one().
 template <bool H, class Q>
-[[gnu::always_inline]] inline int QueuePair::recv_one(Q& q, const RecvWr& wr, uint32_t nsge, bool& added) noexcept {
+[[gnu::always_inline]] inline int QueuePair::recv_one(Q& q, const RecvWr& wr, uint32_t nsge) noexcept {
     virtio::Buffer bufs[kMaxRecvSge + 1];
     const Gathered g = gather<H>(wr.sg_list, nsge, true, bufs + 1);
     // Without GUEST_TSO/UFO or MRG_RXBUF, a buffer must hold a whole frame (§5.1.6.3.1).
@@ -547,15 +545,15 @@ template <bool H, class Q>
     if (rq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1))) [[unlikely]]
         return ENOMEM;
     // byte_len: what the buffer holds, the length of a buffer an IN_ORDER batch used completely.
-    rq_.at(rq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, true, false, 0};
-    return enqueue<H>(q, rq_, bufs, nsge, g.bad_key, true, added);
+    rq_.at(rq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, true};
+    return enqueue<H>(q, rq_, bufs, nsge, g.bad_key, true);
 }
 
 template <bool H, class Q>
-[[gnu::noinline]] int QueuePair::recv_other(Q& q, const RecvWr& wr, bool& added) noexcept {
+[[gnu::noinline]] int QueuePair::recv_other(Q& q, const RecvWr& wr) noexcept {
     const uint32_t nsge = wr.num_sge;
     if (nsge == 0 || nsge > caps_.max_recv_sge || !wr.sg_list) return EINVAL;
-    return recv_one<H>(q, wr, nsge, added);
+    return recv_one<H>(q, wr, nsge);
 }
 
 template <bool H, class Q>
@@ -564,17 +562,16 @@ inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexce
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
     uint32_t i = 0;
     int err = 0;
-    bool added = false;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
         if (wr.num_sge == 1 && wr.sg_list) [[likely]]
-            err = recv_one<H>(q, wr, 1, added);
+            err = recv_one<H>(q, wr, 1);
         else
-            err = recv_other<H>(q, wr, added);
+            err = recv_other<H>(q, wr);
         if (err != 0) [[unlikely]]
             break;
     }
-    if (added) publish(q, rx_bell_);
+    publish(q, rx_bell_);
     return {err, i};
 }
 
