@@ -284,6 +284,12 @@ void DeviceState::release_qp(QueuePair& qp) {
 template <class Q>
 void QueuePair::attach_rings(QueueRings<Q>&& r) {
     const uint32_t rx_size = r.rx.size(), tx_size = r.tx.size();
+    // Used-buffer notifications off until a completion queue's arm() asks for one: a new
+    // virtqueue starts with them on (§2.7.7, §2.8.10), and a busy-polling application would
+    // have the device signal the channel for every batch it uses — an interrupt over VFIO, a
+    // write(2) on the back-end's core over vhost-user.
+    r.rx.disable_interrupts();
+    r.tx.disable_interrupts();
     if constexpr (std::is_same_v<Q, virtio::PackedQueue>) {
         packed_ = true;
         prx_.emplace(std::move(r.rx));

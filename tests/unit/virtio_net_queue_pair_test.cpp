@@ -252,6 +252,29 @@ TYPED_TEST(VirtioNetQp, InOrderElementsAroundBadKeysCompleteInOrderAcrossPolls) 
     EXPECT_TRUE(r.rings.rx_dev.errors().empty()) << r.rings.rx_dev.errors().front();
 }
 
+// A new queue pair's virtqueues ask for no used-buffer notification (an interrupt over VFIO, a
+// write(2) on the back-end's core over vhost-user) until a completion queue's arm(): a
+// busy-polling application gets none, in order and not.
+TYPED_TEST(VirtioNetQp, NoUsedBufferNotificationBeforeArm) {
+    for (const bool in_order : {false, true}) {
+        SCOPED_TRACE(in_order ? "IN_ORDER" : "any order");
+        TypeParam r(true, in_order);
+        for (uint32_t i = 0; i < 3; ++i) {
+            ASSERT_EQ(r.recv(i, 10 + i).error, 0);
+            ASSERT_EQ(r.send(4 + i, 20 + i).error, 0);
+        }
+        r.rings.rx_dev.fetch();
+        r.rings.tx_dev.fetch();
+        for (uint32_t i = 0; i < 3; ++i) {
+            r.rings.rx_dev.use(0, kNetHdrSize + kFrame);
+            r.rings.tx_dev.use(0, 0);
+        }
+        EXPECT_EQ(r.poll().size(), 6u);
+        EXPECT_EQ(r.rings.rx_dev.interrupts(), 0u);
+        EXPECT_EQ(r.rings.tx_dev.interrupts(), 0u);
+    }
+}
+
 // A device that returns a buffer it was not given breaks the virtqueue: the queue pair goes to
 // the error state and its WRs flush, in order and in any order (nothing waits forever).
 TYPED_TEST(VirtioNetQp, ADeviceReturningABufferItWasNotGivenFlushesTheQueuePair) {
