@@ -492,20 +492,16 @@ template <bool H, class Q>
     virtio::NetHdr hdr{};
     if (csum && !g.bad_key && seed_checksum(wr, hdr) != 0) [[unlikely]]
         return EINVAL;
-    sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, sq_sig_all_ || (wr.flags & send_signaled)};
-    const int err = enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false);
-    // The header last: a byte copy may alias anything, and before the ring's stores it made the
-    // compiler reload the queue's state. The device cannot read it yet: a chain becomes visible
-    // only at publish(), after its barrier (split: avail->idx; packed: the flags of the batch's
-    // first chain, which a later chain's flags, stored in add(), cannot be reached before). In
-    // the headroom it may be at any address the application chose.
-    if (err == 0 && !g.bad_key) {
+    // The header before the chain is queued: a packed ring's chain is available to the device
+    // as soon as add() returns. In the headroom it may be at any address the application chose.
+    if (!g.bad_key) {
         if (csum) [[unlikely]]
             std::memcpy(hdr_at, &hdr, sizeof hdr);
         else
             std::memset(hdr_at, 0, sizeof hdr);
     }
-    return err;
+    sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, sq_sig_all_ || (wr.flags & send_signaled)};
+    return enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false);
 }
 
 template <bool H, class Q>

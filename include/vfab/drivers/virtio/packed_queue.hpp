@@ -4,8 +4,10 @@
 // interface as SplitQueue (concept Virtqueue); fast path inline, no allocation.
 //
 // Descriptors are written in ring order. A chain becomes available when its first
-// descriptor's flags are written, after the rest of it (§2.8.6); publish() writes that of the
-// first chain of a batch last, so a batch appears to the device at once.
+// descriptor's flags are written, after the rest of it (§2.8.6): add() does that at once, so
+// that a polling device starts on the first chain of a post while the driver writes the next
+// (as DPDK's and Linux's drivers do; a back-end waiting for a whole batch lost 16% of a
+// loop's rate, docs/performance.md). publish() has nothing left to do.
 #pragma once
 
 #include <algorithm>
@@ -30,15 +32,17 @@ public:
     // `features`. Clears the memory (§2.8.13: the ring starts zeroed).
     static Result<PackedQueue> create(uint32_t size, const QueueMemory& mem, RingFeatures features);
 
-    // Writes `bufs` as a chain of descriptors; the device sees it after publish(). false when
-    // the ring lacks bufs.size() free descriptors (or bufs is empty).
+    // Writes `bufs` as a chain of descriptors and makes it available: the device may use it
+    // from now on. false when the ring lacks bufs.size() free descriptors (or bufs is empty).
     [[gnu::always_inline]] bool add(std::span<const Buffer> bufs, uint32_t token) noexcept;
     // Makes every chain added so far available: one barrier, one flags store (§2.8.21.1).
-    void publish() noexcept;
-    // After publish(): must the device be notified (§2.8.21.2)? Call it after every publish().
+    // Nothing: add() made the chains available (SplitQueue's publish() does it for a batch).
+    void publish() noexcept {}
+    // Must the device be notified of the chains added since it last looked (§2.8.21.2)? Call
+    // it after every post.
     bool needs_notify() noexcept;
     // For VIRTIO_F_NOTIFICATION_DATA (§2.9): next_off (bits 14:0) and next_wrap (bit 15).
-    uint16_t notify_data() const noexcept { return uint16_t(pub_pos_ | (pub_wrap_ << event_flags::kWrapShift)); }
+    uint16_t notify_data() const noexcept { return uint16_t(avail_pos_ | (avail_wrap_ << event_flags::kWrapShift)); }
 
     // The next used buffer: its token and the bytes the device wrote into it (never more than
     // its device-writable length). With IN_ORDER one used descriptor may stand for a batch
@@ -52,7 +56,7 @@ public:
     // With IN_ORDER only: take_used_run() while elements are used and fewer than `limit`
     // buffers were taken, on_run(UsedRun) for each, oldest first; the buffers taken. The
     // queue's position stays in registers across the elements (a back-end writes one per
-    // buffer when their lengths differ, as for receives). An ID that names no published buffer
+    // buffer when their lengths differ, as for receives). An ID that names no available buffer
     // breaks the queue: the runs before it stand, nothing after.
     template <class F>
     [[gnu::always_inline]] uint32_t take_used_runs(uint32_t limit, F&& on_run) noexcept;
@@ -70,7 +74,7 @@ public:
     uint32_t size() const noexcept { return size_; }
     // Ring descriptors free for add(): a chain of n buffers takes n.
     uint32_t free_count() const noexcept { return free_; }   // free descriptors
-    // Buffers (chains) added, published or not, that poll_used() has not returned yet.
+    // Buffers (chains) added that poll_used() has not returned yet.
     uint32_t outstanding() const noexcept { return outstanding_; }   // buffers added, not used
     // The device returned a buffer ID that names no outstanding buffer: poll_used() stops; reset
     // the device, then drain().
@@ -126,18 +130,15 @@ private:
 
     uint32_t free_ = 0;
     uint32_t outstanding_ = 0;
-    uint32_t in_flight_ = 0;       // published buffers not yet used
-    uint32_t unpublished_ = 0;     // buffers added since the last publish()
-    uint32_t since_kick_ = 0;      // descriptors published since needs_notify() last looked
+    uint32_t in_flight_ = 0;       // buffers available to the device, not yet used
+    uint32_t since_kick_ = 0;      // descriptors added since needs_notify() last looked
     uint16_t free_id_ = 0;
     uint16_t avail_pos_ = 0;       // next descriptor to write, and its wrap counter
     bool avail_wrap_ = true;       // §2.8.1: both counters start at 1
     uint16_t used_pos_ = 0;        // next descriptor the device writes as used
     bool used_wrap_ = true;
-    uint16_t pub_pos_ = 0;         // first descriptor not yet available to the device
+    uint16_t pub_pos_ = 0;         // avail_pos_ when needs_notify() last looked
     bool pub_wrap_ = true;
-    uint16_t batch_pos_ = 0;       // first chain of the unpublished batch: its head's flags
-    uint16_t batch_flags_ = 0;
     uint16_t batch_last_ = 0;      // IN_ORDER used batch being returned: last ID and length
     uint32_t batch_len_ = 0;
     bool in_batch_ = false;
@@ -168,8 +169,8 @@ inline void PackedQueue::reset() noexcept {
     std::memset(mem_.device, 0, l.device.bytes);
     for (uint32_t i = 0; i < size_; ++i) slots_[i] = Slot{0, 0, 0, uint16_t(i + 1)};
     free_ = size_;
-    outstanding_ = in_flight_ = unpublished_ = since_kick_ = 0;
-    free_id_ = avail_pos_ = used_pos_ = pub_pos_ = batch_pos_ = batch_flags_ = batch_last_ = 0;
+    outstanding_ = in_flight_ = since_kick_ = 0;
+    free_id_ = avail_pos_ = used_pos_ = pub_pos_ = batch_last_ = 0;
     avail_wrap_ = used_wrap_ = pub_wrap_ = true;
     batch_len_ = 0;
     in_batch_ = broken_ = false;
@@ -238,31 +239,18 @@ inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexc
     avail_wrap_ = wrap;
     free_ -= n;
     ++outstanding_;
-    if (unpublished_++ == 0) {   // first chain of a batch: publish() makes it available
-        batch_pos_ = head;
-        batch_flags_ = head_flags;
-    } else {   // later chains: the device cannot pass the batch's first
-        detail::store16_after(&ring_[head].flags, head_flags);   // §2.8.21.1.1: the chain before its flags
-    }
+    ++in_flight_;
+    since_kick_ += n;
+    detail::store16_after(&ring_[head].flags, head_flags);   // §2.8.21.1.1: the chain before its flags
     return true;
-}
-
-inline void PackedQueue::publish() noexcept {
-    if (unpublished_ == 0) return;
-    mmio::dma_wmb();   // §2.8.21.1.1: every descriptor of the batch before the first flags
-    detail::store16(&ring_[batch_pos_].flags, batch_flags_);
-    since_kick_ += uint32_t(avail_pos_ >= pub_pos_ && avail_wrap_ == pub_wrap_ ? avail_pos_ - pub_pos_
-                                                                              : avail_pos_ + size_ - pub_pos_);
-    in_flight_ += unpublished_;
-    unpublished_ = 0;
-    pub_pos_ = avail_pos_;
-    pub_wrap_ = avail_wrap_;
 }
 
 inline bool PackedQueue::needs_notify() noexcept {
     const uint32_t added = since_kick_;
     since_kick_ = 0;
     if (added == 0) return false;
+    pub_pos_ = avail_pos_;
+    pub_wrap_ = avail_wrap_;
     // §2.8.21.2.1: the flags stores before reading the Device Event Suppression structure
     // (store-load order: a full barrier even on x86).
     mmio::io_mb();
@@ -330,7 +318,7 @@ inline bool PackedQueue::poll_used(uint32_t& token, uint32_t& len) noexcept {
 inline bool PackedQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
     const uint16_t id = used_pos_;
     Slot& s = slots_[id];
-    if (in_flight_ == 0 || !s.ndesc) [[unlikely]] {   // the ID named no published buffer
+    if (in_flight_ == 0 || !s.ndesc) [[unlikely]] {   // the ID named no available buffer
         in_batch_ = false;
         broken_ = true;
         return false;
@@ -343,7 +331,7 @@ inline bool PackedQueue::take_batch(uint32_t& token, uint32_t& len) noexcept {
     return true;
 }
 
-// IN_ORDER: the batch a used descriptor naming `last` returns is the published chains from the
+// IN_ORDER: the batch a used descriptor naming `last` returns is the available chains from the
 // oldest (at `from`, the used position; its ID is its first position) to `last`: how many, and
 // their descriptors. Read only, so that a `last` naming none of the `in_flight` (false) changes
 // nothing — the slots of chains already returned keep their lengths, so the walk, not a slot,
@@ -409,7 +397,7 @@ inline uint32_t PackedQueue::take_used_runs(uint32_t limit, F&& on_run) noexcept
         taken = r.count;
     }
     if (broken_ || taken >= limit) return taken;
-    // In registers: the used position and how many published buffers remain; the loop stops
+    // In registers: the used position and how many available buffers remain; the loop stops
     // at `floor` of them (limit reached) or 0. Descriptors freed: how far the position moved.
     const uint32_t from = used_pos_, before = in_flight_;
     const bool from_wrap = used_wrap_;
