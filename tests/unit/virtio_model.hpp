@@ -407,6 +407,11 @@ struct Rig {
     D dev;
     Rig(uint32_t size, RingFeatures f)
         : mem(Q::layout(size)), q(*Q::create(size, mem.queue_memory(), f)), dev(mem.queue_memory(), size, f) {}
+    // Whether the queue gives anything back through take_used_run() (`run`) or poll_used().
+    bool takes_something(bool run) {
+        uint32_t token, len;
+        return run ? q.take_used_run().count != 0 : q.poll_used(token, len);
+    }
 };
 using SplitRig = Rig<SplitQueue, SplitDevice>;
 using PackedRig = Rig<PackedQueue, PackedDevice>;

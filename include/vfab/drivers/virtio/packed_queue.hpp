@@ -119,6 +119,7 @@ private:
     }
     bool take_batch(uint32_t& token, uint32_t& len) noexcept;
     [[gnu::cold]] UsedRun finish_batch() noexcept;
+    [[gnu::always_inline]] UsedRun release_run(uint32_t last, uint32_t written) noexcept;
     bool batch_to(uint32_t from, uint32_t in_flight, uint32_t last, uint32_t& count, uint32_t& descs) const noexcept;
     void release(uint16_t id, Slot& s) noexcept;
 
@@ -360,6 +361,18 @@ inline UsedRun PackedQueue::take_used_run() noexcept {
     mmio::dma_rmb();   // §2.8.22: flags first, then the rest of the used descriptor
     const uint32_t last = detail::load16(&d.id);
     const uint32_t written = detail::load32(&d.len);   // see poll_used(): read whether or not WRITE is set
+    return release_run(last, written);
+}
+
+// The rest of a batch poll_used() began, at once.
+inline UsedRun PackedQueue::finish_batch() noexcept {
+    in_batch_ = false;
+    return release_run(batch_last_, batch_len_);
+}
+
+// Releases the batch a used element naming `last`, of `written` bytes, returns: the chains from
+// the oldest to it. {0, 0}, and the queue broken, when `last` names none of them.
+inline UsedRun PackedQueue::release_run(uint32_t last, uint32_t written) noexcept {
     uint32_t count, descs;
     if (!batch_to(used_pos_, in_flight_, last, count, descs)) [[unlikely]] {
         broken_ = true;
@@ -370,21 +383,6 @@ inline UsedRun PackedQueue::take_used_run() noexcept {
     outstanding_ -= count;
     in_flight_ -= count;
     return {count, std::min(written, slots_[last].writable)};
-}
-
-// The rest of a batch poll_used() began, at once.
-inline UsedRun PackedQueue::finish_batch() noexcept {
-    in_batch_ = false;
-    uint32_t count, descs;
-    if (!batch_to(used_pos_, in_flight_, batch_last_, count, descs)) {
-        broken_ = true;
-        return {0, 0};
-    }
-    advance_used(uint16_t(descs));
-    free_ += descs;
-    outstanding_ -= count;
-    in_flight_ -= count;
-    return {count, std::min(batch_len_, slots_[batch_last_].writable)};
 }
 
 template <class F>

@@ -101,6 +101,7 @@ private:
     uint16_t used_idx() const noexcept { return detail::load16(used_field(used::kIdxOffset)); }
     bool take_batch(uint32_t& token, uint32_t& len) noexcept;
     [[gnu::cold]] UsedRun finish_batch() noexcept;
+    [[gnu::always_inline]] UsedRun release_run(uint32_t last, uint32_t written, uint32_t used) noexcept;
     bool batch_to(uint32_t from, uint32_t in_flight, uint32_t last, uint32_t& count, uint32_t& descs) const noexcept;
     void release(uint16_t head, Slot& s) noexcept;
 
@@ -325,10 +326,21 @@ inline UsedRun SplitQueue::take_used_run() noexcept {
     mmio::dma_rmb();   // §2.7.8.1: the device writes the entry before idx
     const UsedElem* e = &used_ring_[last_used_ & mask_];
     const uint32_t last = detail::load32(&e->id), written = detail::load32(&e->len);
+    return release_run(last, written, uint16_t(idx - last_used_));
+}
+
+// The rest of a batch poll_used() began (checked against idx then), at once.
+inline UsedRun SplitQueue::finish_batch() noexcept {
+    in_batch_ = false;
+    return release_run(batch_last_, batch_len_, ~0u);
+}
+
+// Releases the batch a used entry naming head `last`, of `written` bytes, returns: the chains
+// from the oldest to it, no more than the `used` entries idx moved by (§2.7.9: by every buffer
+// of a batch). {0, 0}, and the queue broken, when `last` names none of them or too many.
+inline UsedRun SplitQueue::release_run(uint32_t last, uint32_t written, uint32_t used) noexcept {
     uint32_t count, descs;
-    // §2.7.9: idx moves by every buffer of a batch.
-    if (!batch_to(oldest_, uint16_t(published_ - last_used_), last, count, descs) ||
-        count > uint16_t(idx - last_used_)) [[unlikely]] {
+    if (!batch_to(oldest_, uint16_t(published_ - last_used_), last, count, descs) || count > used) [[unlikely]] {
         broken_ = true;
         return {0, 0};
     }
@@ -337,21 +349,6 @@ inline UsedRun SplitQueue::take_used_run() noexcept {
     outstanding_ -= count;
     last_used_ = uint16_t(last_used_ + count);
     return {count, std::min(written, slots_[last].writable)};
-}
-
-// The rest of a batch poll_used() began (checked against idx then), at once.
-inline UsedRun SplitQueue::finish_batch() noexcept {
-    in_batch_ = false;
-    uint32_t count, descs;
-    if (!batch_to(oldest_, uint16_t(published_ - last_used_), batch_last_, count, descs)) {
-        broken_ = true;
-        return {0, 0};
-    }
-    oldest_ = uint16_t((batch_last_ + slots_[batch_last_].ndesc) & mask_);
-    free_ += descs;
-    outstanding_ -= count;
-    last_used_ = uint16_t(last_used_ + count);
-    return {count, std::min(batch_len_, slots_[batch_last_].writable)};
 }
 
 template <class F>
