@@ -282,6 +282,11 @@ LocalTranslation MrTable::translate_local_slow(uint32_t key, uint64_t addr, uint
     return {t.iova, t.host, t.status};
 }
 
+IovaTranslation MrTable::translate_iova_slow(uint32_t key, uint64_t addr, uint64_t len, Access required) const noexcept {
+    const Translation t = translate(key, addr, len, required);
+    return {t.iova, t.status};
+}
+
 void MrTable::sync_local(uint32_t index) noexcept {
     Slot& s = slots_[index];
     const uint32_t key = make_key(index, s.key);

@@ -121,6 +121,8 @@ TEST(E1000eFastPath, ReceiveCompletesWithLengthAndChecksumStatus) {
     EXPECT_EQ(b.mem[10 * 2048], 1);
     EXPECT_EQ(wc[1].flags, wc_ip_csum_ok);
     EXPECT_EQ(wc[2].status, WcStatus::general_error);
+    EXPECT_EQ(h.qp.stats().rx_packets, 2u) << "a frame in error is not counted";
+    EXPECT_EQ(h.qp.stats().rx_bytes, 60u + 61u);
 }
 
 TEST(E1000eFastPath, ChecksumOffloadWritesAContextOnlyWhenOffsetsChange) {

@@ -248,6 +248,46 @@ TEST(IgbFastPath, BadKeysCompleteInOrderWithoutTouchingDescriptors) {
     EXPECT_EQ(h.qp.stats().rx_packets, 2u);
 }
 
+// A post finds its room once and queues that many WRs unchecked, then looks again: a bad key
+// takes a WR slot but no descriptor, so the descriptors it left are used in the same post,
+// and the post stops where the slots or descriptors really run out.
+TEST(IgbFastPath, RoomBadKeysLeaveIsUsedInTheSamePost) {
+    Buffers b;
+    Completion wc[32];
+    FastPathHarness h(8, 15, 8, 0, 16);   // 8 send slots, 15 usable transmit descriptors
+    const uint32_t lkey = h.register_memory(b.mem.data(), 64 * 2048);
+    const size_t len = build_frame(b.ptr(0), false, false, 10);
+    Sge seven[7];
+    for (auto& g : seven) g = {b.addr(0), uint32_t(len / 7), lkey};
+    seven[6].length += uint32_t(len % 7);
+    const SendWr big[2] = {{1, seven, 7, 0}, {2, seven, 7, 0}};
+    ASSERT_TRUE(h.qp.post_send(big));   // 14 descriptors: 1 left, 6 slots
+    Sge good{b.addr(0), uint32_t(len), lkey}, stale{b.addr(0), uint32_t(len), lkey + 0x1000};
+    const SendWr sends[4] = {{3, &stale, 1, 0}, {4, &stale, 1, 0}, {5, &good, 1, 0}, {6, &good, 1, 0}};
+    PostResult r = h.qp.post_send(sends);
+    EXPECT_EQ(r.error, ENOMEM);
+    EXPECT_EQ(r.posted, 3u) << "both bad keys and the good WR after them; the last finds no descriptor";
+    EXPECT_EQ(h.tdt(), 15u);
+    h.device_step();
+    ASSERT_EQ(h.cq.poll(wc), 2) << "the two bad keys (the rest unsignaled)";
+    EXPECT_EQ(wc[0].wr_id, 3u);
+    EXPECT_EQ(wc[1].wr_id, 4u);
+    expect_stats(h.qp.stats(), 3, 3 * len, 0, 0);
+
+    // Receives: 16 slots and 15 descriptors.
+    Sge rs{b.addr(20), 2048, lkey}, badr{b.addr(20), 2048, 12345};
+    std::vector<RecvWr> fill(14, RecvWr{1, &rs, 1, 0});
+    ASSERT_TRUE(h.qp.post_recv(fill));
+    const RecvWr more[4] = {{2, &badr, 1, 0}, {3, &rs, 1, 0}, {4, &badr, 1, 0}, {5, &rs, 1, 0}};
+    r = h.qp.post_recv(more);
+    EXPECT_EQ(r.error, ENOMEM);
+    EXPECT_EQ(r.posted, 2u) << "a bad key and the 15th descriptor; then the 16 slots are full";
+    EXPECT_EQ(h.qp.recv_outstanding(), 16u);
+    h.qp.flush_recv_tail();
+    EXPECT_EQ(h.rdt(), 15u);
+    EXPECT_TRUE(h.violations.empty()) << h.violations.front();
+}
+
 TEST(IgbFastPath, ErrorStateFlushesWhatTheDeviceDidNotFinish) {
     FastPathHarness h(16, 16, 3);
     Buffers b;

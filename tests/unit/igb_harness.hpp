@@ -97,7 +97,7 @@ struct FastPathHarness {
     RxDesc& rx_desc(uint32_t i) { return rings.rx[i & (rings.rx_entries - 1)]; }
     uint32_t tx_ring_size() const { return rings.tx_entries; }
     void set_state(QpState s) { qp.state_ = s; }
-    void signal_all() { qp.sq_sig_all_ = true; }
+    void signal_all() { qp.sig_all_ = send_signaled; }
     void destroy_cq() { cq.destroyed_ = true; }
     bool cq_ready() const { return cq.has_ready(); }
 

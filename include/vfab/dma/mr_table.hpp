@@ -133,6 +133,13 @@ struct LocalTranslation {
     MrStatus status = MrStatus::bad_key;
 };
 
+// What translate_iova() gives: 16 bytes, returned in two registers (LocalTranslation's 24 go
+// through memory, which a driver's loop then reloads).
+struct IovaTranslation {
+    Iova iova;                          // meaningful only when status == ok
+    MrStatus status = MrStatus::bad_key;
+};
+
 // Copies `len` bytes from `from` into the blocks of a scattered MR, from position `pos`
 // (Translation::pos) on. Unchecked: the range must lie in the MR (translate_span() says so).
 void copy_to(const BlockMap& map, uint64_t pos, const void* from, uint64_t len) noexcept;
@@ -183,6 +190,10 @@ public:
     // MR) takes translate().
     [[gnu::always_inline]] LocalTranslation translate_local(uint32_t key, uint64_t addr, uint64_t len,
                                                             Access required) const noexcept;
+    // translate_local() without the CPU's address: for a driver that only hands the IOVA to
+    // its device (the e1000 family).
+    [[gnu::always_inline]] IovaTranslation translate_iova(uint32_t key, uint64_t addr, uint64_t len,
+                                                          Access required) const noexcept;
 
     // alloc_unbound()'s default `max_blocks` (kMaxBlocks is the most it accepts).
     static constexpr uint32_t kDefaultMaxBlocks = 256;
@@ -269,6 +280,13 @@ private:
     // line so that the drivers' loops keep their registers.
     [[gnu::cold, gnu::noinline]] LocalTranslation translate_local_slow(uint32_t key, uint64_t addr, uint64_t len,
                                                                        Access required) const noexcept;
+    [[gnu::cold, gnu::noinline]] IovaTranslation translate_iova_slow(uint32_t key, uint64_t addr, uint64_t len,
+                                                                     Access required) const noexcept;
+    struct LocalEntry;
+    // translate_local()'s inline test: the entry when `key` names a valid region or single-run
+    // MR (one compare), [addr, addr + len) lies in it and it grants `required`; else null.
+    [[gnu::always_inline]] const LocalEntry* local_hit(uint32_t key, uint64_t addr, uint64_t len,
+                                                       Access required) const noexcept;
     // Recomputes local_[index] from slot `index`: after every change to the slot.
     void sync_local(uint32_t index) noexcept;
     static Translation resolve(const Slot& s, uint64_t addr, uint64_t len, Access required) noexcept;
@@ -362,18 +380,32 @@ inline Translation MrTable::translate(uint32_t key, uint64_t addr, uint64_t len,
     return t;
 }
 
+inline const MrTable::LocalEntry* MrTable::local_hit(uint32_t key, uint64_t addr, uint64_t len,
+                                                    Access required) const noexcept {
+    const uint32_t index = key_index(key);
+    if (index >= capacity_) [[unlikely]]
+        return nullptr;
+    // resolve()'s checks for a valid region or single-run MR under the current key, its
+    // bounds and rights.
+    const LocalEntry& l = local_.data()[index];
+    uint64_t off;
+    if (l.key == key && in_range(l.base, l.length, addr, len, off) && has(l.access, required)) [[likely]]
+        return &l;
+    return nullptr;
+}
+
 inline LocalTranslation MrTable::translate_local(uint32_t key, uint64_t addr, uint64_t len,
                                                 Access required) const noexcept {
-    const uint32_t index = key_index(key);
-    if (index < capacity_) [[likely]] {
-        // resolve()'s checks for a valid region or single-run MR under the current key (one
-        // compare), its bounds and rights.
-        const LocalEntry& l = local_.data()[index];
-        uint64_t off;
-        if (l.key == key && in_range(l.base, l.length, addr, len, off) && has(l.access, required)) [[likely]]
-            return {Iova(addr + l.iova_delta), addr + l.host_delta, MrStatus::ok};
-    }
+    if (const LocalEntry* l = local_hit(key, addr, len, required)) [[likely]]
+        return {Iova(addr + l->iova_delta), addr + l->host_delta, MrStatus::ok};
     return translate_local_slow(key, addr, len, required);
+}
+
+inline IovaTranslation MrTable::translate_iova(uint32_t key, uint64_t addr, uint64_t len,
+                                              Access required) const noexcept {
+    if (const LocalEntry* l = local_hit(key, addr, len, required)) [[likely]]
+        return {Iova(addr + l->iova_delta), MrStatus::ok};
+    return translate_iova_slow(key, addr, len, required);
 }
 
 }  // namespace vfab::dma

@@ -69,14 +69,13 @@ struct RingView {
 };
 
 // What post_send keeps in registers while it queues a batch (members would be reloaded after
-// every byte-wide descriptor store, which may alias them), written back once at its end.
+// every byte-wide descriptor store, which may alias them), written back once at its end. The
+// statistics go to memory as they change (an add to memory is one instruction too, and a
+// register less for the loop).
 struct SendCursor {
     uint32_t sq_tail, tx_tail;
     uint32_t sq_end, tx_end;     // where the tails must stop: the WR slots and descriptors are full
                                  // (one descriptor stays empty)
-    uint32_t refused;
-    uint64_t bytes;
-    uint32_t signal;   // send_signaled when sq_sig_all_ (every send completes), else 0
 };
 
 template <class Traits>
@@ -138,6 +137,11 @@ protected:
     // wc_timestamped); local_length_error: a frame larger than one buffer; general_error: a bad
     // frame (CRC, symbol...); wr_flush_error in the error state. Fast path.
     uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
+    // poll_send() in the error state: what the device sent completes as usual, the rest as
+    // wr_flush_error. Out of line: the fast loops keep no state for it.
+    uint32_t flush_send(Completion* out, uint32_t max) noexcept;
+    // poll_recv() in the error state, as flush_send().
+    uint32_t flush_recv(Completion* out, uint32_t max) noexcept;
 
     struct Slot {
         uint64_t wr_id;
@@ -164,7 +168,7 @@ protected:
         rq_ = rq_storage_.data(), rq_mask_ = v.rx_entries - 1, rq_head_ = rq_tail_ = 0;
         caps_ = {v.send_depth, v.rx_entries - 1, v.max_send_sge, 1};
         tdt_ = v.bar + v.tdt, rdt_ = v.bar + v.rdt, mrs_ = v.mrs, queue_ = v.queue, qp_num_ = v.queue + 1;
-        max_frame_ = v.max_frame, rx_buffer_ = v.rx_buffer, sq_sig_all_ = v.sq_sig_all;
+        max_frame_ = v.max_frame, rx_buffer_ = v.rx_buffer, sig_all_ = v.sq_sig_all ? uint32_t(send_signaled) : 0;
         tx_ctx_.reset();
     }
     // destroy()'s last step, once the device stopped the queues: the state becomes destroyed
@@ -177,6 +181,10 @@ protected:
         rq_storage_ = {};
         sq_head_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
     }
+    // A receive's write-back after DD (`se`, its status and errors): the length and flags into
+    // `c`, the status returned (local_length_error: larger than one buffer; general_error: a
+    // bad frame).
+    static WcStatus rx_written_back(const volatile RxDesc& d, uint32_t se, Completion& c) noexcept;
     // send_ip_csum: reads the headers in `first` at its CPU address, fills the context and the
     // data descriptors' options, seeds the TCP/UDP checksum with the pseudo-header; EINVAL when
     // the SGE does not translate, the frame is not IPv4/IPv6 and TCP/UDP, or Traits refuses it.
@@ -211,7 +219,7 @@ protected:
     volatile uint8_t* tdt_ = nullptr;
     volatile uint8_t* rdt_ = nullptr;
     QpCaps caps_;
-    bool sq_sig_all_ = false;
+    uint32_t sig_all_ = 0;   // send_signaled when every send completes (sq_sig_all), else 0
     uint32_t max_frame_ = 1514;
     uint32_t rx_buffer_ = 2048;   // what each receive must hold (the device's buffer size)
 
@@ -260,7 +268,7 @@ inline int QueuePairCore<T>::queue_send(const SendWr& wr, uint32_t nsge, SendCur
         const Sge& g = wr.sg_list[s];
         total += g.length;
         zero_sge |= g.length == 0;
-        const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, g.length, dma::Access::none);
+        const dma::IovaTranslation t = mrs_->translate_iova(g.lkey, g.addr, g.length, dma::Access::none);
         bad_key |= t.status != dma::MrStatus::ok;
         iova[s] = t.iova.value;
     }
@@ -271,11 +279,10 @@ inline int QueuePairCore<T>::queue_send(const SendWr& wr, uint32_t nsge, SendCur
     if (c.sq_tail == c.sq_end || c.tx_end - c.tx_tail < need) [[unlikely]]
         return ENOMEM;
     Slot& slot = sq_[c.sq_tail & sq_mask_];
-    slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, ((wr.flags | c.signal) & send_signaled) != 0};
+    slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, ((wr.flags | sig_all_) & send_signaled) != 0};
     ++c.sq_tail;
     if (bad_key) [[unlikely]] {   // completes in order, touches no descriptor
         slot.status = WcStatus::local_protection_error;
-        ++c.refused;
         return 0;
     }
     uint32_t popts = 0, ndesc = nsge;
@@ -299,7 +306,8 @@ inline int QueuePairCore<T>::queue_send(const SendWr& wr, uint32_t nsge, SendCur
         ++c.tx_tail;
     }
     slot.ndesc = uint16_t(ndesc);
-    c.bytes += total;
+    tx_packets_.add(1);   // sends are counted when posted (as DPDK counts them)
+    tx_bytes_.add(total);
     return 0;
 }
 
@@ -309,21 +317,19 @@ template <class T>
     const uint32_t len = g.length;
     if (len - kEthHeader > max_frame_ - kEthHeader) [[unlikely]]   // 14 to max_frame_ bytes
         return EINVAL;
-    if (c.sq_tail == c.sq_end || c.tx_tail == c.tx_end) [[unlikely]]
-        return ENOMEM;
-    const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, len, dma::Access::none);
+    // (Room: post_send's caller checked it for this WR.)
+    const dma::IovaTranslation t = mrs_->translate_iova(g.lkey, g.addr, len, dma::Access::none);
     const bool ok = t.status == dma::MrStatus::ok;
     // A bad key completes in order and touches no descriptor.
     sq_[c.sq_tail & sq_mask_] = {wr.wr_id, len, uint16_t(ok), ok ? WcStatus::success : WcStatus::local_protection_error,
-                                 ((wr.flags | c.signal) & send_signaled) != 0};
+                                 ((wr.flags | sig_all_) & send_signaled) != 0};
     ++c.sq_tail;
-    if (!ok) [[unlikely]] {
-        ++c.refused;
+    if (!ok) [[unlikely]]
         return 0;
-    }
     T::write_data(tx_[c.tx_tail & tx_mask_], t.iova.value, len, true, true, len, 0, wr.flags);
     ++c.tx_tail;
-    c.bytes += len;
+    tx_packets_.add(1);   // sends are counted when posted (as DPDK counts them)
+    tx_bytes_.add(len);
     return 0;
 }
 
@@ -340,143 +346,210 @@ template <class T>
 inline PostResult QueuePairCore<T>::post_send(std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    SendCursor c{sq_tail_,
-                 tx_tail_,
-                 sq_head_ + sq_mask_ + 1,
-                 tx_head_ + tx_mask_,
-                 0,
-                 0,
-                 sq_sig_all_ ? uint32_t(send_signaled) : 0};
+    SendCursor c{sq_tail_, tx_tail_, sq_head_ + sq_mask_ + 1, tx_head_ + tx_mask_};
     const uint32_t old_tail = c.tx_tail;
     const SendWr* wr = wrs.data();
-    const SendWr* const end = wr + wrs.size();   // a pointer, not an index: one register less
+    const SendWr* const end = wr + wrs.size();   // pointers, not indices: a register less
     int err = 0;
-    for (; wr != end; ++wr) {
-        if (wr->num_sge == 1 && wr->sg_list && !(wr->flags & send_ip_csum)) [[likely]] {
-            err = queue_send_one(*wr, c);
-        } else {
-            const SendStep step = queue_send_other(*wr, c);
-            c = step.c, err = step.err;
-        }
-        if (err) [[unlikely]]
+    while (wr != end && !err) {
+        // The WRs that surely have room for a slot and a descriptor each: the loop below checks
+        // none; at `stop` (or after a WR that may take more) the room is looked at again.
+        const auto room = std::min<size_t>(std::min(c.sq_end - c.sq_tail, c.tx_end - c.tx_tail), size_t(end - wr));
+        if (room == 0) [[unlikely]] {
+            err = ENOMEM;
             break;
+        }
+        for (const SendWr* const stop = wr + room; wr != stop;) {
+            if (wr->num_sge == 1 && wr->sg_list && !(wr->flags & send_ip_csum)) [[likely]] {
+                err = queue_send_one(*wr, c);
+                if (err) [[unlikely]]
+                    break;
+                ++wr;
+            } else {
+                const SendStep step = queue_send_other(*wr, c);   // checks its own room
+                c = step.c, err = step.err;
+                if (!err) ++wr;
+                break;
+            }
+        }
     }
-    const auto i = uint32_t(wr - wrs.data());
     sq_tail_ = c.sq_tail, tx_tail_ = c.tx_tail;
-    tx_packets_.add(i - c.refused);   // sends are counted when posted (as DPDK counts them)
-    tx_bytes_.add(c.bytes);
     if (c.tx_tail != old_tail) {
         mmio::dma_wmb();   // descriptors before the tail that hands them to the device
         mmio::write<uint32_t>(tdt_, 0, c.tx_tail & tx_mask_);
     }
-    return {err, i};
+    return {err, uint32_t(wr - wrs.data())};
 }
 
 template <class T>
 inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    const uint32_t old_tail = rx_tail_;
+    // The tails in registers, written back once: a descriptor's store may alias any member,
+    // which would be stored and reloaded for every WR.
+    uint32_t rq_tail = rq_tail_, rx_tail = rx_tail_;
+    const uint32_t old_tail = rx_tail;
     const RecvWr* wr = wrs.data();
     const RecvWr* const end = wr + wrs.size();
     int err = 0;
-    for (; wr != end; ++wr) {
-        // One buffer per frame, holding all the device may write.
-        if (wr->num_sge != 1 || !wr->sg_list || wr->sg_list[0].length < rx_buffer_) {
-            err = EINVAL;
-            break;
-        }
-        if (rq_tail_ - rq_head_ > rq_mask_ || rx_tail_ - rx_head_ >= rx_mask_) {
+    while (wr != end && !err) {
+        // The WRs that surely have room for a slot and a descriptor each (a bad key takes no
+        // descriptor: the room is looked at again at `stop`).
+        const uint32_t slots = rq_head_ + rq_mask_ + 1 - rq_tail, descs = rx_head_ + rx_mask_ - rx_tail;
+        const auto room = std::min<size_t>(std::min(slots, descs), size_t(end - wr));   // one descriptor stays empty
+        if (room == 0) [[unlikely]] {
             err = ENOMEM;
             break;
         }
-        const Sge& g = wr->sg_list[0];
-        const dma::LocalTranslation t = mrs_->translate_local(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
-        const bool ok = t.status == dma::MrStatus::ok;
-        // A bad key completes in order and takes no descriptor.
-        rq_[rq_tail_ & rq_mask_] = {wr->wr_id, 0, uint16_t(ok),
-                                    ok ? WcStatus::success : WcStatus::local_protection_error, true};
-        if (ok) [[likely]] {
-            T::write_rx(rx_[rx_tail_ & rx_mask_], t.iova.value);
-            ++rx_tail_;
+        for (const RecvWr* const stop = wr + room; wr != stop; ++wr) {
+            // One buffer per frame, holding all the device may write.
+            if (wr->num_sge != 1 || !wr->sg_list || wr->sg_list[0].length < rx_buffer_) [[unlikely]] {
+                err = EINVAL;
+                break;
+            }
+            const Sge& g = wr->sg_list[0];
+            const dma::IovaTranslation t = mrs_->translate_iova(g.lkey, g.addr, rx_buffer_, dma::Access::local_write);
+            const bool ok = t.status == dma::MrStatus::ok;
+            // A bad key completes in order and takes no descriptor.
+            rq_[rq_tail & rq_mask_] = {wr->wr_id, 0, uint16_t(ok),
+                                       ok ? WcStatus::success : WcStatus::local_protection_error, true};
+            ++rq_tail;
+            if (ok) [[likely]] {
+                T::write_rx(rx_[rx_tail & rx_mask_], t.iova.value);
+                ++rx_tail;
+            }
         }
-        ++rq_tail_;
     }
-    const auto i = uint32_t(wr - wrs.data());
+    rq_tail_ = rq_tail, rx_tail_ = rx_tail;
     // The tail once a batch waits for it, or at once while the device runs low.
-    if (rx_tail_ != old_tail && (rx_tail_ - rx_written_ >= rx_batch_ || rx_written_ - rx_head_ < rx_batch_))
+    if (rx_tail != old_tail && (rx_tail - rx_written_ >= rx_batch_ || rx_written_ - rx_head_ < rx_batch_))
         write_rx_tail();
-    return {err, i};
+    return {err, uint32_t(wr - wrs.data())};
 }
 
 template <class T>
 inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexcept {
+    if (state() == QpState::error) [[unlikely]]
+        return flush_send(out, max);
+    // Heads in registers, written back once: a completion's stores may alias any member, which
+    // would be stored and reloaded for every WR. What does not change stays in memory (an
+    // operand from memory costs no instruction more; a register for it would spill another).
+    Completion* o = out;
+    Completion* const o_end = out + max;
+    uint32_t sq_head = sq_head_, tx_head = tx_head_;
+    while (o != o_end && sq_head != sq_tail_) {
+        const Slot& s = sq_[sq_head & sq_mask_];
+        const uint32_t ndesc = s.ndesc;
+        if (ndesc) [[likely]] {
+            if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head + ndesc - 1) & tx_mask_]))) break;
+            mmio::dma_rmb();
+            tx_head += ndesc;
+        }
+        ++sq_head;
+        // A refused WR (a bad key) always completes, with its error; a sent one when signaled.
+        if (s.signaled || !ndesc) *o++ = {s.wr_id, s.status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
+    }
+    sq_head_ = sq_head, tx_head_ = tx_head;
+    return uint32_t(o - out);
+}
+
+template <class T>
+[[gnu::noinline]] uint32_t QueuePairCore<T>::flush_send(Completion* out, uint32_t max) noexcept {
     uint32_t n = 0;
-    const bool flushing = state() == QpState::error;
     while (n < max && sq_head_ != sq_tail_) {
         const Slot& s = sq_[sq_head_ & sq_mask_];
         WcStatus status = s.status;
         if (s.ndesc) {
             if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head_ + s.ndesc - 1) & tx_mask_]))) {
-                if (!flushing) break;
                 status = WcStatus::wr_flush_error;
+                tx_packets_.add(~uint64_t(0));   // counted when posted: take it back
+                tx_bytes_.add(-uint64_t(s.byte_len));
             }
             mmio::dma_rmb();
             tx_head_ += s.ndesc;
         }
         ++sq_head_;
-        // Errors apart, with a completion write each: one write under `signaled || !ok` costs
-        // 3-4 instructions per packet more (bench/fastpath_callgrind.sh).
-        if (status != WcStatus::success) [[unlikely]] {
-            if (s.ndesc) {   // counted when posted: take it back
-                tx_packets_.add(~uint64_t(0));
-                tx_bytes_.add(-uint64_t(s.byte_len));
-            }
+        if (s.signaled || status != WcStatus::success)
             out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
-            continue;
-        }
-        const uint32_t len = s.byte_len;
-        if (s.signaled) out[n++] = {s.wr_id, status, WcOpcode::send, 0, len, qp_num_, 0};
     }
     return n;
 }
 
 template <class T>
+inline WcStatus QueuePairCore<T>::rx_written_back(const volatile RxDesc& d, uint32_t se, Completion& c) noexcept {
+    mmio::dma_rmb();   // the rest of the write-back after DD
+    const uint32_t len = d.wb.length;
+    c.byte_len = len;
+    WcStatus status = WcStatus::success;
+    if (!(se & T::kRxEOP)) [[unlikely]] {
+        status = WcStatus::local_length_error;   // larger than one buffer
+    } else if (se & T::kRxErrFrame) [[unlikely]] {
+        status = WcStatus::general_error;
+    } else if (T::rx_csum_ok(se)) {
+        c.flags = wc_ip_csum_ok;
+    }
+    if constexpr (requires { T::rx_any_flags(se); }) c.flags |= T::rx_any_flags(se);
+    return status;
+}
+
+template <class T>
 inline uint32_t QueuePairCore<T>::poll_recv(Completion* out, uint32_t max) noexcept {
+    if (state() == QpState::error) [[unlikely]]
+        return flush_recv(out, max);
+    // Heads in registers, written back once (as poll_send); the statistics once per poll: the
+    // packets are the descriptors taken, less the frames in error (taken back one by one).
+    Completion* o = out;
+    Completion* const o_end = out + max;
+    uint32_t rq_head = rq_head_, rx_head = rx_head_;
+    uint64_t bytes = 0;
+    while (o != o_end && rq_head != rq_tail_) {
+        const Slot& s = rq_[rq_head & rq_mask_];
+        Completion& c = *o;
+        c = {s.wr_id, s.status, WcOpcode::recv, 0, 0, qp_num_, 0};
+        if (s.ndesc) [[likely]] {   // (else: refused when posted, a bad key)
+            const auto& d = *reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head & rx_mask_]);
+            const uint32_t se = d.wb.status_error;
+            if (!(se & T::kRxDD)) break;
+            c.status = rx_written_back(d, se, c);
+            if (c.status == WcStatus::success) [[likely]]
+                bytes += c.byte_len;
+            else
+                rx_packets_.add(~uint64_t(0));
+            ++rx_head;
+        }
+        ++rq_head;
+        ++o;
+    }
+    rx_packets_.add(rx_head - rx_head_);
+    rx_bytes_.add(bytes);
+    rq_head_ = rq_head, rx_head_ = rx_head;
+    // Nothing more came, and the device holds every buffer from here to the tail it saw: short
+    // of a batch, it gets what is held (the caller may wait next).
+    if (o != o_end && rq_head != rq_tail_ && rx_written_ - rx_head < rx_batch_) flush_recv_tail();
+    return uint32_t(o - out);
+}
+
+template <class T>
+[[gnu::noinline]] uint32_t QueuePairCore<T>::flush_recv(Completion* out, uint32_t max) noexcept {
     uint32_t n = 0;
-    const bool flushing = state() == QpState::error;
     while (n < max && rq_head_ != rq_tail_) {
         const Slot& s = rq_[rq_head_ & rq_mask_];
         Completion& c = out[n];
         c = {s.wr_id, s.status, WcOpcode::recv, 0, 0, qp_num_, 0};
         if (s.ndesc) {
-            const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
-            const uint32_t se = d->wb.status_error;
+            const auto& d = *reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
+            const uint32_t se = d.wb.status_error;
             if (!(se & T::kRxDD)) {
-                if (!flushing) {
-                    // Nothing came, and the device holds every buffer from here to the tail it
-                    // saw: short of a batch, it gets what is held (the caller may wait next).
-                    if (rx_written_ - rx_head_ < rx_batch_) flush_recv_tail();
-                    break;
-                }
                 c.status = WcStatus::wr_flush_error;
             } else {
-                mmio::dma_rmb();   // the rest of the write-back after DD
-                const uint32_t len = d->wb.length;
-                c.byte_len = len;
-                if (!(se & T::kRxEOP)) [[unlikely]] {
-                    c.status = WcStatus::local_length_error;   // larger than one buffer
-                } else if (se & T::kRxErrFrame) [[unlikely]] {
-                    c.status = WcStatus::general_error;
-                } else {
-                    rx_packets_.add(1);   // per packet: cheaper than a count of failures kept aside
-                    rx_bytes_.add(len);
-                    if (T::rx_csum_ok(se)) c.flags = wc_ip_csum_ok;
+                c.status = rx_written_back(d, se, c);
+                if (c.status == WcStatus::success) {
+                    rx_packets_.add(1);
+                    rx_bytes_.add(c.byte_len);
                 }
-                if constexpr (requires { T::rx_any_flags(se); }) c.flags |= T::rx_any_flags(se);
             }
             ++rx_head_;
-        }   // (else: refused when posted, a bad key)
+        }
         ++rq_head_;
         ++n;
     }
