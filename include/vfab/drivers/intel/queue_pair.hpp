@@ -148,7 +148,9 @@ protected:
         uint32_t byte_len;
         uint16_t ndesc;   // hardware descriptors used; 0: completed in software (an error)
         WcStatus status;
-        bool signaled;
+        // A send's flags (its low byte, sq_sig_all's send_signaled included): with
+        // send_signaled a success completes; a refused send has it too. Receives: always.
+        uint8_t flags;
     };
     using TxContext = typename Traits::TxContext;
 
@@ -168,7 +170,7 @@ protected:
         rq_ = rq_storage_.data(), rq_mask_ = v.rx_entries - 1, rq_head_ = rq_tail_ = 0;
         caps_ = {v.send_depth, v.rx_entries - 1, v.max_send_sge, 1};
         tdt_ = v.bar + v.tdt, rdt_ = v.bar + v.rdt, mrs_ = v.mrs, queue_ = v.queue, qp_num_ = v.queue + 1;
-        max_frame_ = v.max_frame, rx_buffer_ = v.rx_buffer, sig_all_ = v.sq_sig_all ? uint32_t(send_signaled) : 0;
+        max_frame_ = v.max_frame, max_span_ = v.max_frame - kEthHeader, rx_buffer_ = v.rx_buffer, sig_all_ = v.sq_sig_all ? uint32_t(send_signaled) : 0;
         tx_ctx_.reset();
     }
     // destroy()'s last step, once the device stopped the queues: the state becomes destroyed
@@ -181,10 +183,10 @@ protected:
         rq_storage_ = {};
         sq_head_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
     }
-    // A receive's write-back after DD (`se`, its status and errors): the length and flags into
-    // `c`, the status returned (local_length_error: larger than one buffer; general_error: a
-    // bad frame).
-    static WcStatus rx_written_back(const volatile RxDesc& d, uint32_t se, Completion& c) noexcept;
+    // A receive's write-back after DD (`se`, its status and errors): its length and completion
+    // flags, and the status returned (local_length_error: larger than one buffer;
+    // general_error: a bad frame).
+    static WcStatus rx_written_back(const volatile RxDesc& d, uint32_t se, uint32_t& len, uint16_t& flags) noexcept;
     // send_ip_csum: reads the headers in `first` at its CPU address, fills the context and the
     // data descriptors' options, seeds the TCP/UDP checksum with the pseudo-header; EINVAL when
     // the SGE does not translate, the frame is not IPv4/IPv6 and TCP/UDP, or Traits refuses it.
@@ -221,6 +223,7 @@ protected:
     QpCaps caps_;
     uint32_t sig_all_ = 0;   // send_signaled when every send completes (sq_sig_all), else 0
     uint32_t max_frame_ = 1514;
+    uint32_t max_span_ = 1514 - kEthHeader;   // max_frame_ - kEthHeader: one compare per send
     uint32_t rx_buffer_ = 2048;   // what each receive must hold (the device's buffer size)
 
     // Send: a ring of WR slots and the hardware ring of descriptors they use.
@@ -279,10 +282,11 @@ inline int QueuePairCore<T>::queue_send(const SendWr& wr, uint32_t nsge, SendCur
     if (c.sq_tail == c.sq_end || c.tx_end - c.tx_tail < need) [[unlikely]]
         return ENOMEM;
     Slot& slot = sq_[c.sq_tail & sq_mask_];
-    slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, ((wr.flags | sig_all_) & send_signaled) != 0};
+    slot = {wr.wr_id, uint32_t(total), 0, WcStatus::success, uint8_t(wr.flags | sig_all_)};
     ++c.sq_tail;
     if (bad_key) [[unlikely]] {   // completes in order, touches no descriptor
         slot.status = WcStatus::local_protection_error;
+        slot.flags = send_signaled;
         return 0;
     }
     uint32_t popts = 0, ndesc = nsge;
@@ -315,17 +319,17 @@ template <class T>
 [[gnu::always_inline]] inline int QueuePairCore<T>::queue_send_one(const SendWr& wr, SendCursor& c) noexcept {
     const Sge& g = *wr.sg_list;
     const uint32_t len = g.length;
-    if (len - kEthHeader > max_frame_ - kEthHeader) [[unlikely]]   // 14 to max_frame_ bytes
+    if (len - kEthHeader > max_span_) [[unlikely]]   // 14 to max_frame_ bytes
         return EINVAL;
     // (Room: post_send's caller checked it for this WR.)
     const dma::IovaTranslation t = mrs_->translate_iova(g.lkey, g.addr, len, dma::Access::none);
-    const bool ok = t.status == dma::MrStatus::ok;
-    // A bad key completes in order and touches no descriptor.
-    sq_[c.sq_tail & sq_mask_] = {wr.wr_id, len, uint16_t(ok), ok ? WcStatus::success : WcStatus::local_protection_error,
-                                 ((wr.flags | sig_all_) & send_signaled) != 0};
+    Slot& slot = sq_[c.sq_tail & sq_mask_];
     ++c.sq_tail;
-    if (!ok) [[unlikely]]
+    if (t.status != dma::MrStatus::ok) [[unlikely]] {   // completes in order, touches no descriptor
+        slot = {wr.wr_id, len, 0, WcStatus::local_protection_error, send_signaled};
         return 0;
+    }
+    slot = {wr.wr_id, len, 1, WcStatus::success, uint8_t(wr.flags | sig_all_)};
     T::write_data(tx_[c.tx_tail & tx_mask_], t.iova.value, len, true, true, len, 0, wr.flags);
     ++c.tx_tail;
     tx_packets_.add(1);   // sends are counted when posted (as DPDK counts them)
@@ -412,7 +416,7 @@ inline PostResult QueuePairCore<T>::post_recv(std::span<const RecvWr> wrs) noexc
             const bool ok = t.status == dma::MrStatus::ok;
             // A bad key completes in order and takes no descriptor.
             rq_[rq_tail & rq_mask_] = {wr->wr_id, 0, uint16_t(ok),
-                                       ok ? WcStatus::success : WcStatus::local_protection_error, true};
+                                       ok ? WcStatus::success : WcStatus::local_protection_error, send_signaled};
             ++rq_tail;
             if (ok) [[likely]] {
                 T::write_rx(rx_[rx_tail & rx_mask_], t.iova.value);
@@ -446,8 +450,7 @@ inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexc
             tx_head += ndesc;
         }
         ++sq_head;
-        // A refused WR (a bad key) always completes, with its error; a sent one when signaled.
-        if (s.signaled || !ndesc) *o++ = {s.wr_id, s.status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
+        if (s.flags & send_signaled) *o++ = {s.wr_id, s.status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
     }
     sq_head_ = sq_head, tx_head_ = tx_head;
     return uint32_t(o - out);
@@ -469,27 +472,23 @@ template <class T>
             tx_head_ += s.ndesc;
         }
         ++sq_head_;
-        if (s.signaled || status != WcStatus::success)
+        if ((s.flags & send_signaled) || status != WcStatus::success)
             out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
     }
     return n;
 }
 
 template <class T>
-inline WcStatus QueuePairCore<T>::rx_written_back(const volatile RxDesc& d, uint32_t se, Completion& c) noexcept {
+inline WcStatus QueuePairCore<T>::rx_written_back(const volatile RxDesc& d, uint32_t se, uint32_t& len,
+                                                  uint16_t& flags) noexcept {
     mmio::dma_rmb();   // the rest of the write-back after DD
-    const uint32_t len = d.wb.length;
-    c.byte_len = len;
-    WcStatus status = WcStatus::success;
-    if (!(se & T::kRxEOP)) [[unlikely]] {
-        status = WcStatus::local_length_error;   // larger than one buffer
-    } else if (se & T::kRxErrFrame) [[unlikely]] {
-        status = WcStatus::general_error;
-    } else if (T::rx_csum_ok(se)) {
-        c.flags = wc_ip_csum_ok;
-    }
-    if constexpr (requires { T::rx_any_flags(se); }) c.flags |= T::rx_any_flags(se);
-    return status;
+    len = d.wb.length;
+    flags = 0;
+    if constexpr (requires { T::rx_any_flags(se); }) flags = T::rx_any_flags(se);
+    if ((se & (T::kRxEOP | T::kRxErrFrame)) != T::kRxEOP) [[unlikely]]   // one test for the usual frame
+        return se & T::kRxEOP ? WcStatus::general_error : WcStatus::local_length_error;   // a bad frame; larger than one buffer
+    if (T::rx_csum_ok(se)) flags |= wc_ip_csum_ok;
+    return WcStatus::success;
 }
 
 template <class T>
@@ -498,27 +497,29 @@ inline uint32_t QueuePairCore<T>::poll_recv(Completion* out, uint32_t max) noexc
         return flush_recv(out, max);
     // Heads in registers, written back once (as poll_send); the statistics once per poll: the
     // packets are the descriptors taken, less the frames in error (taken back one by one).
+    // Each completion is written once, whole.
     Completion* o = out;
     Completion* const o_end = out + max;
     uint32_t rq_head = rq_head_, rx_head = rx_head_;
     uint64_t bytes = 0;
     while (o != o_end && rq_head != rq_tail_) {
         const Slot& s = rq_[rq_head & rq_mask_];
-        Completion& c = *o;
-        c = {s.wr_id, s.status, WcOpcode::recv, 0, 0, qp_num_, 0};
+        WcStatus status = s.status;
+        uint32_t len = 0;
+        uint16_t flags = 0;
         if (s.ndesc) [[likely]] {   // (else: refused when posted, a bad key)
             const auto& d = *reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head & rx_mask_]);
             const uint32_t se = d.wb.status_error;
             if (!(se & T::kRxDD)) break;
-            c.status = rx_written_back(d, se, c);
-            if (c.status == WcStatus::success) [[likely]]
-                bytes += c.byte_len;
+            status = rx_written_back(d, se, len, flags);
+            if (status == WcStatus::success) [[likely]]
+                bytes += len;
             else
                 rx_packets_.add(~uint64_t(0));
             ++rx_head;
         }
+        *o++ = {s.wr_id, status, WcOpcode::recv, flags, len, qp_num_, 0};
         ++rq_head;
-        ++o;
     }
     rx_packets_.add(rx_head - rx_head_);
     rx_bytes_.add(bytes);
@@ -534,24 +535,25 @@ template <class T>
     uint32_t n = 0;
     while (n < max && rq_head_ != rq_tail_) {
         const Slot& s = rq_[rq_head_ & rq_mask_];
-        Completion& c = out[n];
-        c = {s.wr_id, s.status, WcOpcode::recv, 0, 0, qp_num_, 0};
+        WcStatus status = s.status;
+        uint32_t len = 0;
+        uint16_t flags = 0;
         if (s.ndesc) {
             const auto& d = *reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
             const uint32_t se = d.wb.status_error;
             if (!(se & T::kRxDD)) {
-                c.status = WcStatus::wr_flush_error;
+                status = WcStatus::wr_flush_error;
             } else {
-                c.status = rx_written_back(d, se, c);
-                if (c.status == WcStatus::success) {
+                status = rx_written_back(d, se, len, flags);
+                if (status == WcStatus::success) {
                     rx_packets_.add(1);
-                    rx_bytes_.add(c.byte_len);
+                    rx_bytes_.add(len);
                 }
             }
             ++rx_head_;
         }
+        out[n++] = {s.wr_id, status, WcOpcode::recv, flags, len, qp_num_, 0};
         ++rq_head_;
-        ++n;
     }
     return n;
 }
