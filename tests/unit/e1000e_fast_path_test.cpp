@@ -52,6 +52,36 @@ TEST(E1000eFastPath, SendWritesOneDataDescriptorPerSgeAndOneDoorbell) {
 
 // post_send queues the usual WR (one SGE, no checksum) inline and any other out of line: one
 // batch mixing them keeps their order, their descriptors, one doorbell and where it stopped.
+// A poll tests the newest send's descriptor first: done, every send is (the device finishes
+// the ring in order) and none is tested apart; not done, each send is tested up to the first
+// not done. Either way a small completion array takes the oldest first and leaves the rest.
+TEST(E1000eFastPath, SendsCompleteUpToTheFirstTheDeviceHasNotFinished) {
+    FastPathHarness h(16, 16);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    Sge two[2] = {{b.addr(0), 14, lkey}, {b.addr(1), 100, lkey}};
+    Sge one{b.addr(2), 60, lkey}, bad{b.addr(2), 60, lkey + 0x1000};
+    const SendWr wrs[5] = {{1, &one, 1, send_signaled}, {2, two, 2, send_signaled}, {3, &bad, 1, 0},
+                           {4, &one, 1, 0}, {5, &one, 1, send_signaled}};
+    ASSERT_TRUE(h.qp.post_send(wrs));   // descriptors 0, 1-2, none, 3, 4
+    Completion wc[8];
+    h.tx_desc(0).status |= txd::STA_DD;
+    h.tx_desc(2).status |= txd::STA_DD;   // the two-descriptor send: DD on its last
+    ASSERT_EQ(h.cq.poll(wc), 3) << "the first two and the refused one; the 4th is not done";
+    EXPECT_EQ(wc[0].wr_id, 1u);
+    EXPECT_EQ(wc[1].wr_id, 2u);
+    EXPECT_EQ(wc[2].wr_id, 3u);
+    EXPECT_EQ(wc[2].status, WcStatus::local_protection_error);
+    EXPECT_EQ(h.qp.send_outstanding(), 2u);
+    h.tx_desc(3).status |= txd::STA_DD;
+    h.tx_desc(4).status |= txd::STA_DD;
+    ASSERT_EQ(h.cq.poll({wc, 1}), 1) << "the newest is done: the rest complete, the oldest first";
+    EXPECT_EQ(wc[0].wr_id, 5u) << "the 4th was unsignaled";
+    EXPECT_EQ(h.qp.send_outstanding(), 0u);
+    ASSERT_TRUE(h.qp.post_send(wrs));   // the descriptors wrapped back to where the model expects
+    EXPECT_EQ(h.reg(reg::TDT), 10u);
+}
+
 TEST(E1000eFastPath, OneSgeSendsAndOthersMixInOnePost) {
     FastPathHarness h(16, 16);
     Buffers b;

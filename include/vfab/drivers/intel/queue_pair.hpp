@@ -441,16 +441,27 @@ inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexc
     Completion* o = out;
     Completion* const o_end = out + max;
     uint32_t sq_head = sq_head_, tx_head = tx_head_;
-    while (o != o_end && sq_head != sq_tail_) {
-        const Slot& s = sq_[sq_head & sq_mask_];
-        const uint32_t ndesc = s.ndesc;
-        if (ndesc) [[likely]] {
-            if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head + ndesc - 1) & tx_mask_]))) break;
-            mmio::dma_rmb();
-            tx_head += ndesc;
+    // The device finishes a ring's descriptors in order (DPDK's transmit cleanup, which tests
+    // one descriptor in tx_rs_thresh, counts on it too): when the newest one is done, so is
+    // every send, and none needs its own test.
+    const uint32_t tx_tail = tx_tail_;
+    if (tx_head != tx_tail && T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_tail - 1) & tx_mask_]))) {
+        mmio::dma_rmb();
+        for (; o != o_end && sq_head != sq_tail_; ++sq_head) {
+            const Slot& s = sq_[sq_head & sq_mask_];
+            tx_head += s.ndesc;
+            if (s.flags & send_signaled) *o++ = {s.wr_id, s.status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
         }
-        ++sq_head;
-        if (s.flags & send_signaled) *o++ = {s.wr_id, s.status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
+    } else {
+        for (; o != o_end && sq_head != sq_tail_; ++sq_head) {
+            const Slot& s = sq_[sq_head & sq_mask_];
+            if (const uint32_t ndesc = s.ndesc) {
+                if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head + ndesc - 1) & tx_mask_]))) break;
+                mmio::dma_rmb();
+                tx_head += ndesc;
+            }
+            if (s.flags & send_signaled) *o++ = {s.wr_id, s.status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
+        }
     }
     sq_head_ = sq_head, tx_head_ = tx_head;
     return uint32_t(o - out);
