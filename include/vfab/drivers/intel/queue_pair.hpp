@@ -3,7 +3,9 @@
 // requests live in a ring of slots beside the descriptor rings: a send takes one descriptor
 // per SGE (and a context descriptor when its checksum offsets change), a receive one buffer;
 // a WR with a bad key takes none and completes in order with an error. Completions come from
-// the descriptors' DD bits, oldest first; in the error state the rest flush. Counters run
+// the descriptors' DD bits, oldest first (a send poll whose newest descriptor is done retires
+// every send without reading theirs: the device finishes a ring in order); in the error state
+// the rest flush. A post finds its room once and queues that many WRs unchecked. Counters run
 // freely (a ring index is counter & mask). The transmit tail goes to the device once per post
 // call; the receive tail once a batch of buffers (an eighth of the ring, at most kRxTailBatch)
 // waits for it, or at once while the device holds fewer than a batch (as DPDK's
