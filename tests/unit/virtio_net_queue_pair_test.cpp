@@ -252,6 +252,52 @@ TYPED_TEST(VirtioNetQp, InOrderElementsAroundBadKeysCompleteInOrderAcrossPolls) 
     EXPECT_TRUE(r.rings.rx_dev.errors().empty()) << r.rings.rx_dev.errors().front();
 }
 
+// A post finds its room once (WR slots, and descriptors at one or two per one-SGE WR) and
+// queues that many WRs unchecked, then looks again: a bad key takes a slot and no descriptor,
+// so the descriptors it left serve the WRs after it in the same post, and the post stops
+// exactly where the descriptors run out. The same for receives; then all complete in order.
+TYPED_TEST(VirtioNetQp, PostsStopWhereTheRingIsFullAndBadKeysTakeNoDescriptor) {
+    TypeParam r(false);   // the header apart: two descriptors a WR, 8 WRs in 16 descriptors
+    std::vector<Sge> sges(8);
+    std::vector<SendWr> sends(8);
+    for (uint32_t i = 0; i < 7; ++i) {
+        sges[i] = {reinterpret_cast<uint64_t>(r.buf(i % 8)), kFrame, r.lkey};
+        sends[i] = {i, &sges[i], 1, send_signaled};
+    }
+    ASSERT_TRUE(r.h.qp.post_send({sends.data(), 7}));   // 14 of 16 descriptors
+    Sge bad{reinterpret_cast<uint64_t>(r.buf(0)), kFrame, r.lkey + 1};
+    const SendWr more[4] = {{7, &bad, 1, send_signaled}, {8, &bad, 1, send_signaled}, {9, &sges[0], 1, send_signaled},
+                            {10, &sges[0], 1, send_signaled}};
+    PostResult p = r.h.qp.post_send(more);
+    EXPECT_EQ(p.error, ENOMEM);
+    EXPECT_EQ(p.posted, 3u) << "both bad keys, then one WR in the last two descriptors";
+    EXPECT_EQ(r.h.qp.send_outstanding(), 10u);
+
+    Sge rs{reinterpret_cast<uint64_t>(r.buf(0)), kBuf - kRoom, r.lkey}, rbad{rs.addr, rs.length, r.lkey + 1};
+    std::vector<RecvWr> recvs(7, RecvWr{100, &rs, 1, 0});
+    ASSERT_TRUE(r.h.qp.post_recv(recvs));
+    const RecvWr rmore[3] = {{107, &rbad, 1, 0}, {108, &rs, 1, 0}, {109, &rs, 1, 0}};
+    p = r.h.qp.post_recv(rmore);
+    EXPECT_EQ(p.error, ENOMEM);
+    EXPECT_EQ(p.posted, 2u);
+
+    r.rings.tx_dev.fetch();
+    EXPECT_EQ(r.rings.tx_dev.pending().size(), 8u);
+    for (uint32_t k = 0; k < 8; ++k) r.rings.tx_dev.use(0, 0);
+    std::vector<Completion> all;
+    for (int polls = 0; polls < 4 && all.size() < 10; ++polls) {
+        const auto wc = r.poll();
+        for (const Completion& c : wc)
+            if (c.opcode == WcOpcode::send) all.push_back(c);
+    }
+    ASSERT_EQ(all.size(), 10u);
+    for (uint32_t k = 0; k < 10; ++k) {
+        EXPECT_EQ(all[k].wr_id, k);
+        EXPECT_EQ(all[k].status, k == 7 || k == 8 ? WcStatus::local_protection_error : WcStatus::success);
+    }
+    EXPECT_TRUE(r.rings.tx_dev.errors().empty()) << r.rings.tx_dev.errors().front();
+}
+
 // A new queue pair's virtqueues ask for no used-buffer notification (an interrupt over VFIO, a
 // write(2) on the back-end's core over vhost-user) until a completion queue's arm(): a
 // busy-polling application gets none, in order and not.

@@ -262,12 +262,23 @@ private:
     static void set_flushed(Slot& s, bool recv) noexcept;
     template <class Q>
     static void publish(Q& q, const virtio::Doorbell& bell) noexcept;
-    template <bool H, class Q>
+    // Checked: whether the WR slots and descriptors may run out (else the caller made sure
+    // they cannot: post_room()).
+    template <bool H, bool Checked, class Q>
     int send_one(Q& q, const SendWr& wr, uint32_t nsge) noexcept;
-    template <bool H, class Q>
+    template <bool H, bool Checked, class Q>
     int recv_one(Q& q, const RecvWr& wr, uint32_t nsge) noexcept;
-    // A WR of other than one SGE (or none): its checks and send_one/recv_one for it, out of
-    // line so that the loop for the usual one-SGE WR keeps its registers.
+    // How many one-SGE WRs surely find a slot in `ring` and their descriptors in `q` (one, or
+    // two with the header apart): a post queues that many without a check each, then looks
+    // again (a bad key takes a slot and no descriptor; a WR of other than one SGE checks
+    // itself).
+    template <bool H, class Q>
+    static uint32_t post_room(const Q& q, const WorkRing& ring) noexcept {
+        return std::min(ring.mask + 1 - (ring.tail - ring.head), q.free_count() / (H ? 1 : 2));
+    }
+    // A WR of other than one SGE (or none), or any WR when post_room() found none: its checks
+    // and send_one/recv_one for it, out of line so that the loop for the usual one-SGE WR
+    // keeps its registers.
     template <bool H, class Q>
     int send_other(Q& q, const SendWr& wr) noexcept;
     template <bool H, class Q>
@@ -479,13 +490,13 @@ inline void QueuePair::publish(Q& q, const virtio::Doorbell& bell) noexcept {
 
 // One send WR of `nsge` SGEs (1 to caps().max_send_sge, checked by the caller); 0 or the
 // error that stops the post. Always inlined: called with nsge 1, the compiler drops the loops.
-template <bool H, class Q>
+template <bool H, bool Checked, class Q>
 [[gnu::always_inline]] inline int QueuePair::send_one(Q& q, const SendWr& wr, uint32_t nsge) noexcept {
     virtio::Buffer bufs[kMaxSendSge + 1];
     const Gathered g = gather<H>(wr.sg_list, nsge, false, bufs + 1);
     if (g.zero_sge || g.total < kEthHeader || g.total > max_frame_) [[unlikely]]
         return EINVAL;
-    if (sq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1))) [[unlikely]]
+    if (Checked && (sq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1)))) [[unlikely]]
         return ENOMEM;
     void* const hdr_at = H ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot;
     const bool csum = (wr.flags & send_ip_csum) != 0;
@@ -508,37 +519,49 @@ template <bool H, class Q>
 [[gnu::noinline]] int QueuePair::send_other(Q& q, const SendWr& wr) noexcept {
     const uint32_t nsge = wr.num_sge;
     if (nsge == 0 || nsge > caps_.max_send_sge || !wr.sg_list) return EINVAL;
-    return send_one<H>(q, wr, nsge);
+    return send_one<H, true>(q, wr, nsge);
 }
 
 template <bool H, class Q>
 inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    uint32_t i = 0;
+    const SendWr* wr = wrs.data();
+    const SendWr* const end = wr + wrs.size();
     int err = 0;
-    for (; i < wrs.size(); ++i) {
-        const SendWr& wr = wrs[i];
-        if (wr.num_sge == 1 && wr.sg_list) [[likely]]
-            err = send_one<H>(q, wr, 1);
-        else
-            err = send_other<H>(q, wr);
-        if (err != 0) [[unlikely]]
-            break;
+    while (wr != end && err == 0) {
+        const uint32_t room = std::min<size_t>(post_room<H>(q, sq_), size_t(end - wr));
+        if (room == 0) [[unlikely]] {   // checked: a bad key may still take a slot
+            err = send_other<H>(q, *wr);
+            if (err == 0) ++wr;
+            continue;
+        }
+        for (const SendWr* const stop = wr + room; wr != stop;) {
+            if (wr->num_sge == 1 && wr->sg_list) [[likely]] {
+                err = send_one<H, false>(q, *wr, 1);
+                if (err != 0) [[unlikely]]
+                    break;
+                ++wr;
+            } else {
+                err = send_other<H>(q, *wr);   // may take more descriptors: look again
+                if (err == 0) ++wr;
+                break;
+            }
+        }
     }
     publish(q, tx_bell_);
-    return {err, i};
+    return {err, uint32_t(wr - wrs.data())};
 }
 
 // One receive WR of `nsge` SGEs, as send_one().
-template <bool H, class Q>
+template <bool H, bool Checked, class Q>
 [[gnu::always_inline]] inline int QueuePair::recv_one(Q& q, const RecvWr& wr, uint32_t nsge) noexcept {
     virtio::Buffer bufs[kMaxRecvSge + 1];
     const Gathered g = gather<H>(wr.sg_list, nsge, true, bufs + 1);
     // Without GUEST_TSO/UFO or MRG_RXBUF, a buffer must hold a whole frame (§5.1.6.3.1).
     if (g.zero_sge || g.total < min_recv_) [[unlikely]]
         return EINVAL;
-    if (rq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1))) [[unlikely]]
+    if (Checked && (rq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1)))) [[unlikely]]
         return ENOMEM;
     // byte_len: what the buffer holds, the length of a buffer an IN_ORDER batch used completely.
     rq_.at(rq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, true};
@@ -549,26 +572,38 @@ template <bool H, class Q>
 [[gnu::noinline]] int QueuePair::recv_other(Q& q, const RecvWr& wr) noexcept {
     const uint32_t nsge = wr.num_sge;
     if (nsge == 0 || nsge > caps_.max_recv_sge || !wr.sg_list) return EINVAL;
-    return recv_one<H>(q, wr, nsge);
+    return recv_one<H, true>(q, wr, nsge);
 }
 
 template <bool H, class Q>
 inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    uint32_t i = 0;
+    const RecvWr* wr = wrs.data();
+    const RecvWr* const end = wr + wrs.size();
     int err = 0;
-    for (; i < wrs.size(); ++i) {
-        const RecvWr& wr = wrs[i];
-        if (wr.num_sge == 1 && wr.sg_list) [[likely]]
-            err = recv_one<H>(q, wr, 1);
-        else
-            err = recv_other<H>(q, wr);
-        if (err != 0) [[unlikely]]
-            break;
+    while (wr != end && err == 0) {   // as send_impl()
+        const uint32_t room = std::min<size_t>(post_room<H>(q, rq_), size_t(end - wr));
+        if (room == 0) [[unlikely]] {
+            err = recv_other<H>(q, *wr);
+            if (err == 0) ++wr;
+            continue;
+        }
+        for (const RecvWr* const stop = wr + room; wr != stop;) {
+            if (wr->num_sge == 1 && wr->sg_list) [[likely]] {
+                err = recv_one<H, false>(q, *wr, 1);
+                if (err != 0) [[unlikely]]
+                    break;
+                ++wr;
+            } else {
+                err = recv_other<H>(q, *wr);
+                if (err == 0) ++wr;
+                break;
+            }
+        }
     }
     publish(q, rx_bell_);
-    return {err, i};
+    return {err, uint32_t(wr - wrs.data())};
 }
 
 // A receive's length from the bytes the device wrote (capped at the buffer's): the header,

@@ -75,7 +75,7 @@ public:
     // Ring descriptors free for add(): a chain of n buffers takes n.
     uint32_t free_count() const noexcept { return free_; }   // free descriptors
     // Buffers (chains) added that poll_used() has not returned yet.
-    uint32_t outstanding() const noexcept { return outstanding_; }   // buffers added, not used
+    uint32_t outstanding() const noexcept { return in_flight_; }   // buffers added, not used
     // The device returned a buffer ID that names no outstanding buffer: poll_used() stops; reset
     // the device, then drain().
     bool broken() const noexcept { return broken_; }
@@ -130,9 +130,7 @@ private:
     std::unique_ptr<Slot[]> slots_;
 
     uint32_t free_ = 0;
-    uint32_t outstanding_ = 0;
-    uint32_t in_flight_ = 0;       // buffers available to the device, not yet used
-    uint32_t since_kick_ = 0;      // descriptors added since needs_notify() last looked
+    uint32_t in_flight_ = 0;       // buffers (chains) available to the device, not yet used
     uint16_t free_id_ = 0;
     uint16_t avail_pos_ = 0;       // next descriptor to write, and its wrap counter
     bool avail_wrap_ = true;       // §2.8.1: both counters start at 1
@@ -170,7 +168,7 @@ inline void PackedQueue::reset() noexcept {
     std::memset(mem_.device, 0, l.device.bytes);
     for (uint32_t i = 0; i < size_; ++i) slots_[i] = Slot{0, 0, 0, uint16_t(i + 1)};
     free_ = size_;
-    outstanding_ = in_flight_ = since_kick_ = 0;
+    in_flight_ = 0;
     free_id_ = avail_pos_ = used_pos_ = pub_pos_ = batch_last_ = 0;
     avail_wrap_ = used_wrap_ = pub_wrap_ = true;
     batch_len_ = 0;
@@ -184,7 +182,7 @@ inline uint32_t PackedQueue::drain(F&& on_token) {
         // With IN_ORDER a buffer's ID is the position of its first descriptor: outstanding
         // buffers lie in ring order from the oldest one.
         uint32_t pos = used_pos_;
-        for (; n < outstanding_ && slots_[pos].ndesc; ++n) {
+        for (; n < in_flight_ && slots_[pos].ndesc; ++n) {
             on_token(slots_[pos].token);
             pos = (pos + slots_[pos].ndesc) % size_;
         }
@@ -239,16 +237,15 @@ inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexc
     avail_pos_ = pos;
     avail_wrap_ = wrap;
     free_ -= n;
-    ++outstanding_;
     ++in_flight_;
-    since_kick_ += n;
     detail::store16_after(&ring_[head].flags, head_flags);   // §2.8.21.1.1: the chain before its flags
     return true;
 }
 
 inline bool PackedQueue::needs_notify() noexcept {
-    const uint32_t added = since_kick_;
-    since_kick_ = 0;
+    // The descriptors added since the last look, from the positions (a post adds at most a
+    // ring's worth, and this runs after every post): no counter to keep per add.
+    const uint32_t added = uint32_t(avail_pos_ - pub_pos_) + (avail_wrap_ != pub_wrap_ ? size_ : 0);
     if (added == 0) return false;
     pub_pos_ = avail_pos_;
     pub_wrap_ = avail_wrap_;
@@ -276,7 +273,6 @@ inline void PackedQueue::release(uint16_t id, Slot& s) noexcept {
         s.next_free = free_id_;
         free_id_ = id;
     }
-    --outstanding_;
     --in_flight_;
 }
 
@@ -380,7 +376,6 @@ inline UsedRun PackedQueue::release_run(uint32_t last, uint32_t written) noexcep
     }
     advance_used(uint16_t(descs));
     free_ += descs;
-    outstanding_ -= count;
     in_flight_ -= count;
     return {count, std::min(written, slots_[last].writable)};
 }
@@ -424,7 +419,6 @@ inline uint32_t PackedQueue::take_used_runs(uint32_t limit, F&& on_run) noexcept
     used_pos_ = uint16_t(pos);
     used_wrap_ = wrap;
     free_ += pos - from + (wrap != from_wrap ? size_ : 0);
-    outstanding_ -= before - in_flight;
     in_flight_ = in_flight;
     return taken + before - in_flight;
 }
