@@ -109,7 +109,7 @@ Result<QueuePair*> DeviceState::create_qp(const QpInitAttr& attr) {
     const auto tx_size = uint32_t(std::bit_ceil(tx_need)), rx_size = uint32_t(std::bit_ceil(rx_need));
 
     std::unique_ptr<QueuePair> qp(new QueuePair(*self_, attr, index));
-    qp->sq_sig_all_ = attr.sq_sig_all;
+    qp->sig_all_ = attr.sq_sig_all ? uint8_t(send_signaled) : 0;
     qp->tx_csum_ = virtio::has_feature(features_, virtio::net_feature::CSUM);
     qp->max_frame_ = attr_.mtu + kEthHeader;
     qp->min_recv_ = attr_.recv_buffer_size;

@@ -220,7 +220,9 @@ private:
         WcStatus status;
         bool done;      // the device returned it (or it never went to the device)
         uint16_t flags; // completion flags
-        bool signaled;
+        // A send's flags (their low byte, sq_sig_all's send_signaled included): a success
+        // completes with send_signaled. A receive has it always.
+        uint8_t send_flags;
     };
     // WRs in posting order; slot i also owns header i in DMA memory. With IN_ORDER the WRs
     // from head to returned are done, waiting for a poll to retire them, and `unsent` of those
@@ -312,7 +314,7 @@ private:
     uint32_t qp_num_ = 1;
     uint32_t queue_ = 0;
     QpCaps caps_;
-    bool sq_sig_all_ = false;
+    uint8_t sig_all_ = 0;   // send_signaled when every send completes (sq_sig_all), else 0
     bool packed_ = false;
     bool headroom_ = false;   // QpInitAttr::hdr_in_headroom
     bool tx_csum_ = false;    // VIRTIO_NET_F_CSUM negotiated
@@ -499,19 +501,18 @@ template <bool H, bool Checked, class Q>
     if (Checked && (sq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1)))) [[unlikely]]
         return ENOMEM;
     void* const hdr_at = H ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot;
-    const bool csum = (wr.flags & send_ip_csum) != 0;
-    virtio::NetHdr hdr{};
-    if (csum && !g.bad_key && seed_checksum(wr, hdr) != 0) [[unlikely]]
-        return EINVAL;
     // The header before the chain is queued: a packed ring's chain is available to the device
     // as soon as add() returns. In the headroom it may be at any address the application chose.
     if (!g.bad_key) {
-        if (csum) [[unlikely]]
+        if (wr.flags & send_ip_csum) [[unlikely]] {
+            virtio::NetHdr hdr{};
+            if (seed_checksum(wr, hdr) != 0) return EINVAL;
             std::memcpy(hdr_at, &hdr, sizeof hdr);
-        else
-            std::memset(hdr_at, 0, sizeof hdr);
+        } else {
+            std::memset(hdr_at, 0, sizeof(virtio::NetHdr));
+        }
     }
-    sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, sq_sig_all_ || (wr.flags & send_signaled)};
+    sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, uint8_t(wr.flags | sig_all_)};
     return enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false);
 }
 
@@ -564,7 +565,7 @@ template <bool H, bool Checked, class Q>
     if (Checked && (rq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1)))) [[unlikely]]
         return ENOMEM;
     // byte_len: what the buffer holds, the length of a buffer an IN_ORDER batch used completely.
-    rq_.at(rq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, true};
+    rq_.at(rq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, send_signaled};
     return enqueue<H>(q, rq_, bufs, nsge, g.bad_key, true);
 }
 
@@ -637,7 +638,7 @@ inline void QueuePair::retire(const Slot& s, WcOpcode op, Completion* out, uint3
     if (s.status == WcStatus::success) [[likely]] {
         (recv ? rx_packets_ : tx_packets_).add(1);
         (recv ? rx_bytes_ : tx_bytes_).add(s.byte_len);
-        if (s.signaled) out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
+        if (s.send_flags & send_signaled) out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
     } else {
         out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
     }

@@ -42,7 +42,7 @@ public:
     // it after every post.
     bool needs_notify() noexcept;
     // For VIRTIO_F_NOTIFICATION_DATA (§2.9): next_off (bits 14:0) and next_wrap (bit 15).
-    uint16_t notify_data() const noexcept { return uint16_t(avail_pos_ | (avail_wrap_ << event_flags::kWrapShift)); }
+    uint16_t notify_data() const noexcept { return uint16_t(avail_pos_ | (avail_wrap() << event_flags::kWrapShift)); }
 
     // The next used buffer: its token and the bytes the device wrote into it (never more than
     // its device-writable length). With IN_ORDER one used descriptor may stand for a batch
@@ -110,6 +110,7 @@ private:
         const uint16_t want = wrap ? (desc_flags::AVAIL | desc_flags::USED) : 0;
         return (flags & (desc_flags::AVAIL | desc_flags::USED)) == want;
     }
+    bool avail_wrap() const noexcept { return avail_flags_ == desc_flags::AVAIL; }
     void advance_used(uint16_t n) noexcept {
         used_pos_ = uint16_t(used_pos_ + n);
         if (used_pos_ >= size_) {
@@ -133,7 +134,9 @@ private:
     uint32_t in_flight_ = 0;       // buffers (chains) available to the device, not yet used
     uint16_t free_id_ = 0;
     uint16_t avail_pos_ = 0;       // next descriptor to write, and its wrap counter
-    bool avail_wrap_ = true;       // §2.8.1: both counters start at 1
+    // The driver's wrap counter as the AVAIL/USED bits it gives a descriptor (§2.8.21.1): AVAIL
+    // while the counter is 1 (as it starts, §2.8.1), USED while 0 — one load per add.
+    uint16_t avail_flags_ = desc_flags::AVAIL;
     uint16_t used_pos_ = 0;        // next descriptor the device writes as used
     bool used_wrap_ = true;
     uint16_t pub_pos_ = 0;         // avail_pos_ when needs_notify() last looked
@@ -170,7 +173,8 @@ inline void PackedQueue::reset() noexcept {
     free_ = size_;
     in_flight_ = 0;
     free_id_ = avail_pos_ = used_pos_ = pub_pos_ = batch_last_ = 0;
-    avail_wrap_ = used_wrap_ = pub_wrap_ = true;
+    used_wrap_ = pub_wrap_ = true;
+    avail_flags_ = desc_flags::AVAIL;
     batch_len_ = 0;
     in_batch_ = broken_ = false;
 }
@@ -208,15 +212,13 @@ inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexc
     const uint16_t id = features_.in_order ? avail_pos_ : free_id_;
     if (!features_.in_order) free_id_ = slots_[id].next_free;
     const uint16_t head = avail_pos_;
-    uint16_t pos = head, head_flags = 0;
-    bool wrap = avail_wrap_;
+    uint16_t pos = head, head_flags = 0, lap = avail_flags_;
     uint32_t writable = 0;
     for (uint32_t k = 0; k < n; ++k) {
         const Buffer& b = bufs[k];
         // §2.8.21.1: AVAIL equal to the driver's wrap counter, USED its inverse. The ID goes
         // into every descriptor; the device reads it from the last one (§2.8.6).
-        const auto flags = uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (k + 1 < n ? desc_flags::NEXT : 0) |
-                                    (wrap ? desc_flags::AVAIL : desc_flags::USED));
+        const auto flags = uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (k + 1 < n ? desc_flags::NEXT : 0) | lap);
         PackedDesc& d = ring_[pos];
         d.addr = b.iova;
         d.len = b.len;
@@ -228,14 +230,14 @@ inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexc
         writable += b.device_writes ? b.len : 0;
         if (++pos == size_) {
             pos = 0;
-            wrap = !wrap;
+            lap ^= desc_flags::AVAIL | desc_flags::USED;   // the wrap counter flips
         }
     }
     slots_[id].token = token;
     slots_[id].writable = writable;
     slots_[id].ndesc = uint16_t(n);
     avail_pos_ = pos;
-    avail_wrap_ = wrap;
+    avail_flags_ = lap;
     free_ -= n;
     ++in_flight_;
     detail::store16_after(&ring_[head].flags, head_flags);   // §2.8.21.1.1: the chain before its flags
@@ -245,10 +247,10 @@ inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexc
 inline bool PackedQueue::needs_notify() noexcept {
     // The descriptors added since the last look, from the positions (a post adds at most a
     // ring's worth, and this runs after every post): no counter to keep per add.
-    const uint32_t added = uint32_t(avail_pos_ - pub_pos_) + (avail_wrap_ != pub_wrap_ ? size_ : 0);
+    const uint32_t added = uint32_t(avail_pos_ - pub_pos_) + (avail_wrap() != pub_wrap_ ? size_ : 0);
     if (added == 0) return false;
     pub_pos_ = avail_pos_;
-    pub_wrap_ = avail_wrap_;
+    pub_wrap_ = avail_wrap();
     // §2.8.21.2.1: the flags stores before reading the Device Event Suppression structure
     // (store-load order: a full barrier even on x86).
     mmio::io_mb();
