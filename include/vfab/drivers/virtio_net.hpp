@@ -15,8 +15,10 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -214,12 +216,14 @@ private:
     friend class CompletionQueue;
     friend class queue::CompletionQueueCore<QueuePair>;
     // The three fields a post sets to constants are adjacent: one store.
+    // status, done, flags and byte_len lie as a Completion's status, opcode, flags and byte_len
+    // do: retire() copies the eight bytes as one word, the opcode put in done's place.
     struct Slot {
         uint64_t wr_id;
-        uint32_t byte_len;
         WcStatus status;
         bool done;      // the device returned it (or it never went to the device)
         uint16_t flags; // completion flags
+        uint32_t byte_len;
         // A send's flags (their low byte, sq_sig_all's send_signaled included): a success
         // completes with send_signaled. A receive has it always.
         uint8_t send_flags;
@@ -300,6 +304,7 @@ private:
     template <bool Recv>
     [[gnu::noinline]] void flush_unreturned(WorkRing& ring) noexcept;
     [[gnu::always_inline]] void retire(const Slot& s, WcOpcode op, Completion* out, uint32_t& n) noexcept;
+    [[gnu::always_inline]] void write_completion(const Slot& s, WcOpcode op, Completion& c) const noexcept;
     uint32_t poll_send(Completion* out, uint32_t max) noexcept;
     uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
     bool send_ready() noexcept;
@@ -512,7 +517,7 @@ template <bool H, bool Checked, class Q>
             std::memset(hdr_at, 0, sizeof(virtio::NetHdr));
         }
     }
-    sq_.at(sq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, uint8_t(wr.flags | sig_all_)};
+    sq_.at(sq_.tail) = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), uint8_t(wr.flags | sig_all_)};
     return enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false);
 }
 
@@ -565,7 +570,7 @@ template <bool H, bool Checked, class Q>
     if (Checked && (rq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1)))) [[unlikely]]
         return ENOMEM;
     // byte_len: what the buffer holds, the length of a buffer an IN_ORDER batch used completely.
-    rq_.at(rq_.tail) = {wr.wr_id, uint32_t(g.total), WcStatus::success, false, 0, send_signaled};
+    rq_.at(rq_.tail) = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), send_signaled};
     return enqueue<H>(q, rq_, bufs, nsge, g.bad_key, true);
 }
 
@@ -638,10 +643,25 @@ inline void QueuePair::retire(const Slot& s, WcOpcode op, Completion* out, uint3
     if (s.status == WcStatus::success) [[likely]] {
         (recv ? rx_packets_ : tx_packets_).add(1);
         (recv ? rx_bytes_ : tx_bytes_).add(s.byte_len);
-        if (s.send_flags & send_signaled) out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
-    } else {
-        out[n++] = {s.wr_id, s.status, op, s.flags, s.byte_len, qp_num_, 0};
+        if (!(s.send_flags & send_signaled)) return;
     }
+    write_completion(s, op, out[n++]);
+}
+
+// Three word stores (a field-by-field write is seven, the compiler merging none of them).
+inline void QueuePair::write_completion(const Slot& s, WcOpcode op, Completion& c) const noexcept {
+    static_assert(std::endian::native == std::endian::little);
+    static_assert(offsetof(Slot, status) == offsetof(Completion, status) && offsetof(Slot, done) == offsetof(Completion, opcode) &&
+                  offsetof(Slot, flags) == offsetof(Completion, flags) &&
+                  offsetof(Slot, byte_len) == offsetof(Completion, byte_len) && offsetof(Completion, byte_len) + 4 == 16 &&
+                  offsetof(Completion, qp_num) == 16 && offsetof(Completion, reserved) == 20 && sizeof(Completion) == 24);
+    uint64_t mid;
+    std::memcpy(&mid, &s.status, sizeof mid);
+    mid = (mid & ~uint64_t(0xff00)) | uint64_t(op) << 8;   // the opcode where the slot has done
+    const uint64_t last = qp_num_;                           // qp_num, reserved 0
+    c.wr_id = s.wr_id;
+    std::memcpy(&c.status, &mid, sizeof mid);
+    std::memcpy(&c.qp_num, &last, sizeof last);
 }
 
 // Completions in posting order, in one pass, from a device that may use buffers in any order:
