@@ -185,6 +185,14 @@ protected:
         rq_storage_ = {};
         sq_head_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
     }
+    // Whether the device wrote back transmit descriptor `i` (a free-running count) done.
+    bool tx_done_at(uint32_t i) const noexcept {
+        return Traits::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[i & tx_mask_]));
+    }
+    // Receive descriptor `i` (a free-running count), read as the device writes it back.
+    const volatile RxDesc& rx_at(uint32_t i) const noexcept {
+        return *reinterpret_cast<const volatile RxDesc*>(&rx_[i & rx_mask_]);
+    }
     // A receive's write-back after DD (`se`, its status and errors): its length and completion
     // flags, and the status returned (local_length_error: larger than one buffer;
     // general_error: a bad frame).
@@ -447,7 +455,7 @@ inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexc
     // one descriptor in tx_rs_thresh, counts on it too): when the newest one is done, so is
     // every send, and none needs its own test.
     const uint32_t tx_tail = tx_tail_;
-    if (tx_head != tx_tail && T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_tail - 1) & tx_mask_]))) {
+    if (tx_head != tx_tail && tx_done_at(tx_tail - 1)) {
         mmio::dma_rmb();
         for (; o != o_end && sq_head != sq_tail_; ++sq_head) {
             const Slot& s = sq_[sq_head & sq_mask_];
@@ -458,7 +466,7 @@ inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexc
         for (; o != o_end && sq_head != sq_tail_; ++sq_head) {
             const Slot& s = sq_[sq_head & sq_mask_];
             if (const uint32_t ndesc = s.ndesc) {
-                if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head + ndesc - 1) & tx_mask_]))) break;
+                if (!tx_done_at(tx_head + ndesc - 1)) break;
                 mmio::dma_rmb();
                 tx_head += ndesc;
             }
@@ -476,7 +484,7 @@ template <class T>
         const Slot& s = sq_[sq_head_ & sq_mask_];
         WcStatus status = s.status;
         if (s.ndesc) {
-            if (!T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head_ + s.ndesc - 1) & tx_mask_]))) {
+            if (!tx_done_at(tx_head_ + s.ndesc - 1)) {
                 status = WcStatus::wr_flush_error;
                 tx_packets_.add(~uint64_t(0));   // counted when posted: take it back
                 tx_bytes_.add(-uint64_t(s.byte_len));
@@ -521,7 +529,7 @@ inline uint32_t QueuePairCore<T>::poll_recv(Completion* out, uint32_t max) noexc
         uint32_t len = 0;
         uint16_t flags = 0;
         if (s.ndesc) [[likely]] {   // (else: refused when posted, a bad key)
-            const auto& d = *reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head & rx_mask_]);
+            const volatile RxDesc& d = rx_at(rx_head);
             const uint32_t se = d.wb.status_error;
             if (!(se & T::kRxDD)) break;
             status = rx_written_back(d, se, len, flags);
@@ -552,7 +560,7 @@ template <class T>
         uint32_t len = 0;
         uint16_t flags = 0;
         if (s.ndesc) {
-            const auto& d = *reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
+            const volatile RxDesc& d = rx_at(rx_head_);
             const uint32_t se = d.wb.status_error;
             if (!(se & T::kRxDD)) {
                 status = WcStatus::wr_flush_error;
@@ -576,7 +584,7 @@ inline bool QueuePairCore<T>::send_ready() const noexcept {
     if (sq_head_ == sq_tail_) return false;
     const Slot& s = sq_[sq_head_ & sq_mask_];
     if (!s.ndesc || state() == QpState::error) return true;
-    return T::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[(tx_head_ + s.ndesc - 1) & tx_mask_]));
+    return tx_done_at(tx_head_ + s.ndesc - 1);
 }
 
 template <class T>
@@ -584,8 +592,7 @@ inline bool QueuePairCore<T>::recv_ready() const noexcept {
     if (rq_head_ == rq_tail_) return false;
     const Slot& s = rq_[rq_head_ & rq_mask_];
     if (!s.ndesc || state() == QpState::error) return true;
-    const auto* d = reinterpret_cast<const volatile RxDesc*>(&rx_[rx_head_ & rx_mask_]);
-    return d->wb.status_error & T::kRxDD;
+    return rx_at(rx_head_).wb.status_error & T::kRxDD;
 }
 
 }  // namespace vfab::intel
