@@ -289,6 +289,8 @@ private:
     int send_other(Q& q, const SendWr& wr) noexcept;
     template <bool H, class Q>
     int recv_other(Q& q, const RecvWr& wr) noexcept;
+    template <bool H, class Q, class Wr, class One, class Other>
+    PostResult post_loop(const Q& q, const WorkRing& ring, std::span<const Wr> wrs, One&& one, Other&& other) noexcept;
     template <bool H, class Q>
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
     template <bool H, class Q>
@@ -532,31 +534,11 @@ template <bool H, class Q>
 inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    const SendWr* wr = wrs.data();
-    const SendWr* const end = wr + wrs.size();
-    int err = 0;
-    while (wr != end && err == 0) {
-        const uint32_t room = std::min<size_t>(post_room<H>(q, sq_), size_t(end - wr));
-        if (room == 0) [[unlikely]] {   // checked: a bad key may still take a slot
-            err = send_other<H>(q, *wr);
-            if (err == 0) ++wr;
-            continue;
-        }
-        for (const SendWr* const stop = wr + room; wr != stop;) {
-            if (wr->num_sge == 1 && wr->sg_list) [[likely]] {
-                err = send_one<H, false>(q, *wr, 1);
-                if (err != 0) [[unlikely]]
-                    break;
-                ++wr;
-            } else {
-                err = send_other<H>(q, *wr);   // may take more descriptors: look again
-                if (err == 0) ++wr;
-                break;
-            }
-        }
-    }
+    const PostResult r = post_loop<H>(
+        q, sq_, wrs, [&](const SendWr& wr) { return send_one<H, false>(q, wr, 1); },
+        [&](const SendWr& wr) { return send_other<H>(q, wr); });
     publish(q, tx_bell_);
-    return {err, uint32_t(wr - wrs.data())};
+    return r;
 }
 
 // One receive WR of `nsge` SGEs, as send_one().
@@ -585,30 +567,43 @@ template <bool H, class Q>
 inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexcept {
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
-    const RecvWr* wr = wrs.data();
-    const RecvWr* const end = wr + wrs.size();
+    const PostResult r = post_loop<H>(
+        q, rq_, wrs, [&](const RecvWr& wr) { return recv_one<H, false>(q, wr, 1); },
+        [&](const RecvWr& wr) { return recv_other<H>(q, wr); });
+    publish(q, rx_bell_);
+    return r;
+}
+
+// The loop both posts share: as many one-SGE WRs as post_room() found room for through
+// `one` (no room check each), any other WR — and any WR when there is no room, since a bad
+// key may still take a slot — through `other`, which checks itself; then the room is looked
+// at again.
+template <bool H, class Q, class Wr, class One, class Other>
+[[gnu::always_inline]] inline PostResult QueuePair::post_loop(const Q& q, const WorkRing& ring, std::span<const Wr> wrs,
+                                                             One&& one, Other&& other) noexcept {
+    const Wr* wr = wrs.data();
+    const Wr* const end = wr + wrs.size();
     int err = 0;
-    while (wr != end && err == 0) {   // as send_impl()
-        const uint32_t room = std::min<size_t>(post_room<H>(q, rq_), size_t(end - wr));
+    while (wr != end && err == 0) {
+        const uint32_t room = std::min<size_t>(post_room<H>(q, ring), size_t(end - wr));
         if (room == 0) [[unlikely]] {
-            err = recv_other<H>(q, *wr);
+            err = other(*wr);
             if (err == 0) ++wr;
             continue;
         }
-        for (const RecvWr* const stop = wr + room; wr != stop;) {
+        for (const Wr* const stop = wr + room; wr != stop;) {
             if (wr->num_sge == 1 && wr->sg_list) [[likely]] {
-                err = recv_one<H, false>(q, *wr, 1);
+                err = one(*wr);
                 if (err != 0) [[unlikely]]
                     break;
                 ++wr;
             } else {
-                err = recv_other<H>(q, *wr);
+                err = other(*wr);   // may take more descriptors: look again
                 if (err == 0) ++wr;
                 break;
             }
         }
     }
-    publish(q, rx_bell_);
     return {err, uint32_t(wr - wrs.data())};
 }
 
