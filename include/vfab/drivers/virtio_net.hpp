@@ -237,8 +237,27 @@ private:
         uint8_t* hdrs = nullptr;
         uint64_t hdr_iova = 0;
         Slot& at(uint32_t i) noexcept { return slots[i & mask]; }
-        bool full() const noexcept { return tail - head > mask; }
     };
+    // A post's positions, in registers while it queues WRs: a slot's or descriptor's store may
+    // alias any member, and a packed ring's flags store orders every store before it, so WRs
+    // queued on the members reload and store them each (begin_post(), end_post()).
+    template <class Q>
+    struct Posting {
+        typename Q::AddCursor adds;
+        Slot* slots;
+        uint32_t mask, tail, unsent;
+        Slot& slot() const noexcept { return slots[tail & mask]; }
+    };
+    template <class Q>
+    static Posting<Q> begin_post(Q& q, const WorkRing& ring) noexcept {
+        return {q.begin_adds(), const_cast<Slot*>(ring.slots.data()), ring.mask, ring.tail, ring.unsent};
+    }
+    template <class Q>
+    static void end_post(Q& q, WorkRing& ring, const Posting<Q>& p) noexcept {
+        q.end_adds(p.adds);
+        ring.tail = p.tail;
+        ring.unsent = p.unsent;
+    }
     QueuePair(Device& dev, const QpInitAttr& a, uint32_t queue)
         : dev_(&dev), send_cq_(a.send_cq), recv_cq_(a.recv_cq), qp_num_(queue + 1), queue_(queue) {}
     // Control path: takes the virtqueues, sizes the WR rings to them and points each at its headers.
@@ -256,7 +275,7 @@ private:
     template <bool H>
     Gathered gather(const Sge* sgl, uint32_t n, bool device_writes, virtio::Buffer* out) const noexcept;
     template <bool H, class Q>
-    int enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key, bool device_writes) noexcept;
+    void enqueue(Q& q, Posting<Q>& p, const WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool device_writes) noexcept;
     void complete_used(WorkRing& ring, uint32_t token, uint32_t len, bool recv) noexcept;
     // The virtqueue broke (the device returned a buffer it was not given): from the ready state
     // to the error state, so that the next poll flushes the WRs (the device needs a reset).
@@ -271,9 +290,9 @@ private:
     // Checked: whether the WR slots and descriptors may run out (else the caller made sure
     // they cannot: post_room()).
     template <bool H, bool Checked, class Q>
-    int send_one(Q& q, const SendWr& wr, uint32_t nsge) noexcept;
+    int send_one(Q& q, Posting<Q>& p, const SendWr& wr, uint32_t nsge) noexcept;
     template <bool H, bool Checked, class Q>
-    int recv_one(Q& q, const RecvWr& wr, uint32_t nsge) noexcept;
+    int recv_one(Q& q, Posting<Q>& p, const RecvWr& wr, uint32_t nsge) noexcept;
     // How many one-SGE WRs surely find a slot in `ring` and their descriptors in `q` (one, or
     // two with the header apart): a post queues that many without a check each, then looks
     // again (a bad key takes a slot and no descriptor; a WR of other than one SGE checks
@@ -290,7 +309,7 @@ private:
     template <bool H, class Q>
     int recv_other(Q& q, const RecvWr& wr) noexcept;
     template <bool H, class Q, class Wr, class One, class Other>
-    PostResult post_loop(const Q& q, const WorkRing& ring, std::span<const Wr> wrs, One&& one, Other&& other) noexcept;
+    PostResult post_loop(Q& q, WorkRing& ring, std::span<const Wr> wrs, One&& one, Other&& other) noexcept;
     template <bool H, class Q>
     PostResult send_impl(Q& q, std::span<const SendWr> wrs) noexcept;
     template <bool H, class Q>
@@ -462,32 +481,20 @@ template <bool H>
     return g;
 }
 
-// The slot at ring.tail is filled in: queue the chain (bufs[0] its header in the driver's
-// memory, then bufs[1..nsge]; with the header in the headroom bufs[1..nsge] alone), or, when a
-// key was bad, complete it at once (in order) without the device ever seeing it. 0, or ENOMEM
-// when the virtqueue has no room (the slot is then not taken).
+// The slot at p.tail is filled in: queue the chain (bufs[0] its header in the driver's memory,
+// then bufs[1..nsge]; with the header in the headroom bufs[1..nsge] alone). The caller made
+// sure the virtqueue has room.
 template <bool H, class Q>
-[[gnu::always_inline]] inline int QueuePair::enqueue(Q& q, WorkRing& ring, virtio::Buffer* bufs, uint32_t nsge, bool bad_key,
-                              bool device_writes) noexcept {
-    const uint32_t index = ring.tail & ring.mask;
-    if (bad_key) [[unlikely]] {
-        Slot& slot = ring.at(ring.tail);
-        slot.status = WcStatus::local_protection_error;
-        if (device_writes) slot.byte_len = 0;   // nothing received
-        slot.done = true;
-        ++ring.tail;
-        ++ring.unsent;
-        return 0;
-    }
+[[gnu::always_inline]] inline void QueuePair::enqueue(Q& q, Posting<Q>& p, const WorkRing& ring, virtio::Buffer* bufs,
+                                                      uint32_t nsge, bool device_writes) noexcept {
+    const uint32_t index = p.tail & p.mask;
     std::span<const virtio::Buffer> chain(bufs + 1, nsge);
     if constexpr (!H) {
         bufs[0] = {ring.hdr_iova + size_t(index) * kHdrSlot, kNetHdrSize, device_writes};
         chain = {bufs, nsge + 1};
     }
-    if (!q.add(chain, index)) [[unlikely]]
-        return ENOMEM;
-    ++ring.tail;
-    return 0;
+    q.add(p.adds, chain, index);
+    ++p.tail;
 }
 
 // One publish and at most one notification per batch (neither when nothing was added).
@@ -500,34 +507,44 @@ inline void QueuePair::publish(Q& q, const virtio::Doorbell& bell) noexcept {
 // One send WR of `nsge` SGEs (1 to caps().max_send_sge, checked by the caller); 0 or the
 // error that stops the post. Always inlined: called with nsge 1, the compiler drops the loops.
 template <bool H, bool Checked, class Q>
-[[gnu::always_inline]] inline int QueuePair::send_one(Q& q, const SendWr& wr, uint32_t nsge) noexcept {
+[[gnu::always_inline]] inline int QueuePair::send_one(Q& q, Posting<Q>& p, const SendWr& wr, uint32_t nsge) noexcept {
     virtio::Buffer bufs[kMaxSendSge + 1];
     const Gathered g = gather<H>(wr.sg_list, nsge, false, bufs + 1);
-    if (g.zero_sge || g.total < kEthHeader || g.total > max_frame_) [[unlikely]]
+    // (One SGE of length 0 is shorter than an Ethernet header: no test of its own.)
+    if ((nsge > 1 && g.zero_sge) || g.total < kEthHeader || g.total > max_frame_) [[unlikely]]
         return EINVAL;
-    if (Checked && (sq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1)))) [[unlikely]]
+    if (Checked && (p.tail - sq_.head > p.mask || (!g.bad_key && p.adds.free < nsge + (H ? 0 : 1)))) [[unlikely]]
         return ENOMEM;
-    void* const hdr_at = H ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(sq_.tail & sq_.mask) * kHdrSlot;
+    const auto flags = uint8_t(wr.flags | sig_all_);
+    if (g.bad_key) [[unlikely]] {   // completes at once, in order; the device never sees it
+        p.slot() = {wr.wr_id, WcStatus::local_protection_error, true, 0, uint32_t(g.total), flags};
+        ++p.tail;
+        ++p.unsent;
+        return 0;
+    }
     // The header before the chain is queued: a packed ring's chain is available to the device
     // as soon as add() returns. In the headroom it may be at any address the application chose.
-    if (!g.bad_key) {
-        if (wr.flags & send_ip_csum) [[unlikely]] {
-            virtio::NetHdr hdr{};
-            if (seed_checksum(wr, hdr) != 0) return EINVAL;
-            std::memcpy(hdr_at, &hdr, sizeof hdr);
-        } else {
-            std::memset(hdr_at, 0, sizeof(virtio::NetHdr));
-        }
+    void* const hdr_at = H ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(p.tail & p.mask) * kHdrSlot;
+    if (flags & send_ip_csum) [[unlikely]] {
+        virtio::NetHdr hdr{};
+        if (seed_checksum(wr, hdr) != 0) return EINVAL;
+        std::memcpy(hdr_at, &hdr, sizeof hdr);
+    } else {
+        std::memset(hdr_at, 0, sizeof(virtio::NetHdr));
     }
-    sq_.at(sq_.tail) = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), uint8_t(wr.flags | sig_all_)};
-    return enqueue<H>(q, sq_, bufs, nsge, g.bad_key, false);
+    p.slot() = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), flags};
+    enqueue<H>(q, p, sq_, bufs, nsge, false);
+    return 0;
 }
 
 template <bool H, class Q>
 [[gnu::noinline]] int QueuePair::send_other(Q& q, const SendWr& wr) noexcept {
     const uint32_t nsge = wr.num_sge;
     if (nsge == 0 || nsge > caps_.max_send_sge || !wr.sg_list) return EINVAL;
-    return send_one<H, true>(q, wr, nsge);
+    Posting<Q> p = begin_post(q, sq_);
+    const int err = send_one<H, true>(q, p, wr, nsge);
+    end_post(q, sq_, p);
+    return err;
 }
 
 template <bool H, class Q>
@@ -535,7 +552,7 @@ inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexce
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
     const PostResult r = post_loop<H>(
-        q, sq_, wrs, [&](const SendWr& wr) { return send_one<H, false>(q, wr, 1); },
+        q, sq_, wrs, [&](Posting<Q>& p, const SendWr& wr) { return send_one<H, false>(q, p, wr, 1); },
         [&](const SendWr& wr) { return send_other<H>(q, wr); });
     publish(q, tx_bell_);
     return r;
@@ -543,24 +560,35 @@ inline PostResult QueuePair::send_impl(Q& q, std::span<const SendWr> wrs) noexce
 
 // One receive WR of `nsge` SGEs, as send_one().
 template <bool H, bool Checked, class Q>
-[[gnu::always_inline]] inline int QueuePair::recv_one(Q& q, const RecvWr& wr, uint32_t nsge) noexcept {
+[[gnu::always_inline]] inline int QueuePair::recv_one(Q& q, Posting<Q>& p, const RecvWr& wr, uint32_t nsge) noexcept {
     virtio::Buffer bufs[kMaxRecvSge + 1];
     const Gathered g = gather<H>(wr.sg_list, nsge, true, bufs + 1);
-    // Without GUEST_TSO/UFO or MRG_RXBUF, a buffer must hold a whole frame (§5.1.6.3.1).
-    if (g.zero_sge || g.total < min_recv_) [[unlikely]]
+    // Without GUEST_TSO/UFO or MRG_RXBUF, a buffer must hold a whole frame (§5.1.6.3.1); one
+    // SGE of length 0 is shorter than that.
+    if ((nsge > 1 && g.zero_sge) || g.total < min_recv_) [[unlikely]]
         return EINVAL;
-    if (Checked && (rq_.full() || (!g.bad_key && q.free_count() < nsge + (H ? 0 : 1)))) [[unlikely]]
+    if (Checked && (p.tail - rq_.head > p.mask || (!g.bad_key && p.adds.free < nsge + (H ? 0 : 1)))) [[unlikely]]
         return ENOMEM;
+    if (g.bad_key) [[unlikely]] {   // completes at once, in order, nothing received
+        p.slot() = {wr.wr_id, WcStatus::local_protection_error, true, 0, 0, send_signaled};
+        ++p.tail;
+        ++p.unsent;
+        return 0;
+    }
     // byte_len: what the buffer holds, the length of a buffer an IN_ORDER batch used completely.
-    rq_.at(rq_.tail) = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), send_signaled};
-    return enqueue<H>(q, rq_, bufs, nsge, g.bad_key, true);
+    p.slot() = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), send_signaled};
+    enqueue<H>(q, p, rq_, bufs, nsge, true);
+    return 0;
 }
 
 template <bool H, class Q>
 [[gnu::noinline]] int QueuePair::recv_other(Q& q, const RecvWr& wr) noexcept {
     const uint32_t nsge = wr.num_sge;
     if (nsge == 0 || nsge > caps_.max_recv_sge || !wr.sg_list) return EINVAL;
-    return recv_one<H, true>(q, wr, nsge);
+    Posting<Q> p = begin_post(q, rq_);
+    const int err = recv_one<H, true>(q, p, wr, nsge);
+    end_post(q, rq_, p);
+    return err;
 }
 
 template <bool H, class Q>
@@ -568,41 +596,33 @@ inline PostResult QueuePair::recv_impl(Q& q, std::span<const RecvWr> wrs) noexce
     if (const QpState st = state(); st != QpState::ready) [[unlikely]]
         return {st == QpState::destroyed ? ENODEV : EIO, 0};
     const PostResult r = post_loop<H>(
-        q, rq_, wrs, [&](const RecvWr& wr) { return recv_one<H, false>(q, wr, 1); },
+        q, rq_, wrs, [&](Posting<Q>& p, const RecvWr& wr) { return recv_one<H, false>(q, p, wr, 1); },
         [&](const RecvWr& wr) { return recv_other<H>(q, wr); });
     publish(q, rx_bell_);
     return r;
 }
 
 // The loop both posts share: as many one-SGE WRs as post_room() found room for through
-// `one` (no room check each), any other WR — and any WR when there is no room, since a bad
-// key may still take a slot — through `other`, which checks itself; then the room is looked
-// at again.
+// `one` (no room check each, the positions in registers), any other WR — and any WR when
+// there is no room, since a bad key may still take a slot — through `other`, which checks
+// itself (it may take more descriptors); then the room is looked at again.
 template <bool H, class Q, class Wr, class One, class Other>
-[[gnu::always_inline]] inline PostResult QueuePair::post_loop(const Q& q, const WorkRing& ring, std::span<const Wr> wrs,
-                                                             One&& one, Other&& other) noexcept {
+[[gnu::always_inline]] inline PostResult QueuePair::post_loop(Q& q, WorkRing& ring, std::span<const Wr> wrs, One&& one,
+                                                             Other&& other) noexcept {
     const Wr* wr = wrs.data();
     const Wr* const end = wr + wrs.size();
     int err = 0;
     while (wr != end && err == 0) {
         const uint32_t room = std::min<size_t>(post_room<H>(q, ring), size_t(end - wr));
-        if (room == 0) [[unlikely]] {
-            err = other(*wr);
-            if (err == 0) ++wr;
-            continue;
+        if (room != 0) [[likely]] {
+            const Wr* const stop = wr + room;
+            Posting<Q> p = begin_post(q, ring);
+            while (wr != stop && wr->num_sge == 1 && wr->sg_list && (err = one(p, *wr)) == 0) ++wr;
+            end_post(q, ring, p);
+            if (err != 0 || wr == stop) continue;
         }
-        for (const Wr* const stop = wr + room; wr != stop;) {
-            if (wr->num_sge == 1 && wr->sg_list) [[likely]] {
-                err = one(*wr);
-                if (err != 0) [[unlikely]]
-                    break;
-                ++wr;
-            } else {
-                err = other(*wr);   // may take more descriptors: look again
-                if (err == 0) ++wr;
-                break;
-            }
-        }
+        err = other(*wr);
+        if (err == 0) ++wr;
     }
     return {err, uint32_t(wr - wrs.data())};
 }
@@ -709,8 +729,15 @@ inline void QueuePair::take_returned(Q& q, WorkRing& ring, uint32_t limit) noexc
         return flush_unreturned<Recv>(ring);
     if (ring.unsent != 0) [[unlikely]]
         return take_returned_past_unsent<Recv>(q, ring, limit);
-    // Every WR after `returned` is at the device: a run is the next r.count of them. The
-    // first run alone (a poll's usual lot at low rates) is cheaper through take_used_run().
+    // Every WR after `returned` is at the device: a run is the next r.count of them. A send's
+    // length does not matter: every one the device used, at once.
+    if constexpr (!Recv) {
+        ring.returned += q.take_all_used();
+        if (q.broken()) [[unlikely]]
+            fail_broken();
+        return;
+    }
+    // The first run alone (a poll's usual lot at low rates) is cheaper through take_used_run().
     Slot* const slots = ring.slots.data();
     const uint32_t mask = ring.mask;
     uint32_t at = ring.returned;

@@ -35,6 +35,18 @@ public:
     // Writes `bufs` as a chain of descriptors and makes it available: the device may use it
     // from now on. false when the ring lacks bufs.size() free descriptors (or bufs is empty).
     [[gnu::always_inline]] bool add(std::span<const Buffer> bufs, uint32_t token) noexcept;
+    // add() for a batch, the queue's positions in the caller's registers: each chain's flags
+    // store orders every store before it, and a descriptor's store may alias any member, so
+    // add() after add() reloads and stores them all again. begin_adds(), then add(cursor, …)
+    // per chain — bufs.size() from 1 to cursor.free, checked by the caller — then end_adds();
+    // nothing else on the queue in between.
+    struct AddCursor;
+    // The queue's positions, for add(cursor, …).
+    AddCursor begin_adds() noexcept;
+    // add() without the room check, on the cursor's positions.
+    [[gnu::always_inline]] void add(AddCursor& c, std::span<const Buffer> bufs, uint32_t token) noexcept;
+    // The cursor's positions back into the queue.
+    void end_adds(const AddCursor& c) noexcept;
     // Makes every chain added so far available: one barrier, one flags store (§2.8.21.1).
     // Nothing: add() made the chains available (SplitQueue's publish() does it for a batch).
     void publish() noexcept {}
@@ -60,6 +72,11 @@ public:
     // breaks the queue: the runs before it stand, nothing after.
     template <class F>
     [[gnu::always_inline]] uint32_t take_used_runs(uint32_t limit, F&& on_run) noexcept;
+    // With IN_ORDER only: every buffer used so far, at once (take_used_runs() with no limit;
+    // SplitQueue's reads no used entry). The buffers taken.
+    [[gnu::always_inline]] uint32_t take_all_used() noexcept {
+        return take_used_runs(~0u, [](UsedRun) {});
+    }
     // Whether poll_used() would return a buffer now (one load of the next used position's
     // flags; false once broken()).
     [[gnu::always_inline]] bool has_used() const noexcept;
@@ -152,6 +169,16 @@ private:
     bool broken_ = false;
 };
 
+struct PackedQueue::AddCursor {
+    uint32_t free;   // descriptors left
+    uint32_t chains = 0;
+    uint32_t size;
+    uint16_t pos, lap, free_id;
+    bool in_order;
+    PackedDesc* ring;
+    Slot* slots;
+};
+
 static_assert(Virtqueue<PackedQueue>);
 
 // ---- setup -----------------------------------------------------------------------------------
@@ -210,22 +237,41 @@ inline uint32_t PackedQueue::drain(F&& on_token) {
 // ---- fast path -------------------------------------------------------------------------------
 
 inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexcept {
-    const auto n = uint32_t(bufs.size());
-    if (n == 0 || n > free_) [[unlikely]]
+    if (bufs.empty() || bufs.size() > free_) [[unlikely]]
         return false;
+    AddCursor c = begin_adds();
+    add(c, bufs, token);
+    end_adds(c);
+    return true;
+}
+
+inline PackedQueue::AddCursor PackedQueue::begin_adds() noexcept {
+    return {free_, 0, size_, avail_pos_, avail_flags_, free_id_, features_.in_order, ring_, slots_.get()};
+}
+
+inline void PackedQueue::end_adds(const AddCursor& c) noexcept {
+    free_ = c.free;
+    in_flight_ += c.chains;
+    avail_pos_ = c.pos;
+    avail_flags_ = c.lap;
+    free_id_ = c.free_id;
+}
+
+inline void PackedQueue::add(AddCursor& c, std::span<const Buffer> bufs, uint32_t token) noexcept {
+    const auto n = uint32_t(bufs.size());
     // Buffer ID: with IN_ORDER the position of the chain's first descriptor (buffers are used
     // in order, so IDs free in order too); else from the free list.
-    const uint16_t id = features_.in_order ? avail_pos_ : free_id_;
-    if (!features_.in_order) free_id_ = slots_[id].next_free;
-    const uint16_t head = avail_pos_;
-    uint16_t pos = head, head_flags = 0, lap = avail_flags_;
+    const uint16_t id = c.in_order ? c.pos : c.free_id;
+    if (!c.in_order) c.free_id = c.slots[id].next_free;
+    const uint16_t head = c.pos;
+    uint16_t pos = head, head_flags = 0, lap = c.lap;
     uint32_t writable = 0;
     for (uint32_t k = 0; k < n; ++k) {
         const Buffer& b = bufs[k];
         // §2.8.21.1: AVAIL equal to the driver's wrap counter, USED its inverse. The ID goes
         // into every descriptor; the device reads it from the last one (§2.8.6).
         const auto flags = uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (k + 1 < n ? desc_flags::NEXT : 0) | lap);
-        PackedDesc& d = ring_[pos];
+        PackedDesc& d = c.ring[pos];
         d.addr = b.iova;
         d.len = b.len;
         d.id = id;
@@ -234,20 +280,20 @@ inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexc
         else
             detail::store16(&d.flags, flags);
         writable += b.device_writes ? b.len : 0;
-        if (++pos == size_) {
+        if (++pos == c.size) {
             pos = 0;
             lap ^= desc_flags::AVAIL | desc_flags::USED;   // the wrap counter flips
         }
     }
-    slots_[id].token = token;
-    slots_[id].writable = writable;
-    slots_[id].ndesc = uint16_t(n);
-    avail_pos_ = pos;
-    avail_flags_ = lap;
-    free_ -= n;
-    ++in_flight_;
-    detail::store16_after(&ring_[head].flags, head_flags);   // §2.8.21.1.1: the chain before its flags
-    return true;
+    Slot& s = c.slots[id];
+    s.token = token;
+    s.writable = writable;
+    s.ndesc = uint16_t(n);
+    c.pos = pos;
+    c.lap = lap;
+    c.free -= n;
+    ++c.chains;
+    detail::store16_after(&c.ring[head].flags, head_flags);   // §2.8.21.1.1: the chain before its flags
 }
 
 inline bool PackedQueue::needs_notify() noexcept {

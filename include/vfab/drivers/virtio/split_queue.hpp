@@ -32,6 +32,17 @@ public:
     // Chains `bufs` into descriptors and queues the chain; the device sees it after publish().
     // false when the queue lacks bufs.size() free descriptors (or bufs is empty).
     [[gnu::always_inline]] bool add(std::span<const Buffer> bufs, uint32_t token) noexcept;
+    // add() for a batch, the queue's positions in the caller's registers (a descriptor's or
+    // ring entry's store may alias any member, so add() after add() reloads and stores them all
+    // again): begin_adds(), then add(cursor, …) per chain — bufs.size() from 1 to cursor.free,
+    // checked by the caller — then end_adds(); nothing else on the queue in between.
+    struct AddCursor;
+    // The queue's positions, for add(cursor, …).
+    AddCursor begin_adds() noexcept;
+    // add() without the room check, on the cursor's positions.
+    [[gnu::always_inline]] void add(AddCursor& c, std::span<const Buffer> bufs, uint32_t token) noexcept;
+    // The cursor's positions back into the queue.
+    void end_adds(const AddCursor& c) noexcept;
     // Makes every chain added so far visible to the device: one barrier, one store (§2.7.13.3).
     void publish() noexcept;
     // After publish(): must the device be notified (§2.7.10)? Call it after every publish() (it
@@ -56,6 +67,11 @@ public:
     // published chain breaks the queue: the runs before it stand, nothing after.
     template <class F>
     [[gnu::always_inline]] uint32_t take_used_runs(uint32_t limit, F&& on_run) noexcept;
+    // With IN_ORDER only: every buffer used so far, at once, its length not read — for buffers
+    // the device only reads (a send's): used->idx moves by every buffer of a batch (§2.7.9), and
+    // the driver's own available ring names the last one, so no used entry is read. The
+    // buffers taken; an idx past the published buffers breaks the queue (none taken).
+    [[gnu::always_inline]] uint32_t take_all_used() noexcept;
     // Whether poll_used() would return a buffer now (one load of used->idx; false once broken()).
     [[gnu::always_inline]] bool has_used() const noexcept;
 
@@ -132,6 +148,18 @@ private:
     bool broken_ = false;
 };
 
+struct SplitQueue::AddCursor {
+    uint32_t free;   // descriptors left
+    uint32_t chains = 0;
+    uint16_t next;   // next_desc_ with IN_ORDER, else free_head_
+    uint16_t avail_idx, mask;
+    bool in_order;
+    SplitDesc* desc;
+    Slot* slots;
+    uint16_t* avail_ring;
+    const uint16_t* next_free;
+};
+
 static_assert(Virtqueue<SplitQueue>);
 
 // ---- setup -----------------------------------------------------------------------------------
@@ -192,33 +220,51 @@ inline uint32_t SplitQueue::drain(F&& on_token) {
 // ---- fast path -------------------------------------------------------------------------------
 
 inline bool SplitQueue::add(std::span<const Buffer> bufs, uint32_t token) noexcept {
-    const auto n = uint32_t(bufs.size());
-    if (n == 0 || n > free_) [[unlikely]]
+    if (bufs.empty() || bufs.size() > free_) [[unlikely]]
         return false;
+    AddCursor c = begin_adds();
+    add(c, bufs, token);
+    end_adds(c);
+    return true;
+}
+
+inline SplitQueue::AddCursor SplitQueue::begin_adds() noexcept {
     const bool in_order = features_.in_order;
-    const uint16_t head = in_order ? next_desc_ : free_head_;
+    return {free_, 0, in_order ? next_desc_ : free_head_, avail_idx_, mask_, in_order,
+            desc_, slots_.get(), avail_ring_, next_free_.get()};
+}
+
+inline void SplitQueue::end_adds(const AddCursor& c) noexcept {
+    (c.in_order ? next_desc_ : free_head_) = c.next;
+    free_ = c.free;
+    outstanding_ += c.chains;
+    avail_idx_ = c.avail_idx;
+}
+
+inline void SplitQueue::add(AddCursor& c, std::span<const Buffer> bufs, uint32_t token) noexcept {
+    const auto n = uint32_t(bufs.size());
+    const uint16_t head = c.next;
     uint16_t d = head, last = head;
     uint32_t writable = 0;
     for (uint32_t k = 0; k < n; ++k) {
         const Buffer& b = bufs[k];
         // §2.7.5.2: with IN_ORDER, `next` is the following table entry, wrapping to 0.
-        const uint16_t next = in_order ? uint16_t((d + 1) & mask_) : next_free_[d];
+        const uint16_t next = c.in_order ? uint16_t((d + 1) & c.mask) : c.next_free[d];
         const bool more = k + 1 < n;
-        desc_[d] = {b.iova, b.len,
-                    uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (more ? desc_flags::NEXT : 0)),
-                    more ? next : uint16_t(0)};
+        c.desc[d] = {b.iova, b.len,
+                     uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (more ? desc_flags::NEXT : 0)),
+                     more ? next : uint16_t(0)};
         writable += b.device_writes ? b.len : 0;
         last = d;
         d = next;
     }
-    (in_order ? next_desc_ : free_head_) = d;
-    free_ -= n;
-    ++outstanding_;
-    slots_[head] = {token, writable, uint16_t(n), last};
+    c.next = d;
+    c.free -= n;
+    ++c.chains;
+    c.slots[head] = {token, writable, uint16_t(n), last};
     // §2.7.13.2: the head goes into the next available entry; avail->idx waits for publish().
-    avail_ring_[avail_idx_ & mask_] = head;
-    ++avail_idx_;
-    return true;
+    c.avail_ring[c.avail_idx & c.mask] = head;
+    ++c.avail_idx;
 }
 
 inline void SplitQueue::publish() noexcept {
@@ -388,6 +434,30 @@ inline uint32_t SplitQueue::take_used_runs(uint32_t limit, F&& on_run) noexcept 
     last_used_ = last_used;
     outstanding_ -= uint16_t(last_used - from);
     return taken + uint16_t(last_used - from);
+}
+
+inline uint32_t SplitQueue::take_all_used() noexcept {
+    uint32_t taken = 0;
+    if (in_batch_) [[unlikely]]
+        taken = finish_batch().count;
+    const uint16_t idx = used_idx();
+    const auto count = uint16_t(idx - last_used_);
+    if (broken_ || count == 0) return taken;
+    mmio::dma_rmb();   // idx before the descriptors are reused
+    // The chains are in table order from oldest_: the last one's head is in the available
+    // entry for the last buffer (driver memory, masked all the same).
+    const uint16_t last = avail_ring_[uint16_t(idx - 1) & mask_] & mask_;
+    const uint16_t ndesc = slots_[last].ndesc;
+    if (count > uint16_t(published_ - last_used_) || ndesc == 0) [[unlikely]] {
+        broken_ = true;
+        return taken;
+    }
+    const auto oldest = uint16_t((last + ndesc) & mask_);
+    free_ += ((oldest - oldest_ - 1u) & mask_) + 1u;   // 1 to size descriptors
+    oldest_ = oldest;
+    last_used_ = idx;
+    outstanding_ -= count;
+    return taken + count;
 }
 
 inline bool SplitQueue::has_used() const noexcept {

@@ -174,6 +174,7 @@ concept Virtqueue = requires(Q& q, const Q& cq, std::span<const Buffer> bufs, ui
     { q.poll_used(token, len) } noexcept -> std::same_as<bool>;
     { q.take_used_run() } noexcept -> std::same_as<UsedRun>;
     { q.take_used_runs(1u, [](UsedRun) {}) } noexcept -> std::same_as<uint32_t>;
+    { q.take_all_used() } noexcept -> std::same_as<uint32_t>;
     { cq.has_used() } noexcept -> std::same_as<bool>;
     { q.disable_interrupts() } noexcept;
     { q.enable_interrupts() } noexcept -> std::same_as<bool>;
