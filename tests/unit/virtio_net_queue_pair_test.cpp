@@ -344,3 +344,54 @@ TYPED_TEST(VirtioNetQp, ADeviceReturningABufferItWasNotGivenFlushesTheQueuePair)
 }
 
 }  // namespace
+
+namespace {
+// In order, sends retire in one pass: unsignaled ones without a completion (counted all the
+// same), a completion for each signaled or failed one, at most `max` a poll — the poll stops at
+// the first WR that would need one more (the unsignaled ones before it retire), so nothing
+// is retired unseen; receives likewise in
+// runs of `max`. The statistics count the successful WRs and their bytes once.
+TYPED_TEST(VirtioNetQp, InOrderSendsCompleteSignaledAndFailedOnesWithinMaxAndCountAll) {
+    TypeParam r(true, true);
+    const auto send = [&](uint32_t i, uint64_t wr_id, unsigned flags, uint32_t key) {
+        Sge s{reinterpret_cast<uint64_t>(r.buf(i)), kFrame, key};
+        SendWr wr{wr_id, &s, 1, flags};
+        return r.h.qp.post_send({&wr, 1}).error;
+    };
+    // wr_id 0..7: 1 and 4 signaled, 5 a bad key, the rest unsignaled.
+    for (uint32_t i = 0; i < 8; ++i)
+        ASSERT_EQ(send(i, i, i == 1 || i == 4 ? unsigned(send_signaled) : 0u, i == 5 ? r.lkey + 1 : r.lkey), 0);
+    r.rings.tx_dev.fetch();
+    ASSERT_EQ(r.rings.tx_dev.pending().size(), 7u);
+    r.rings.tx_dev.use_batch(7, 0);
+    auto wc = r.poll(1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].wr_id, 1u);
+    EXPECT_EQ(r.h.qp.send_outstanding(), 4u) << "retired up to the next that needs a completion";
+    EXPECT_EQ(r.h.qp.stats().tx_packets, 4u);
+    wc = r.poll(1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].wr_id, 4u);
+    wc = r.poll();
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].wr_id, 5u);
+    EXPECT_EQ(wc[0].status, WcStatus::local_protection_error);
+    EXPECT_EQ(wc[0].opcode, WcOpcode::send);
+    EXPECT_EQ(r.h.qp.send_outstanding(), 0u);
+    EXPECT_EQ(r.h.qp.stats().tx_packets, 7u);
+    EXPECT_EQ(r.h.qp.stats().tx_bytes, 7u * kFrame);
+    // Receives: 5 in one batch, polled 2, 2, 1.
+    for (uint32_t i = 0; i < 5; ++i) ASSERT_EQ(r.recv(i, 10 + i).error, 0);
+    r.rings.rx_dev.fetch();
+    r.rings.rx_dev.use_batch(5, kNetHdrSize + kFrame);
+    std::vector<uint64_t> ids;
+    for (const size_t max : {2, 2, 2}) {
+        wc = r.poll(max);
+        for (const Completion& c : wc) ids.push_back(c.wr_id);
+    }
+    EXPECT_EQ(ids, (std::vector<uint64_t>{10, 11, 12, 13, 14}));
+    EXPECT_EQ(r.h.qp.stats().rx_packets, 5u);
+    EXPECT_EQ(r.h.qp.stats().rx_bytes, 4u * (kBuf - kRoom) + kFrame);
+    EXPECT_TRUE(r.rings.tx_dev.errors().empty()) << r.rings.tx_dev.errors().front();
+}
+}  // namespace

@@ -312,6 +312,72 @@ TYPED_TEST(VirtqueueTest, InOrderRunWithABadIdTakesNothing) {
     }
 }
 
+// take_all_used() (a send poll's): every buffer used so far, one or two descriptors each, in
+// batches and one by one, a batch poll_used() began finished first; round after round past
+// every wrap; then the ring is whole again.
+TYPED_TEST(VirtqueueTest, InOrderTakeAllUsedTakesEveryBufferUsedSoFar) {
+    for (RingFeatures f : {RingFeatures{false, true}, RingFeatures{true, true}}) {
+        TypeParam r(odd_size<TypeParam>(), f);
+        const uint32_t size = r.q.size();
+        EXPECT_EQ(r.q.take_all_used(), 0u) << "nothing added";
+        uint32_t token = 0;
+        for (uint32_t round = 0; round < 40; ++round) {
+            const uint32_t n = 1 + round % 5;   // 1 to 5 chains, 1 or 2 descriptors each: at most 8
+            for (uint32_t k = 0; k < n; ++k, ++token) ASSERT_TRUE(r.q.add(chain(token, token % 2 + 1, 0), token));
+            r.q.publish();
+            ASSERT_EQ(r.dev.fetch(), n);
+            EXPECT_EQ(r.q.take_all_used(), 0u) << "none used yet";
+            if (n >= 2 && round % 3 == 0) {   // a batch, then the rest one by one
+                r.dev.use_batch(2, 0);
+                uint32_t t, len;
+                ASSERT_TRUE(r.q.poll_used(t, len));   // the batch half taken
+                EXPECT_EQ(t, token - n);
+                for (uint32_t k = 2; k < n; ++k) r.dev.use(0, 0);
+                EXPECT_EQ(r.q.take_all_used(), n - 1) << round;
+            } else {
+                r.dev.use_batch(n, 0);
+                EXPECT_EQ(r.q.take_all_used(), n) << round;
+            }
+            EXPECT_EQ(r.q.outstanding(), 0u);
+            EXPECT_EQ(r.q.free_count(), size) << round;
+        }
+        // Part of what is at the device: the rest stays.
+        for (uint32_t k = 0; k < 3; ++k, ++token) ASSERT_TRUE(r.q.add(chain(token, 1, 0), token));
+        r.q.publish();
+        ASSERT_EQ(r.dev.fetch(), 3u);
+        r.dev.use_batch(2, 0);
+        EXPECT_EQ(r.q.take_all_used(), 2u);
+        EXPECT_EQ(r.q.outstanding(), 1u);
+        EXPECT_EQ(r.q.free_count(), size - 1);
+        std::vector<uint32_t> drained;
+        EXPECT_EQ(r.q.drain([&](uint32_t t) { drained.push_back(t); }), 1u);
+        EXPECT_EQ(drained, std::vector<uint32_t>{token - 1});
+        EXPECT_FALSE(r.q.broken());
+        EXPECT_TRUE(r.dev.errors().empty()) << r.dev.errors().front();
+    }
+}
+
+// A device that returns more than it was given (a split ring's idx moved past the published
+// buffers; a packed ring's ID naming none): take_all_used() takes nothing and the queue
+// breaks; drain() returns every buffer.
+TYPED_TEST(VirtqueueTest, InOrderTakeAllUsedPastThePublishedBuffersBreaksTheQueue) {
+    constexpr bool kPacked = std::is_same_v<typename TypeParam::Queue, PackedQueue>;
+    TypeParam r(8, {false, true});
+    for (uint32_t t = 0; t < 2; ++t) ASSERT_TRUE(r.q.add(chain(t, 1, 0), t));
+    r.q.publish();
+    ASSERT_EQ(r.dev.fetch(), 2u);
+    if constexpr (kPacked)
+        r.dev.use_any_id(5, 0);
+    else
+        r.dev.use_any_id(1, 0, 3);   // idx moved by 3
+    EXPECT_EQ(r.q.take_all_used(), 0u);
+    EXPECT_TRUE(r.q.broken());
+    EXPECT_EQ(r.q.outstanding(), 2u);
+    std::vector<uint32_t> drained;
+    EXPECT_EQ(r.q.drain([&](uint32_t t) { drained.push_back(t); }), 2u);
+    EXPECT_EQ(drained, (std::vector<uint32_t>{0, 1}));
+}
+
 TYPED_TEST(VirtqueueTest, InOrderRunLengthNeverExceedsTheWritableBytes) {
     TypeParam r(8, {false, true});
     const Buffer bufs[] = {{0x1000, 12, false}, {0x2000, 100, true}};
@@ -423,10 +489,19 @@ TYPED_TEST(VirtqueueTest, RandomTrafficWrapsEverything) {
                                 --outstanding;
                             }
                         };
-                        if (rng() % 2) {
+                        if (const uint32_t how = rng() % 3; how == 0) {
                             const UsedRun run = r.q.take_used_run();
                             if (run.count == 0) break;
                             check_run(run);
+                        } else if (how == 1) {   // every one, lengths unread: as complete ones
+                            const uint32_t n = r.q.take_all_used();
+                            if (n == 0) break;
+                            for (uint32_t t = next_in_order; t < next_in_order + n; ++t) {
+                                ASSERT_LT(t, expect.size());
+                                ASSERT_GE(expect[t], 0) << "token " << t << " not used by the device";
+                                expect[t] = int(writable[t]);
+                            }
+                            check_run({n, writable[next_in_order + n - 1]});
                         } else if (r.q.take_used_runs(1 + rng() % 16, check_run) == 0) {
                             break;
                         }

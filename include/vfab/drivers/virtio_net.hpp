@@ -796,11 +796,41 @@ uint32_t QueuePair::poll_in_order(Q& q, Completion* out, uint32_t max) noexcept 
     // A receive is a completion each: take no more than fit. Sends may be unsignaled: take all.
     const uint32_t waiting = ring.returned - ring.head;
     if (!Recv || waiting < max) take_returned<Recv>(q, ring, Recv ? max - waiting : ~0u);
+    // Then the WRs up to `returned` retire: the statistics in registers (added once), a
+    // completion for each receive — at most `max` of them, so the bound is set once — and for
+    // each signaled or failed send, the only ones that check for room.
     const Slot* const slots = ring.slots.data();
-    const uint32_t mask = ring.mask, end = ring.returned;
-    uint32_t head = ring.head, n = 0;
-    for (; n < max && head != end; ++head) retire(slots[head & mask], op, out, n);
+    const uint32_t mask = ring.mask, start = ring.head;
+    uint32_t head = start, n = 0, failed = 0;
+    uint64_t bytes = 0;
+    if constexpr (Recv) {
+        for (const uint32_t stop = start + std::min(ring.returned - start, max); head != stop; ++head) {
+            const Slot& s = slots[head & mask];
+            if (s.status == WcStatus::success) [[likely]]
+                bytes += s.byte_len;
+            else
+                ++failed;
+            write_completion(s, op, out[n++]);
+        }
+    } else {
+        for (const uint32_t end = ring.returned; head != end; ++head) {
+            const Slot& s = slots[head & mask];
+            const bool ok = s.status == WcStatus::success;
+            if (ok && !(s.send_flags & send_signaled)) [[likely]] {
+                bytes += s.byte_len;
+                continue;
+            }
+            if (n == max) break;
+            if (ok)
+                bytes += s.byte_len;
+            else
+                ++failed;
+            write_completion(s, op, out[n++]);
+        }
+    }
     ring.head = head;
+    (Recv ? rx_packets_ : tx_packets_).add(head - start - failed);
+    (Recv ? rx_bytes_ : tx_bytes_).add(bytes);
     return n;
 }
 
