@@ -343,14 +343,11 @@ TYPED_TEST(VirtioNetQp, ADeviceReturningABufferItWasNotGivenFlushesTheQueuePair)
     }
 }
 
-}  // namespace
-
-namespace {
 // In order, sends retire in one pass: unsignaled ones without a completion (counted all the
 // same), a completion for each signaled or failed one, at most `max` a poll — the poll stops at
-// the first WR that would need one more (the unsignaled ones before it retire), so nothing
-// is retired unseen; receives likewise in
-// runs of `max`. The statistics count the successful WRs and their bytes once.
+// the first WR that would need one more (the unsignaled ones before it retire), so nothing is
+// retired unseen; receives likewise in runs of `max`. The statistics count the successful WRs
+// and their bytes once.
 TYPED_TEST(VirtioNetQp, InOrderSendsCompleteSignaledAndFailedOnesWithinMaxAndCountAll) {
     TypeParam r(true, true);
     const auto send = [&](uint32_t i, uint64_t wr_id, unsigned flags, uint32_t key) {
