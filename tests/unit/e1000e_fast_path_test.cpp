@@ -37,7 +37,8 @@ TEST(E1000eFastPath, SendWritesOneDataDescriptorPerSgeAndOneDoorbell) {
     const TxDataDesc& d1 = h.tx_desc(1);
     EXPECT_EQ(d1.cmd_len & txd::kMaxDataLen, 100u);
     EXPECT_TRUE(d1.cmd_len & txd::CMD_EOP);
-    EXPECT_TRUE(d1.cmd_len & txd::CMD_RS);
+    EXPECT_FALSE(d1.cmd_len & txd::CMD_RS) << "RS only on the post's last descriptor";
+    EXPECT_TRUE(h.tx_desc(2).cmd_len & txd::CMD_RS);
 
     Completion wc[4];
     EXPECT_EQ(h.cq.poll(wc), 0) << "nothing is done before the device writes DD";
@@ -53,8 +54,9 @@ TEST(E1000eFastPath, SendWritesOneDataDescriptorPerSgeAndOneDoorbell) {
 // post_send queues the usual WR (one SGE, no checksum) inline and any other out of line: one
 // batch mixing them keeps their order, their descriptors, one doorbell and where it stopped.
 // A poll tests the newest send's descriptor first: done, every send is (the device finishes
-// the ring in order) and none is tested apart; not done, each send is tested up to the first
-// not done. Either way a small completion array takes the oldest first and leaves the rest.
+// the ring in order) and none is tested apart; not done, each post's last descriptor (the only
+// ones the device writes back) is tested up to the first not done. Either way a small
+// completion array takes the oldest first and leaves the rest.
 TEST(E1000eFastPath, SendsCompleteUpToTheFirstTheDeviceHasNotFinished) {
     FastPathHarness h(16, 16);
     Buffers b;
@@ -63,23 +65,66 @@ TEST(E1000eFastPath, SendsCompleteUpToTheFirstTheDeviceHasNotFinished) {
     Sge one{b.addr(2), 60, lkey}, bad{b.addr(2), 60, lkey + 0x1000};
     const SendWr wrs[5] = {{1, &one, 1, send_signaled}, {2, two, 2, send_signaled}, {3, &bad, 1, 0},
                            {4, &one, 1, 0}, {5, &one, 1, send_signaled}};
-    ASSERT_TRUE(h.qp.post_send(wrs));   // descriptors 0, 1-2, none, 3, 4
+    // Three posts: descriptors 0; 1-2 and none; 3, 4. RS on each post's last only.
+    ASSERT_TRUE(h.qp.post_send({wrs, 1}));
+    ASSERT_TRUE(h.qp.post_send({wrs + 1, 2}));
+    ASSERT_TRUE(h.qp.post_send({wrs + 3, 2}));
+    for (uint32_t i = 0; i < 5; ++i)
+        EXPECT_EQ(bool(h.tx_desc(i).cmd_len & txd::CMD_RS), i == 0 || i == 2 || i == 4) << "descriptor " << i;
     Completion wc[8];
     h.tx_desc(0).status |= txd::STA_DD;
-    h.tx_desc(2).status |= txd::STA_DD;   // the two-descriptor send: DD on its last
-    ASSERT_EQ(h.cq.poll(wc), 3) << "the first two and the refused one; the 4th is not done";
+    h.tx_desc(2).status |= txd::STA_DD;   // the second post's last
+    ASSERT_EQ(h.cq.poll(wc), 3) << "the first two posts, the refused WR with them; the third is not done";
     EXPECT_EQ(wc[0].wr_id, 1u);
     EXPECT_EQ(wc[1].wr_id, 2u);
     EXPECT_EQ(wc[2].wr_id, 3u);
     EXPECT_EQ(wc[2].status, WcStatus::local_protection_error);
     EXPECT_EQ(h.qp.send_outstanding(), 2u);
-    h.tx_desc(3).status |= txd::STA_DD;
-    h.tx_desc(4).status |= txd::STA_DD;
+    h.tx_desc(4).status |= txd::STA_DD;   // the device wrote back only the third post's last
     ASSERT_EQ(h.cq.poll({wc, 1}), 1) << "the newest is done: the rest complete, the oldest first";
     EXPECT_EQ(wc[0].wr_id, 5u) << "the 4th was unsignaled";
     EXPECT_EQ(h.qp.send_outstanding(), 0u);
     ASSERT_TRUE(h.qp.post_send(wrs));   // the descriptors wrapped back to where the model expects
     EXPECT_EQ(h.reg(reg::TDT), 10u);
+}
+
+// Only a post's last descriptor reports status, so the device writes back one per post. The
+// older posts' completions come as their last descriptors are written back, in order, however
+// the polls fall: a poll with room for one completion leaves the rest for the next, which
+// still knows they are done; a later post not yet done holds its own sends back.
+TEST(E1000eFastPath, OnlyEachPostsLastDescriptorReportsStatus) {
+    FastPathHarness h(16, 16);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    Sge one{b.addr(0), 60, lkey};
+    const SendWr post1[3] = {{1, &one, 1, send_signaled}, {2, &one, 1, send_signaled}, {3, &one, 1, send_signaled}};
+    const SendWr post2[2] = {{4, &one, 1, send_signaled}, {5, &one, 1, send_signaled}};
+    ASSERT_TRUE(h.qp.post_send(post1));
+    ASSERT_TRUE(h.qp.post_send(post2));
+    for (uint32_t i = 0; i < 5; ++i)
+        EXPECT_EQ(bool(h.tx_desc(i).cmd_len & txd::CMD_RS), i == 2 || i == 4) << "descriptor " << i;
+    Completion wc[8];
+    EXPECT_EQ(h.cq.poll(wc), 0);
+    h.tx_desc(2).status |= txd::STA_DD;
+    ASSERT_EQ(h.cq.poll({wc, 1}), 1);
+    EXPECT_EQ(wc[0].wr_id, 1u);
+    ASSERT_EQ(h.cq.poll(wc), 2) << "the first post's rest; the second is not done";
+    EXPECT_EQ(wc[0].wr_id, 2u);
+    EXPECT_EQ(wc[1].wr_id, 3u);
+    EXPECT_EQ(h.device_step(), 5u);   // the device: RS-only write-back, as the hardware
+    ASSERT_EQ(h.cq.poll(wc), 2);
+    EXPECT_EQ(wc[0].wr_id, 4u);
+    EXPECT_EQ(wc[1].wr_id, 5u);
+    EXPECT_EQ(h.qp.send_outstanding(), 0u);
+    for (uint32_t round = 0; round < 20; ++round) {   // round the ring, posts of 1 to 4
+        const uint32_t n = 1 + round % 4;
+        ASSERT_TRUE(h.qp.post_send({post1, std::min<uint32_t>(n, 3)}));
+        if (n == 4) {
+            ASSERT_TRUE(h.qp.post_send({post2, 1}));
+        }
+        h.device_step();
+        ASSERT_EQ(h.cq.poll(wc), int(n)) << round;
+    }
 }
 
 TEST(E1000eFastPath, OneSgeSendsAndOthersMixInOnePost) {

@@ -47,7 +47,7 @@ TEST(IgbFastPath, EachSgeIsOneDataDescriptorPaylenFirstEopAndRsLast) {
             EXPECT_TRUE(d.cmd_type_len & txd::CMD_DEXT);
             EXPECT_TRUE(d.cmd_type_len & txd::CMD_IFCS);
             EXPECT_EQ(bool(d.cmd_type_len & txd::CMD_EOP), last) << "EOP only on the last descriptor";
-            EXPECT_EQ(bool(d.cmd_type_len & txd::CMD_RS), last) << "RS only on the last descriptor";
+            EXPECT_EQ(bool(d.cmd_type_len & txd::CMD_RS), last) << "RS only on the post's last descriptor";
             EXPECT_EQ(d.olinfo_status, s == 0 ? total << txd::PAYLEN_SHIFT : 0u) << "PAYLEN in the first only";
         }
         Completion wc[4];
@@ -286,6 +286,35 @@ TEST(IgbFastPath, RoomBadKeysLeaveIsUsedInTheSamePost) {
     h.qp.flush_recv_tail();
     EXPECT_EQ(h.rdt(), 15u);
     EXPECT_TRUE(h.violations.empty()) << h.violations.front();
+}
+
+// RS on each post's last descriptor only: the device writes back one descriptor per post, and
+// a completion is ready when the oldest send's post is written back — whichever post that is,
+// after polls that took part of the completions.
+TEST(IgbFastPath, ReadinessFollowsEachPostsWrittenBackDescriptor) {
+    FastPathHarness h(16, 16, 2);
+    Buffers b;
+    const uint32_t lkey = h.register_memory(b.mem.data(), b.mem.size());
+    Sge one{b.addr(2), 60, lkey};
+    const SendWr wrs[3] = {{1, &one, 1, send_signaled}, {2, &one, 1, send_signaled}, {3, &one, 1, send_signaled}};
+    ASSERT_TRUE(h.qp.post_send({wrs, 2}));   // descriptors 0, 1 (RS)
+    ASSERT_TRUE(h.qp.post_send({wrs + 2, 1}));   // 2 (RS)
+    for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(bool(h.tx_desc(i).cmd_type_len & txd::CMD_RS), i != 0) << i;
+    EXPECT_FALSE(h.cq_ready());
+    h.tx_desc(1).olinfo_status |= txd::STA_DD;   // the first post written back; the second not
+    EXPECT_TRUE(h.cq_ready());
+    Completion wc[4];
+    ASSERT_EQ(h.cq.poll({wc, 1}), 1);
+    EXPECT_EQ(wc[0].wr_id, 1u);
+    EXPECT_TRUE(h.cq_ready()) << "the first post's second send, known done";
+    ASSERT_EQ(h.cq.poll(wc), 1);
+    EXPECT_EQ(wc[0].wr_id, 2u);
+    EXPECT_FALSE(h.cq_ready());
+    h.tx_desc(2).olinfo_status |= txd::STA_DD;
+    EXPECT_TRUE(h.cq_ready());
+    ASSERT_EQ(h.cq.poll(wc), 1);
+    EXPECT_EQ(wc[0].wr_id, 3u);
+    EXPECT_FALSE(h.cq_ready());
 }
 
 TEST(IgbFastPath, ErrorStateFlushesWhatTheDeviceDidNotFinish) {

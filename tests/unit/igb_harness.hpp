@@ -141,7 +141,6 @@ struct FastPathHarness {
             frame.insert(frame.end(), src, src + len);
             if (cmd & txd::CMD_RS) d.olinfo_status |= txd::STA_DD;   // dword3 | DD, as written back
             if (!(cmd & txd::CMD_EOP)) continue;
-            if (!(cmd & txd::CMD_RS)) violation("EOP without RS: the driver would never see this frame complete");
             if (paylen != frame.size()) violation("PAYLEN differs from the frame's length");
             ++frames;
             ++seen.frames;
@@ -161,6 +160,11 @@ struct FastPathHarness {
             first = true;
         }
         if (!first) violation("TDT ends inside a packet (no EOP yet)");
+        // RS on a post's last descriptor only: the one before TDT must have it, or the driver
+        // would never see its frames complete.
+        const TxDesc& newest = rings.tx[(tdt - 1) & (rings.tx_entries - 1)];
+        if (frames != 0 && !(newest.cmd_type_len & txd::CMD_RS))
+            violation("the descriptor before TDT without RS: the driver would never see its frames complete");
         return frames;
     }
 

@@ -103,16 +103,19 @@ struct QueueTraits {
         c = {ctx.ipcss, ctx.ipcso, uint16_t(ctx.tucss - 1), ctx.tucss, ctx.tucso, 0, txd::CMD_DEXT | ctx.tucmd, 0, 0, 0};
         if (!(ctx.tucmd & txd::TUCMD_IP)) c.ipcse = 0;
     }
-    // An extended data descriptor (§7.2.10.3) for one SGE: the FCS inserted, EOP and RS on the
-    // packet's last, popts in each.
+    // An extended data descriptor (§7.2.10.3) for one SGE: the FCS inserted, EOP on the
+    // packet's last, popts in each. RS: report_status().
     static void write_data(TxDesc& d, uint64_t iova, uint32_t len, bool /*first*/, bool last, uint32_t /*total*/,
                            uint32_t popts, uint32_t /*flags*/) noexcept {
         d.buffer_addr = iova;
-        d.cmd_len = len | txd::DTYP_DATA | txd::CMD_DEXT | txd::CMD_IFCS | (last ? txd::CMD_EOP | txd::CMD_RS : 0);
+        d.cmd_len = len | txd::DTYP_DATA | txd::CMD_DEXT | txd::CMD_IFCS | (last ? txd::CMD_EOP : 0);
         d.status = 0;
         d.popts = uint8_t(popts);   // in every data descriptor of the packet
         d.vlan = 0;
     }
+    // RS on a post's last descriptor: the device writes DD back into it when done (§7.2.10.3),
+    // and into no other.
+    static void report_status(TxDesc& d) noexcept { d.cmd_len |= txd::CMD_RS; }
     // Hands the device a buffer: the extended receive descriptor's read format (§7.1.5.2), DD
     // cleared.
     static void write_rx(RxDesc& d, uint64_t iova) noexcept {

@@ -61,18 +61,22 @@ struct QueueTraits {
     }
     // The advanced context descriptor for slot 0 (IDX 0), §7.2.2.2.
     static void write_context(TxContextDesc& c, const TxContext& ctx) noexcept { c = {ctx.vlan_macip_lens, 0, ctx.type_tucmd, 0}; }
-    // An advanced data descriptor (§7.2.2.3) for one SGE: the FCS inserted, EOP and RS on the
+    // An advanced data descriptor (§7.2.2.3) for one SGE: the FCS inserted, EOP on the
     // packet's last; on its first PAYLEN (the frame's bytes), popts and send_timestamp's TSTAMP.
+    // RS: report_status().
     static void write_data(TxDesc& d, uint64_t iova, uint32_t len, bool first, bool last, uint32_t total, uint32_t popts,
                            uint32_t flags) noexcept {
         static_assert(txd::CMD_TSTAMP == uint32_t(send_timestamp) << 11);
         d.buffer_addr = iova;
         // The timestamp request, PAYLEN and the offload options go in the packet's first
         // data descriptor only.
-        d.cmd_type_len = len | txd::DTYP_DATA | txd::CMD_DEXT | txd::CMD_IFCS | (last ? txd::CMD_EOP | txd::CMD_RS : 0) |
+        d.cmd_type_len = len | txd::DTYP_DATA | txd::CMD_DEXT | txd::CMD_IFCS | (last ? txd::CMD_EOP : 0) |
                          (first ? (flags & send_timestamp) << 11 : 0);
         d.olinfo_status = first ? total << txd::PAYLEN_SHIFT | popts : 0;
     }
+    // RS on a post's last descriptor: the device writes it back done (DD, §7.2.2.3), and no
+    // other.
+    static void report_status(TxDesc& d) noexcept { d.cmd_type_len |= txd::CMD_RS; }
     // Hands the device a buffer: the advanced one-buffer read format (§7.1.5.1), no header
     // buffer, DD cleared.
     static void write_rx(RxDesc& d, uint64_t iova) noexcept {

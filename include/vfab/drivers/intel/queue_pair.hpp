@@ -163,7 +163,9 @@ protected:
     // Control path: takes the rings (the slot rings are allocated here), or lets them go (the
     // queue pair is then destroyed: a late post returns ENODEV).
     void attach_rings(const RingView<Traits>& v) {
-        tx_ = v.tx, tx_mask_ = v.tx_entries - 1, tx_head_ = tx_tail_ = 0;
+        tx_ = v.tx, tx_mask_ = v.tx_entries - 1, tx_head_ = tx_tail_ = tx_clean_ = 0;
+        rs_storage_.assign(v.tx_entries, 0);
+        rs_ = rs_storage_.data(), rs_head_ = rs_tail_ = 0;
         rx_ = v.rx, rx_mask_ = v.rx_entries - 1, rx_head_ = rx_tail_ = rx_written_ = 0;
         rx_batch_ = std::clamp<uint32_t>(v.rx_entries / 8, 1, kRxTailBatch);
         sq_storage_.assign(v.send_depth, Slot{});
@@ -183,7 +185,17 @@ protected:
         rings_.reset();
         sq_storage_ = {};
         rq_storage_ = {};
+        rs_storage_ = {};
         sq_head_ = sq_tail_ = rq_head_ = rq_tail_ = 0;
+    }
+    // Moves tx_clean_ past the posts whose last descriptor the device wrote back done (in
+    // order: it stops at the first that is not), and returns it.
+    uint32_t take_clean() noexcept {
+        uint32_t clean = tx_clean_, r = rs_head_;
+        for (; r != rs_tail_ && tx_done_at(rs_[r & tx_mask_]); ++r) clean = rs_[r & tx_mask_] + 1;
+        if (r != rs_head_) mmio::dma_rmb();
+        rs_head_ = r, tx_clean_ = clean;
+        return clean;
     }
     // Whether the device wrote back transmit descriptor `i` (a free-running count) done.
     bool tx_done_at(uint32_t i) const noexcept {
@@ -241,6 +253,12 @@ protected:
     uint32_t sq_mask_ = 0, sq_head_ = 0, sq_tail_ = 0;
     TxDesc* tx_ = nullptr;
     uint32_t tx_mask_ = 0, tx_head_ = 0, tx_tail_ = 0;
+    // Report status (RS) only on each post's last descriptor: the device writes back only those
+    // (a write to memory per post, not per packet, as DPDK's tx_rs_thresh), so a send is done
+    // once a later one of them is. Their free-running indices, oldest first, until seen done;
+    // descriptors before tx_clean_ are known done.
+    uint32_t* rs_ = nullptr;
+    uint32_t rs_head_ = 0, rs_tail_ = 0, tx_clean_ = 0;
     std::optional<TxContext> tx_ctx_;   // the checksum context the device holds
 
     // Receive: one descriptor per WR (or none for a refused one).
@@ -253,6 +271,7 @@ protected:
 
     queue::StatCounter tx_packets_, tx_bytes_, rx_packets_, rx_bytes_;   // for stats(), from any thread
     std::vector<Slot> sq_storage_, rq_storage_;
+    std::vector<uint32_t> rs_storage_;   // a post takes one descriptor at least: tx_entries
     std::optional<dma::DmaArena> rings_;
 };
 
@@ -389,6 +408,8 @@ inline PostResult QueuePairCore<T>::post_send(std::span<const SendWr> wrs) noexc
     }
     sq_tail_ = c.sq_tail, tx_tail_ = c.tx_tail;
     if (c.tx_tail != old_tail) {
+        T::report_status(tx_[(c.tx_tail - 1) & tx_mask_]);   // the post's last descriptor
+        rs_[rs_tail_++ & tx_mask_] = c.tx_tail - 1;
         mmio::dma_wmb();   // descriptors before the tail that hands them to the device
         mmio::write<uint32_t>(tdt_, 0, c.tx_tail & tx_mask_);
     }
@@ -457,19 +478,21 @@ inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexc
     const uint32_t tx_tail = tx_tail_;
     if (tx_head != tx_tail && tx_done_at(tx_tail - 1)) {
         mmio::dma_rmb();
+        tx_clean_ = tx_tail;
+        rs_head_ = rs_tail_;
         for (; o != o_end && sq_head != sq_tail_; ++sq_head) {
             const Slot& s = sq_[sq_head & sq_mask_];
             tx_head += s.ndesc;
             if (s.flags & send_signaled) *o++ = {s.wr_id, s.status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
         }
     } else {
+        // Else up to the newest post's last descriptor done; the sends whose descriptors all
+        // lie before it (a bad key's WR has none) complete.
+        const uint32_t clean = take_clean();
         for (; o != o_end && sq_head != sq_tail_; ++sq_head) {
             const Slot& s = sq_[sq_head & sq_mask_];
-            if (const uint32_t ndesc = s.ndesc) {
-                if (!tx_done_at(tx_head + ndesc - 1)) break;
-                mmio::dma_rmb();
-                tx_head += ndesc;
-            }
+            if (int32_t(clean - (tx_head + s.ndesc)) < 0) break;
+            tx_head += s.ndesc;
             if (s.flags & send_signaled) *o++ = {s.wr_id, s.status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
         }
     }
@@ -479,23 +502,24 @@ inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexc
 
 template <class T>
 [[gnu::noinline]] uint32_t QueuePairCore<T>::flush_send(Completion* out, uint32_t max) noexcept {
+    const uint32_t clean = take_clean();
     uint32_t n = 0;
     while (n < max && sq_head_ != sq_tail_) {
         const Slot& s = sq_[sq_head_ & sq_mask_];
         WcStatus status = s.status;
         if (s.ndesc) {
-            if (!tx_done_at(tx_head_ + s.ndesc - 1)) {
+            if (int32_t(clean - (tx_head_ + s.ndesc)) < 0) {   // not written back as done
                 status = WcStatus::wr_flush_error;
                 tx_packets_.add(~uint64_t(0));   // counted when posted: take it back
                 tx_bytes_.add(-uint64_t(s.byte_len));
             }
-            mmio::dma_rmb();
             tx_head_ += s.ndesc;
         }
         ++sq_head_;
         if ((s.flags & send_signaled) || status != WcStatus::success)
             out[n++] = {s.wr_id, status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
     }
+    if (sq_head_ == sq_tail_) rs_head_ = rs_tail_, tx_clean_ = tx_head_;   // nothing left to learn
     return n;
 }
 
@@ -583,8 +607,9 @@ template <class T>
 inline bool QueuePairCore<T>::send_ready() const noexcept {
     if (sq_head_ == sq_tail_) return false;
     const Slot& s = sq_[sq_head_ & sq_mask_];
-    if (!s.ndesc || state() == QpState::error) return true;
-    return tx_done_at(tx_head_ + s.ndesc - 1);
+    if (!s.ndesc || state() == QpState::error || int32_t(tx_clean_ - (tx_head_ + s.ndesc)) >= 0) return true;
+    // The oldest pending post's last descriptor is this send's or a later one.
+    return rs_head_ != rs_tail_ && tx_done_at(rs_[rs_head_ & tx_mask_]);
 }
 
 template <class T>
