@@ -240,23 +240,21 @@ private:
     };
     // A post's positions, in registers while it queues WRs: a slot's or descriptor's store may
     // alias any member, and a packed ring's flags store orders every store before it, so WRs
-    // queued on the members reload and store them each (begin_post(), end_post()).
+    // queued on the members reload and store them each (begin_post(), end_post()). Only what
+    // changes per WR: more spills at the post's start and costs batches of one.
     template <class Q>
     struct Posting {
         typename Q::AddCursor adds;
-        Slot* slots;
-        uint32_t mask, tail, unsent;
-        Slot& slot() const noexcept { return slots[tail & mask]; }
+        uint32_t tail;
     };
     template <class Q>
     static Posting<Q> begin_post(Q& q, const WorkRing& ring) noexcept {
-        return {q.begin_adds(), const_cast<Slot*>(ring.slots.data()), ring.mask, ring.tail, ring.unsent};
+        return {q.begin_adds(), ring.tail};
     }
     template <class Q>
     static void end_post(Q& q, WorkRing& ring, const Posting<Q>& p) noexcept {
         q.end_adds(p.adds);
         ring.tail = p.tail;
-        ring.unsent = p.unsent;
     }
     QueuePair(Device& dev, const QpInitAttr& a, uint32_t queue)
         : dev_(&dev), send_cq_(a.send_cq), recv_cq_(a.recv_cq), qp_num_(queue + 1), queue_(queue) {}
@@ -487,7 +485,7 @@ template <bool H>
 template <bool H, class Q>
 [[gnu::always_inline]] inline void QueuePair::enqueue(Q& q, Posting<Q>& p, const WorkRing& ring, virtio::Buffer* bufs,
                                                       uint32_t nsge, bool device_writes) noexcept {
-    const uint32_t index = p.tail & p.mask;
+    const uint32_t index = p.tail & ring.mask;
     std::span<const virtio::Buffer> chain(bufs + 1, nsge);
     if constexpr (!H) {
         bufs[0] = {ring.hdr_iova + size_t(index) * kHdrSlot, kNetHdrSize, device_writes};
@@ -513,18 +511,17 @@ template <bool H, bool Checked, class Q>
     // (One SGE of length 0 is shorter than an Ethernet header: no test of its own.)
     if ((nsge > 1 && g.zero_sge) || g.total < kEthHeader || g.total > max_frame_) [[unlikely]]
         return EINVAL;
-    if (Checked && (p.tail - sq_.head > p.mask || (!g.bad_key && p.adds.free < nsge + (H ? 0 : 1)))) [[unlikely]]
+    if (Checked && (p.tail - sq_.head > sq_.mask || (!g.bad_key && p.adds.free < nsge + (H ? 0 : 1)))) [[unlikely]]
         return ENOMEM;
     const auto flags = uint8_t(wr.flags | sig_all_);
     if (g.bad_key) [[unlikely]] {   // completes at once, in order; the device never sees it
-        p.slot() = {wr.wr_id, WcStatus::local_protection_error, true, 0, uint32_t(g.total), flags};
-        ++p.tail;
-        ++p.unsent;
+        sq_.at(p.tail++) = {wr.wr_id, WcStatus::local_protection_error, true, 0, uint32_t(g.total), flags};
+        ++sq_.unsent;
         return 0;
     }
     // The header before the chain is queued: a packed ring's chain is available to the device
     // as soon as add() returns. In the headroom it may be at any address the application chose.
-    void* const hdr_at = H ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(p.tail & p.mask) * kHdrSlot;
+    void* const hdr_at = H ? reinterpret_cast<void*>(g.hdr_host) : sq_.hdrs + size_t(p.tail & sq_.mask) * kHdrSlot;
     if (flags & send_ip_csum) [[unlikely]] {
         virtio::NetHdr hdr{};
         if (seed_checksum(wr, hdr) != 0) return EINVAL;
@@ -532,7 +529,7 @@ template <bool H, bool Checked, class Q>
     } else {
         std::memset(hdr_at, 0, sizeof(virtio::NetHdr));
     }
-    p.slot() = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), flags};
+    sq_.at(p.tail) = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), flags};
     enqueue<H>(q, p, sq_, bufs, nsge, false);
     return 0;
 }
@@ -567,16 +564,15 @@ template <bool H, bool Checked, class Q>
     // SGE of length 0 is shorter than that.
     if ((nsge > 1 && g.zero_sge) || g.total < min_recv_) [[unlikely]]
         return EINVAL;
-    if (Checked && (p.tail - rq_.head > p.mask || (!g.bad_key && p.adds.free < nsge + (H ? 0 : 1)))) [[unlikely]]
+    if (Checked && (p.tail - rq_.head > rq_.mask || (!g.bad_key && p.adds.free < nsge + (H ? 0 : 1)))) [[unlikely]]
         return ENOMEM;
     if (g.bad_key) [[unlikely]] {   // completes at once, in order, nothing received
-        p.slot() = {wr.wr_id, WcStatus::local_protection_error, true, 0, 0, send_signaled};
-        ++p.tail;
-        ++p.unsent;
+        rq_.at(p.tail++) = {wr.wr_id, WcStatus::local_protection_error, true, 0, 0, send_signaled};
+        ++rq_.unsent;
         return 0;
     }
     // byte_len: what the buffer holds, the length of a buffer an IN_ORDER batch used completely.
-    p.slot() = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), send_signaled};
+    rq_.at(p.tail) = {wr.wr_id, WcStatus::success, false, 0, uint32_t(g.total), send_signaled};
     enqueue<H>(q, p, rq_, bufs, nsge, true);
     return 0;
 }

@@ -72,10 +72,12 @@ public:
     // breaks the queue: the runs before it stand, nothing after.
     template <class F>
     [[gnu::always_inline]] uint32_t take_used_runs(uint32_t limit, F&& on_run) noexcept;
-    // With IN_ORDER only: every buffer used so far, at once (take_used_runs() with no limit;
-    // SplitQueue's reads no used entry). The buffers taken.
+    // With IN_ORDER only: every buffer used so far, at once (take_used_run(), then
+    // take_used_runs() with no limit if more are used; SplitQueue's reads no used entry). The
+    // buffers taken.
     [[gnu::always_inline]] uint32_t take_all_used() noexcept {
-        return take_used_runs(~0u, [](UsedRun) {});
+        const uint32_t first = take_used_run().count;
+        return first != 0 && has_used() ? first + take_used_runs(~0u, [](UsedRun) {}) : first;
     }
     // Whether poll_used() would return a buffer now (one load of the next used position's
     // flags; false once broken()).
@@ -169,14 +171,12 @@ private:
     bool broken_ = false;
 };
 
+// Only what add() changes: more (the ring's base and size, say) spill at a post's start and
+// are read from the stack after all, which costs what reading the member does.
 struct PackedQueue::AddCursor {
     uint32_t free;   // descriptors left
     uint32_t chains = 0;
-    uint32_t size;
     uint16_t pos, lap, free_id;
-    bool in_order;
-    PackedDesc* ring;
-    Slot* slots;
 };
 
 static_assert(Virtqueue<PackedQueue>);
@@ -246,7 +246,7 @@ inline bool PackedQueue::add(std::span<const Buffer> bufs, uint32_t token) noexc
 }
 
 inline PackedQueue::AddCursor PackedQueue::begin_adds() noexcept {
-    return {free_, 0, size_, avail_pos_, avail_flags_, free_id_, features_.in_order, ring_, slots_.get()};
+    return {free_, 0, avail_pos_, avail_flags_, free_id_};
 }
 
 inline void PackedQueue::end_adds(const AddCursor& c) noexcept {
@@ -261,8 +261,8 @@ inline void PackedQueue::add(AddCursor& c, std::span<const Buffer> bufs, uint32_
     const auto n = uint32_t(bufs.size());
     // Buffer ID: with IN_ORDER the position of the chain's first descriptor (buffers are used
     // in order, so IDs free in order too); else from the free list.
-    const uint16_t id = c.in_order ? c.pos : c.free_id;
-    if (!c.in_order) c.free_id = c.slots[id].next_free;
+    const uint16_t id = features_.in_order ? c.pos : c.free_id;
+    if (!features_.in_order) c.free_id = slots_[id].next_free;
     const uint16_t head = c.pos;
     uint16_t pos = head, head_flags = 0, lap = c.lap;
     uint32_t writable = 0;
@@ -271,7 +271,7 @@ inline void PackedQueue::add(AddCursor& c, std::span<const Buffer> bufs, uint32_
         // §2.8.21.1: AVAIL equal to the driver's wrap counter, USED its inverse. The ID goes
         // into every descriptor; the device reads it from the last one (§2.8.6).
         const auto flags = uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (k + 1 < n ? desc_flags::NEXT : 0) | lap);
-        PackedDesc& d = c.ring[pos];
+        PackedDesc& d = ring_[pos];
         d.addr = b.iova;
         d.len = b.len;
         d.id = id;
@@ -280,12 +280,12 @@ inline void PackedQueue::add(AddCursor& c, std::span<const Buffer> bufs, uint32_
         else
             detail::store16(&d.flags, flags);
         writable += b.device_writes ? b.len : 0;
-        if (++pos == c.size) {
+        if (++pos == size_) {
             pos = 0;
             lap ^= desc_flags::AVAIL | desc_flags::USED;   // the wrap counter flips
         }
     }
-    Slot& s = c.slots[id];
+    Slot& s = slots_[id];
     s.token = token;
     s.writable = writable;
     s.ndesc = uint16_t(n);
@@ -293,7 +293,7 @@ inline void PackedQueue::add(AddCursor& c, std::span<const Buffer> bufs, uint32_
     c.lap = lap;
     c.free -= n;
     ++c.chains;
-    detail::store16_after(&c.ring[head].flags, head_flags);   // §2.8.21.1.1: the chain before its flags
+    detail::store16_after(&ring_[head].flags, head_flags);   // §2.8.21.1.1: the chain before its flags
 }
 
 inline bool PackedQueue::needs_notify() noexcept {

@@ -148,16 +148,12 @@ private:
     bool broken_ = false;
 };
 
+// Only what add() changes (see PackedQueue::AddCursor).
 struct SplitQueue::AddCursor {
     uint32_t free;   // descriptors left
     uint32_t chains = 0;
     uint16_t next;   // next_desc_ with IN_ORDER, else free_head_
-    uint16_t avail_idx, mask;
-    bool in_order;
-    SplitDesc* desc;
-    Slot* slots;
-    uint16_t* avail_ring;
-    const uint16_t* next_free;
+    uint16_t avail_idx;
 };
 
 static_assert(Virtqueue<SplitQueue>);
@@ -229,13 +225,11 @@ inline bool SplitQueue::add(std::span<const Buffer> bufs, uint32_t token) noexce
 }
 
 inline SplitQueue::AddCursor SplitQueue::begin_adds() noexcept {
-    const bool in_order = features_.in_order;
-    return {free_, 0, in_order ? next_desc_ : free_head_, avail_idx_, mask_, in_order,
-            desc_, slots_.get(), avail_ring_, next_free_.get()};
+    return {free_, 0, features_.in_order ? next_desc_ : free_head_, avail_idx_};
 }
 
 inline void SplitQueue::end_adds(const AddCursor& c) noexcept {
-    (c.in_order ? next_desc_ : free_head_) = c.next;
+    (features_.in_order ? next_desc_ : free_head_) = c.next;
     free_ = c.free;
     outstanding_ += c.chains;
     avail_idx_ = c.avail_idx;
@@ -249,9 +243,9 @@ inline void SplitQueue::add(AddCursor& c, std::span<const Buffer> bufs, uint32_t
     for (uint32_t k = 0; k < n; ++k) {
         const Buffer& b = bufs[k];
         // §2.7.5.2: with IN_ORDER, `next` is the following table entry, wrapping to 0.
-        const uint16_t next = c.in_order ? uint16_t((d + 1) & c.mask) : c.next_free[d];
+        const uint16_t next = features_.in_order ? uint16_t((d + 1) & mask_) : next_free_[d];
         const bool more = k + 1 < n;
-        c.desc[d] = {b.iova, b.len,
+        desc_[d] = {b.iova, b.len,
                      uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (more ? desc_flags::NEXT : 0)),
                      more ? next : uint16_t(0)};
         writable += b.device_writes ? b.len : 0;
@@ -261,9 +255,9 @@ inline void SplitQueue::add(AddCursor& c, std::span<const Buffer> bufs, uint32_t
     c.next = d;
     c.free -= n;
     ++c.chains;
-    c.slots[head] = {token, writable, uint16_t(n), last};
+    slots_[head] = {token, writable, uint16_t(n), last};
     // §2.7.13.2: the head goes into the next available entry; avail->idx waits for publish().
-    c.avail_ring[c.avail_idx & c.mask] = head;
+    avail_ring_[c.avail_idx & mask_] = head;
     ++c.avail_idx;
 }
 
