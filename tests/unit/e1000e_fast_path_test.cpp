@@ -125,6 +125,7 @@ TEST(E1000eFastPath, OnlyEachPostsLastDescriptorReportsStatus) {
         h.device_step();
         ASSERT_EQ(h.cq.poll(wc), int(n)) << round;
     }
+    EXPECT_TRUE(h.violations.empty()) << h.violations.front();
 }
 
 TEST(E1000eFastPath, OneSgeSendsAndOthersMixInOnePost) {

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "intel_ring_model.hpp"
@@ -32,6 +33,7 @@ struct FastPathHarness {
     uint32_t rx_status_extra = 0;    // OR'ed into every receive write-back (tests of errors)
     uint32_t device_tdh = 0, device_rdh = 0;
     std::vector<uint8_t> frame;      // gathered transmit frame
+    std::vector<std::string> violations;   // what the device model found wrong
 
     // Rings sized as Device::create_qp sizes them.
     FastPathHarness(uint32_t send_depth, uint32_t recv_depth, uint32_t max_send_sge = 2, uint8_t* registers = nullptr)
@@ -89,6 +91,10 @@ struct FastPathHarness {
             }
             frame.clear();
         }
+        // RS on a post's last descriptor only: the one before TDT must have it, or the driver
+        // would never see its sends complete.
+        if (frames != 0 && !(rings.tx[(tdt - 1) & (rings.tx_entries - 1)].cmd_len & txd::CMD_RS))
+            violations.emplace_back("the descriptor before TDT without RS");
         return frames;
     }
 };

@@ -343,6 +343,40 @@ TYPED_TEST(VirtioNetQp, ADeviceReturningABufferItWasNotGivenFlushesTheQueuePair)
     }
 }
 
+// In order, every send at the device and none with a bad key: a poll takes all the device
+// used at once (a split ring reads used->idx and no entry), in batches or one by one; a
+// device that says it used more than it was given breaks the queue and the sends flush.
+TYPED_TEST(VirtioNetQp, InOrderSendsTheDeviceUsedCompleteAtOnceAndTooManyFlush) {
+    TypeParam r(true, true);
+    for (uint32_t i = 0; i < 6; ++i) ASSERT_EQ(r.send(i, 10 + i).error, 0);
+    r.rings.tx_dev.fetch();
+    r.rings.tx_dev.use_batch(2, 0);
+    r.rings.tx_dev.use(0, 0);
+    r.rings.tx_dev.use_batch(2, 0);   // 5 of 6
+    auto wc = r.poll();
+    ASSERT_EQ(wc.size(), 5u);
+    for (uint32_t k = 0; k < 5; ++k) {
+        EXPECT_EQ(wc[k].wr_id, 10u + k);
+        EXPECT_EQ(wc[k].status, WcStatus::success);
+    }
+    EXPECT_EQ(r.h.qp.send_outstanding(), 1u);
+    EXPECT_EQ(r.h.qp.stats().tx_packets, 5u);
+    ASSERT_EQ(r.send(6, 16).error, 0);
+    r.rings.tx_dev.fetch();
+    if constexpr (TypeParam::kPacked)
+        r.rings.tx_dev.use_any_id(3, 0);   // position 3: returned long ago
+    else
+        r.rings.tx_dev.use_any_id(15, 0, 3);   // idx moved by 3 where 2 are out
+    EXPECT_TRUE(r.poll().empty());
+    EXPECT_EQ(r.h.qp.state(), QpState::error);
+    wc = r.poll();
+    ASSERT_EQ(wc.size(), 2u);
+    EXPECT_EQ(wc[0].wr_id, 15u);
+    EXPECT_EQ(wc[1].wr_id, 16u);
+    EXPECT_EQ(wc[0].status, WcStatus::wr_flush_error);
+    EXPECT_EQ(r.h.qp.send_outstanding(), 0u);
+}
+
 // In order, sends retire in one pass: unsignaled ones without a completion (counted all the
 // same), a completion for each signaled or failed one, at most `max` a poll — the poll stops at
 // the first WR that would need one more (the unsignaled ones before it retire), so nothing is

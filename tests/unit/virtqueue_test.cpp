@@ -313,8 +313,8 @@ TYPED_TEST(VirtqueueTest, InOrderRunWithABadIdTakesNothing) {
 }
 
 // take_all_used() (a send poll's): every buffer used so far, one or two descriptors each, in
-// batches and one by one, a batch poll_used() began finished first; round after round past
-// every wrap; then the ring is whole again.
+// batches and one by one, a batch poll_used() began finished first; round after round, the
+// table wrapping many times; a round filling every descriptor; then the ring is whole again.
 TYPED_TEST(VirtqueueTest, InOrderTakeAllUsedTakesEveryBufferUsedSoFar) {
     for (RingFeatures f : {RingFeatures{false, true}, RingFeatures{true, true}}) {
         TypeParam r(odd_size<TypeParam>(), f);
@@ -341,6 +341,14 @@ TYPED_TEST(VirtqueueTest, InOrderTakeAllUsedTakesEveryBufferUsedSoFar) {
             EXPECT_EQ(r.q.outstanding(), 0u);
             EXPECT_EQ(r.q.free_count(), size) << round;
         }
+        // Every descriptor in flight, all returned at once (released: the whole table).
+        for (uint32_t k = 0; k < size; ++k, ++token) ASSERT_TRUE(r.q.add(chain(token, 1, 0), token));
+        r.q.publish();
+        ASSERT_EQ(r.dev.fetch(), size);
+        EXPECT_EQ(r.q.free_count(), 0u);
+        r.dev.use_batch(size, 0);
+        EXPECT_EQ(r.q.take_all_used(), size);
+        EXPECT_EQ(r.q.free_count(), size);
         // Part of what is at the device: the rest stays.
         for (uint32_t k = 0; k < 3; ++k, ++token) ASSERT_TRUE(r.q.add(chain(token, 1, 0), token));
         r.q.publish();
@@ -355,6 +363,26 @@ TYPED_TEST(VirtqueueTest, InOrderTakeAllUsedTakesEveryBufferUsedSoFar) {
         EXPECT_FALSE(r.q.broken());
         EXPECT_TRUE(r.dev.errors().empty()) << r.dev.errors().front();
     }
+}
+
+// A split ring's available entries live in memory the device can write: one rewritten to name
+// a head further on would free descriptors still in flight — the queue breaks instead.
+TEST(SplitQueueTakeAllUsed, AnAvailableEntryRewrittenToFreeMoreThanIsOutBreaksTheQueue) {
+    model::SplitRig r(8, {false, true});
+    for (uint32_t t = 0; t < 8; ++t) ASSERT_TRUE(r.q.add(chain(t, 1, 0), t));   // a whole round first
+    r.q.publish();
+    ASSERT_EQ(r.dev.fetch(), 8u);
+    r.dev.use_batch(8, 0);
+    ASSERT_EQ(r.q.take_all_used(), 8u);
+    for (uint32_t t = 8; t < 10; ++t) ASSERT_TRUE(r.q.add(chain(t, 1, 0), t));   // heads 0, 1
+    r.q.publish();
+    ASSERT_EQ(r.dev.fetch(), 2u);
+    r.dev.use_batch(1, 0);   // head 0
+    auto* avail_ring = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(r.q.memory().driver) + avail::kRingOffset);
+    avail_ring[0] = 5;   // the entry for that buffer now names head 5: 6 descriptors, 2 are out
+    EXPECT_EQ(r.q.take_all_used(), 0u);
+    EXPECT_TRUE(r.q.broken());
+    EXPECT_EQ(r.q.free_count(), 6u) << "nothing freed";
 }
 
 // A device that returns more than it was given (a split ring's idx moved past the published

@@ -3,9 +3,10 @@
 // requests live in a ring of slots beside the descriptor rings: a send takes one descriptor
 // per SGE (and a context descriptor when its checksum offsets change), a receive one buffer;
 // a WR with a bad key takes none and completes in order with an error. Completions come from
-// the descriptors' DD bits, oldest first (a send poll whose newest descriptor is done retires
-// every send without reading theirs: the device finishes a ring in order); in the error state
-// the rest flush. A post finds its room once and queues that many WRs unchecked. Counters run
+// the descriptors' DD bits, oldest first: a send's from the DD of its post's last descriptor,
+// the only one with RS (the device finishes a ring in order; a send poll whose newest
+// descriptor is done retires every send without reading more); in the error state the rest
+// flush. A post finds its room once and queues that many WRs unchecked. Counters run
 // freely (a ring index is counter & mask). The transmit tail goes to the device once per post
 // call; the receive tail once a batch of buffers (an eighth of the ring, at most kRxTailBatch)
 // waits for it, or at once while the device holds fewer than a batch (as DPDK's
@@ -108,7 +109,8 @@ public:
     uint32_t queue() const noexcept { return queue_; }
     // Sends as they are posted (as DPDK counts them) and receives as they complete, with their
     // bytes, since the queue pair was created; a send that then fails or is flushed is taken
-    // back. From any thread.
+    // back (in the error state, a frame sent in a post whose end the device had not written
+    // back counts as flushed). From any thread.
     QpStats stats() const noexcept { return {tx_packets_.get(), tx_bytes_.get(), rx_packets_.get(), rx_bytes_.get()}; }
     // Hands the device the receive buffers posted since the receive tail was last written (one
     // MMIO write; nothing when there are none). poll() does it when it finds the receive ring
@@ -126,8 +128,8 @@ public:
 
 protected:
     // For the completion queue (queue::CompletionQueueCore, a friend of the derived class).
-    // Whether the oldest send has a completion to give: done (DD), refused when posted, or to
-    // flush in the error state.
+    // Whether the oldest send has a completion to give: done (DD on its post's last descriptor),
+    // refused when posted, or to flush in the error state.
     bool send_ready() const noexcept;
     // The same for the oldest receive.
     bool recv_ready() const noexcept;
@@ -139,8 +141,10 @@ protected:
     // wc_timestamped); local_length_error: a frame larger than one buffer; general_error: a bad
     // frame (CRC, symbol...); wr_flush_error in the error state. Fast path.
     uint32_t poll_recv(Completion* out, uint32_t max) noexcept;
-    // poll_send() in the error state: what the device sent completes as usual, the rest as
-    // wr_flush_error. Out of line: the fast loops keep no state for it.
+    // poll_send() in the error state: the sends of the posts whose last descriptor the device
+    // wrote back complete as usual, the rest as wr_flush_error (frames of a post it was still
+    // sending among them: only a post's last descriptor reports). Out of line: the fast loops
+    // keep no state for it.
     uint32_t flush_send(Completion* out, uint32_t max) noexcept;
     // poll_recv() in the error state, as flush_send().
     uint32_t flush_recv(Completion* out, uint32_t max) noexcept;

@@ -70,7 +70,8 @@ public:
     // With IN_ORDER only: every buffer used so far, at once, its length not read — for buffers
     // the device only reads (a send's): used->idx moves by every buffer of a batch (§2.7.9), and
     // the driver's own available ring names the last one, so no used entry is read. The
-    // buffers taken; an idx past the published buffers breaks the queue (none taken).
+    // buffers taken (a batch poll_used() began is finished first); an idx past the published
+    // buffers breaks the queue (nothing more taken).
     [[gnu::always_inline]] uint32_t take_all_used() noexcept;
     // Whether poll_used() would return a buffer now (one load of used->idx; false once broken()).
     [[gnu::always_inline]] bool has_used() const noexcept;
@@ -447,7 +448,12 @@ inline uint32_t SplitQueue::take_all_used() noexcept {
         return taken;
     }
     const auto oldest = uint16_t((last + ndesc) & mask_);
-    free_ += ((oldest - oldest_ - 1u) & mask_) + 1u;   // 1 to size descriptors
+    const uint32_t released = ((oldest - oldest_ - 1u) & mask_) + 1u;   // 1 to size descriptors
+    if (released > size_ - free_) [[unlikely]] {   // more than are out: the ring was rewritten
+        broken_ = true;
+        return taken;
+    }
+    free_ += released;
     oldest_ = oldest;
     last_used_ = idx;
     outstanding_ -= count;
