@@ -725,26 +725,24 @@ inline void QueuePair::take_returned(Q& q, WorkRing& ring, uint32_t limit) noexc
         return flush_unreturned<Recv>(ring);
     if (ring.unsent != 0) [[unlikely]]
         return take_returned_past_unsent<Recv>(q, ring, limit);
-    // Every WR after `returned` is at the device: a run is the next r.count of them. A send's
-    // length does not matter: every one the device used, at once.
-    if constexpr (!Recv) {
-        ring.returned += q.take_all_used();
-        if (q.broken()) [[unlikely]]
-            fail_broken();
-        return;
-    }
-    // The first run alone (a poll's usual lot at low rates) is cheaper through take_used_run().
-    Slot* const slots = ring.slots.data();
-    const uint32_t mask = ring.mask;
-    uint32_t at = ring.returned;
-    const auto take = [&](virtio::UsedRun r) {
-        at += r.count;
-        if constexpr (Recv) set_received(slots[(at - 1) & mask], r.last_len);
-    };
-    if (const virtio::UsedRun first = q.take_used_run(); first.count != 0) {
-        take(first);
-        if (first.count < limit && q.has_used()) q.take_used_runs(limit - first.count, take);
-        ring.returned = at;
+    // Every WR after `returned` is at the device: a run is the next r.count of them.
+    if constexpr (Recv) {
+        // The first run alone (a poll's usual lot at low rates) is cheaper through
+        // take_used_run(). A run's last WR gets the element's length.
+        Slot* const slots = ring.slots.data();
+        const uint32_t mask = ring.mask;
+        uint32_t at = ring.returned;
+        const auto take = [&](virtio::UsedRun r) {
+            at += r.count;
+            set_received(slots[(at - 1) & mask], r.last_len);
+        };
+        if (const virtio::UsedRun first = q.take_used_run(); first.count != 0) {
+            take(first);
+            if (first.count < limit && q.has_used()) q.take_used_runs(limit - first.count, take);
+            ring.returned = at;
+        }
+    } else {
+        ring.returned += q.take_all_used();   // a send's length does not matter: all, at once
     }
     if (q.broken()) [[unlikely]]
         fail_broken();
@@ -799,14 +797,17 @@ uint32_t QueuePair::poll_in_order(Q& q, Completion* out, uint32_t max) noexcept 
     const uint32_t mask = ring.mask, start = ring.head;
     uint32_t head = start, n = 0, failed = 0;
     uint64_t bytes = 0;
+    const auto complete = [&](const Slot& s, bool ok) {
+        if (ok) [[likely]]
+            bytes += s.byte_len;
+        else
+            ++failed;
+        write_completion(s, op, out[n++]);
+    };
     if constexpr (Recv) {
         for (const uint32_t stop = start + std::min(ring.returned - start, max); head != stop; ++head) {
             const Slot& s = slots[head & mask];
-            if (s.status == WcStatus::success) [[likely]]
-                bytes += s.byte_len;
-            else
-                ++failed;
-            write_completion(s, op, out[n++]);
+            complete(s, s.status == WcStatus::success);
         }
     } else {
         for (const uint32_t end = ring.returned; head != end; ++head) {
@@ -817,11 +818,7 @@ uint32_t QueuePair::poll_in_order(Q& q, Completion* out, uint32_t max) noexcept 
                 continue;
             }
             if (n == max) break;
-            if (ok)
-                bytes += s.byte_len;
-            else
-                ++failed;
-            write_completion(s, op, out[n++]);
+            complete(s, ok);
         }
     }
     ring.head = head;

@@ -201,6 +201,8 @@ protected:
         rs_head_ = r, tx_clean_ = clean;
         return clean;
     }
+    // Whether the descriptors before `end` (a free-running count) lie before `clean`: done.
+    static bool done_before(uint32_t end, uint32_t clean) noexcept { return int32_t(clean - end) >= 0; }
     // Whether the device wrote back transmit descriptor `i` (a free-running count) done.
     bool tx_done_at(uint32_t i) const noexcept {
         return Traits::tx_done(*reinterpret_cast<const volatile TxDesc*>(&tx_[i & tx_mask_]));
@@ -495,7 +497,7 @@ inline uint32_t QueuePairCore<T>::poll_send(Completion* out, uint32_t max) noexc
         const uint32_t clean = take_clean();
         for (; o != o_end && sq_head != sq_tail_; ++sq_head) {
             const Slot& s = sq_[sq_head & sq_mask_];
-            if (int32_t(clean - (tx_head + s.ndesc)) < 0) break;
+            if (!done_before(tx_head + s.ndesc, clean)) break;
             tx_head += s.ndesc;
             if (s.flags & send_signaled) *o++ = {s.wr_id, s.status, WcOpcode::send, 0, s.byte_len, qp_num_, 0};
         }
@@ -512,7 +514,7 @@ template <class T>
         const Slot& s = sq_[sq_head_ & sq_mask_];
         WcStatus status = s.status;
         if (s.ndesc) {
-            if (int32_t(clean - (tx_head_ + s.ndesc)) < 0) {   // not written back as done
+            if (!done_before(tx_head_ + s.ndesc, clean)) {   // not written back as done
                 status = WcStatus::wr_flush_error;
                 tx_packets_.add(~uint64_t(0));   // counted when posted: take it back
                 tx_bytes_.add(-uint64_t(s.byte_len));
@@ -611,7 +613,7 @@ template <class T>
 inline bool QueuePairCore<T>::send_ready() const noexcept {
     if (sq_head_ == sq_tail_) return false;
     const Slot& s = sq_[sq_head_ & sq_mask_];
-    if (!s.ndesc || state() == QpState::error || int32_t(tx_clean_ - (tx_head_ + s.ndesc)) >= 0) return true;
+    if (!s.ndesc || state() == QpState::error || done_before(tx_head_ + s.ndesc, tx_clean_)) return true;
     // The oldest pending post's last descriptor is this send's or a later one.
     return rs_head_ != rs_tail_ && tx_done_at(rs_[rs_head_ & tx_mask_]);
 }

@@ -247,8 +247,8 @@ inline void SplitQueue::add(AddCursor& c, std::span<const Buffer> bufs, uint32_t
         const uint16_t next = features_.in_order ? uint16_t((d + 1) & mask_) : next_free_[d];
         const bool more = k + 1 < n;
         desc_[d] = {b.iova, b.len,
-                     uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (more ? desc_flags::NEXT : 0)),
-                     more ? next : uint16_t(0)};
+                    uint16_t((b.device_writes ? desc_flags::WRITE : 0) | (more ? desc_flags::NEXT : 0)),
+                    more ? next : uint16_t(0)};
         writable += b.device_writes ? b.len : 0;
         last = d;
         d = next;

@@ -161,13 +161,17 @@ inline Result<void> check_memory(const QueueMemory& mem, const RingLayout& layou
 
 // The interface the virtio-net driver is written against; SplitQueue and PackedQueue satisfy it.
 template <class Q>
-concept Virtqueue = requires(Q& q, const Q& cq, std::span<const Buffer> bufs, uint32_t& token,
-                             uint32_t& len, void (*on_token)(uint32_t)) {
+concept Virtqueue = requires(Q& q, const Q& cq, std::span<const Buffer> bufs, typename Q::AddCursor& cursor,
+                             uint32_t& token, uint32_t& len, void (*on_token)(uint32_t)) {
     // Setup: the memory a queue of `size` entries needs, and the queue over that memory.
     { Q::layout(uint32_t{}) } -> std::same_as<RingLayout>;
     { Q::create(uint32_t{}, QueueMemory{}, RingFeatures{}) } -> std::same_as<Result<Q>>;
     // Fast path.
     { q.add(bufs, uint32_t{}) } noexcept -> std::same_as<bool>;
+    // A post's adds with the positions in the caller's registers (virtio_net's post loop).
+    { q.begin_adds() } noexcept -> std::same_as<typename Q::AddCursor>;
+    { q.add(cursor, bufs, uint32_t{}) } noexcept;
+    { q.end_adds(cursor) } noexcept;
     { q.publish() } noexcept;
     { q.needs_notify() } noexcept -> std::same_as<bool>;
     { q.notify_data() } noexcept -> std::same_as<uint16_t>;
