@@ -3,31 +3,17 @@
 # Devices (slot = guest BDF 0000:00:<slot>.0), each in its own IOMMU group:
 #   01 edu                                       02, 03 e1000e (82574L), both on hub 0
 #   04, 06 virtio-net (modern only, iommu_platform, packed rings offered)  on hub 1, with a
-#      UDP sink on 127.0.0.1; 07 a virtio-net without iommu_platform (vfab must refuse it)
-#   05, 0a igb (82576, SR-IOV capable)           on hub 2 with a UDP sink on 127.0.0.1
+#      sink port; 07 a virtio-net without iommu_platform (vfab must refuse it)
+#   05, 0a igb (82576, SR-IOV capable)           on hub 2 with a sink port
 #   08 virtio-net with 4 queue pairs (mq, rss) on a multi-queue tap, bridged to the tap of
 #   09 a virtio-net with one queue pair; both taps live in QEMU's own network namespace
 #      (netns-run). Where namespaces are not allowed, 08 and 09 are left out, loudly.
 #   0b ivshmem-plain: BAR 2 is 16 MiB of host memory, a stand-in for another device's memory
 #      (a GPU's BAR) that the NICs DMA to and from peer to peer (docs/rdma-p2p.md)
-# A hub whose only other port cannot receive stalls TX, hence the sinks (LAB.md pitfall 6).
-
-# A free UDP port on 127.0.0.1 (random, checked against the sockets in use).
-free_udp_port() {
-    local p
-    for _ in $(seq 50); do
-        p=$((20000 + RANDOM % 40000))
-        ss -Hlun "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
-    done
-    die "no free UDP port on 127.0.0.1"
-}
-
-# sink_netdev ID: a dgram netdev sending to a port nobody needs to listen on.
-sink_netdev() {
-    local local_port remote_port
-    local_port=$(free_udp_port); remote_port=$(free_udp_port)
-    echo "dgram,id=$1,local.type=inet,local.host=127.0.0.1,local.port=$local_port,remote.type=inet,remote.host=127.0.0.1,remote.port=$remote_port"
-}
+# A hub whose only other port cannot receive stalls TX, hence the sinks (LAB.md pitfall 6): a
+# hub port with no peer, which always takes a frame and drops it (QEMU's net/hub.c and
+# qemu_can_send_packet()). It replaced a dgram netdev to 127.0.0.1, whose sendto(2) per frame
+# was half of a sending vCPU's time (docs/performance.md, "The lab's sink").
 
 LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LAB_TAP_QUEUES=4
@@ -68,10 +54,10 @@ qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
            -device virtio-net-pci,addr=06.0,romfile=,netdev=p6,disable-legacy=on,iommu_platform=on,packed=on,in_order=on,mac=52:54:00:00:00:06
            -netdev hubport,id=p7,hubid=1
            -device virtio-net-pci,addr=07.0,romfile=,netdev=p7,disable-legacy=on,mac=52:54:00:00:00:07
-           -netdev "$(sink_netdev sink1)" -netdev hubport,id=p3,hubid=1,netdev=sink1
+           -netdev hubport,id=p3,hubid=1   # the sink: no peer
            -netdev hubport,id=p4,hubid=2 -device igb,addr=05.0,romfile=,netdev=p4,mac=52:54:00:00:00:05
            -netdev hubport,id=p9,hubid=2 -device igb,addr=0a.0,romfile=,netdev=p9,mac=52:54:00:00:00:0a
-           -netdev "$(sink_netdev sink2)" -netdev hubport,id=p5,hubid=2,netdev=sink2
+           -netdev hubport,id=p5,hubid=2   # the sink: no peer
            -object memory-backend-ram,id=ivshm,size=16M,share=on -device ivshmem-plain,addr=0b.0,memdev=ivshm)
     if netns_available; then
         args+=(-netdev "tap,id=mq,ifname=vfabmq,script=no,downscript=no,vhost=off,queues=$LAB_TAP_QUEUES"
