@@ -115,6 +115,9 @@ inline uint32_t frame_seq(const uint8_t* p) {
 
 struct BackendCounters {
     uint64_t rx = 0, tx = 0;   // rx: taken from the driver's TX ring; tx: put in its RX ring
+    // Frames the back-end had no room for in the driver's RX ring (DPDK's vhost PMD counts
+    // them as TX errors): 0 means the driver took all the back-end made.
+    uint64_t tx_missed = 0;
 };
 
 // Runs the --backend-stats command (outside any timed section: it talks to testpmd).
@@ -131,9 +134,9 @@ inline std::optional<BackendCounters> backend_counters(const std::string& cmd) {
         if (p == std::string::npos) return std::nullopt;
         return std::strtoull(out.c_str() + p + std::strlen(key) + 1, nullptr, 10);
     };
-    auto rx = field("rx_packets"), tx = field("tx_packets");
+    auto rx = field("rx_packets"), tx = field("tx_packets"), missed = field("tx_errors");
     if (!rx || !tx) return std::nullopt;
-    return BackendCounters{*rx, *tx};
+    return BackendCounters{*rx, *tx, missed.value_or(0)};
 }
 
 // Round-trip times in 10 ns bins up to 1 ms; longer ones only count towards the maximum and
@@ -297,7 +300,7 @@ Report run_bench(Port& p, const Options& o, const char* driver) {
     if (before) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         if (const auto after = backend_counters(o.backend_stats))
-            r.backend = BackendCounters{after->rx - before->rx, after->tx - before->tx};
+            r.backend = BackendCounters{after->rx - before->rx, after->tx - before->tx, after->tx_missed - before->tx_missed};
     }
     return r;
 }
@@ -311,7 +314,8 @@ inline int print_report(const Report& r, const Options& o) {
     const int64_t tx_loss = have_be ? int64_t(r.sent) - int64_t(r.backend->rx) : 0;
     nlohmann::json j{{"driver", r.driver}, {"mode", o.mode},          {"ring", o.ring},       {"burst", o.burst},
                      {"seconds", r.elapsed}, {"sent", r.sent},         {"received", r.received}, {"mpps", mpps}};
-    if (have_be) j["backend"] = {{"rx_packets", r.backend->rx}, {"tx_packets", r.backend->tx}};
+    if (have_be)
+        j["backend"] = {{"rx_packets", r.backend->rx}, {"tx_packets", r.backend->tx}, {"tx_missed", r.backend->tx_missed}};
     if (o.mode == "tx" && have_be) j["loss"] = tx_loss;
     if (o.mode == "pingpong") {
         j["lost"] = r.lost;

@@ -4,7 +4,8 @@
 # (scripts/vhost-backend: dpdk-testpmd with net_vhost), runs interleaved; prints medians and
 # the ratio vfab / DPDK. No VM, no NIC. Figures:
 #   tx        Mpps the back-end received (testpmd rxonly) from the driver sending bursts
-#   rx        Mpps the driver received from testpmd txonly
+#   rx        Mpps the driver received from testpmd txonly, and the frames txonly made that
+#             found no free buffer in the driver's receive ring (0: the rate is the back-end's)
 #   pingpong  round-trip time of one frame at a time through testpmd macswap: median, p99
 #   loop      Mpps of bursts sent and received back through testpmd io (both directions)
 #   bench/vhost_vs_dpdk.sh [ROUNDS] [SECONDS] [BUILD_DIR] [RING] [BURST]
@@ -89,6 +90,7 @@ awk '
             add(d SUBSEP m " Mpps", f["mpps"])
         }
         if (m == "tx") loss[d] += f["loss"]
+        if (m == "rx") { rxmiss[d] += f["backend_tx_missed"]; rxmade[d] += f["backend_tx_packets"] + f["backend_tx_missed"] }
     }
     END {
         split("tx Mpps|rx Mpps|rtt median us|rtt p99 us|rtt p99.9 us|rtt max us|loop Mpps", figs, "|")
@@ -105,5 +107,9 @@ awk '
             printf "%-15s %30s %30s %10s\n", fig, cell["vfab"], cell["dpdk"], ratio
         }
         printf "tx loss (sent - received by the back-end, all runs): vfab %d, dpdk %d\n", loss["vfab"], loss["dpdk"]
+        # rx: what testpmd txonly made that found no buffer in the driver'"'"'s receive ring; 0 means
+        # the driver kept up and the rate is the back-end'"'"'s own.
+        printf "rx: frames the back-end had no receive buffer for, all runs: vfab %d of %d, dpdk %d of %d\n",
+               rxmiss["vfab"], rxmade["vfab"], rxmiss["dpdk"], rxmade["dpdk"]
         print "Mpps and RTT: higher Mpps is better, lower RTT is better (a ratio < 1 for RTT favours vfab)"
     }' "$results"
