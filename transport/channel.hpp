@@ -25,10 +25,13 @@ public:
     // Progress, then the notifications cleared; how many there were.
     uint64_t take(PortImpl& port) noexcept;
     bool armed() const noexcept { return armed_; }
+    void set_hook(void (*hook)(void*), void* ctx) noexcept { hook_ = hook, hook_ctx_ = ctx; }
 
 private:
     vfio::UniqueFd event_, epoll_;
     bool armed_ = false;
+    void (*hook_)(void*) = nullptr;
+    void* hook_ctx_ = nullptr;
 };
 
 }  // namespace vfab::rdma::detail

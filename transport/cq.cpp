@@ -34,6 +34,7 @@ void Channel::notify() noexcept {
     armed_ = false;
     const uint64_t one = 1;
     (void)!::write(event_.get(), &one, sizeof one);
+    if (hook_) hook_(hook_ctx_);
 }
 
 Result<void> Channel::arm(PortImpl& port, bool waiting) {
@@ -87,6 +88,11 @@ Result<void> CqImpl::arm(bool solicited_only) {
 uint64_t CqImpl::take_events() noexcept {
     PortImpl::Guard g(port_);
     return channel_.take(port_);
+}
+
+void CqImpl::set_notify_hook(void (*hook)(void*), void* ctx) noexcept {
+    PortImpl::Guard g(port_);
+    channel_.set_hook(hook, ctx);
 }
 
 Result<void> CqImpl::destroy() {

@@ -79,6 +79,7 @@ public:
     int channel_fd() const noexcept override { return channel_.fd(); }
     uint64_t take_events() noexcept override;
     uint64_t overruns() const noexcept override { return overruns_; }
+    void set_notify_hook(void (*hook)(void*), void* ctx) noexcept override;
     Result<void> destroy() override;
 
     // Adds a completion; false (and counted) when the queue is full.
@@ -340,7 +341,8 @@ public:
     bool get_async_event(AsyncEvent& out) noexcept override;
     int async_fd() const noexcept override { return async_fd_.get(); }
     int progress() noexcept override;
-    Result<void> start_progress_thread(int cpu) override;
+    Result<void> start_progress_thread(int cpu) override { return start_progress_thread(ProgressThreadOptions{.cpu = cpu}); }
+    Result<void> start_progress_thread(const ProgressThreadOptions& opts) override;
     void stop_progress_thread() override;
     PortStats stats() const override;
     Result<RawQueue> raw_queue(uint32_t depth) override;
@@ -412,7 +414,10 @@ private:
     void on_raw_recv(const Completion& c) noexcept;
     void post_rx(uint32_t slot) noexcept;
     void flush_rx() noexcept;
-    void progress_loop(int cpu) noexcept;
+    void progress_loop(ProgressThreadOptions opts) noexcept;
+    void sleep_until_work() noexcept;   // the progress thread, idle: until a frame, a deadline or kick()
+    void kick() noexcept;               // wakes the progress thread when it sleeps
+    int run_loopback() noexcept;        // frames this port sent to itself, received
 
     std::unique_ptr<RawLink> link_;
     PortConfig cfg_;
@@ -453,7 +458,17 @@ private:
     void* drop_ctx_ = nullptr;
     void* tx_drop_ctx_ = nullptr;
 
+    // Frames sent to the port's own MAC (a queue pair connected to one of the same port): the
+    // tx slots, received by run() instead of going to the device.
+    struct LoopFrame {
+        uint32_t slot = 0, len = 0;
+    };
+    std::vector<LoopFrame> loopback_;
+
     std::mutex mu_;
+    vfio::UniqueFd wake_fd_;                 // an eventfd that wakes the sleeping progress thread
+    std::atomic<bool> sleeping_{false};
+    uint64_t sleep_deadline_ = 0;            // the deadline the sleeping thread's timer waits for
     std::atomic<bool> threaded_{false};
     std::atomic<bool> stop_{false};
     std::thread thread_;

@@ -1,6 +1,7 @@
 // The RDMA port: one raw queue pair of the device, its receive and send buffers, the demux of
 // received frames (ARP, RoCEv2 to a queue pair, the rest counted and dropped), ARP for the
 // port's address and its peers', and the timers.
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -98,11 +99,14 @@ Result<void> PortImpl::init() {
     if (!timer_fd_) return Error::from_errno(errno, "RDMA port: timerfd_create");
     async_fd_ = vfio::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), vfio::Sys::real());
     if (!async_fd_) return Error::from_errno(errno, "RDMA port: eventfd for asynchronous events");
+    wake_fd_ = vfio::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), vfio::Sys::real());
+    if (!wake_fd_) return Error::from_errno(errno, "RDMA port: eventfd for the progress thread");
     events_.resize(kMaxAsyncEvents);
 
     tx_free_.reserve(cfg_.tx_buffers);
     for (uint32_t i = cfg_.tx_buffers; i-- > 0;) tx_free_.push_back(cfg_.rx_buffers + i);
     tx_batch_.reserve(cfg_.tx_buffers);
+    loopback_.reserve(cfg_.tx_buffers);   // each holds a tx slot: never more than there are
     tx_sges_.resize(cfg_.tx_buffers);
     rx_batch_.reserve(cfg_.rx_buffers);
     rx_sges_.resize(cfg_.rx_buffers);
@@ -145,6 +149,12 @@ void PortImpl::tx_queue(uint8_t* buf, uint32_t len) noexcept {
     if (tx_drop_ && tx_drop_(tx_drop_ctx_, buf, len)) {   // the test hook: lost on the way out
         ++stats_.tx_frames;
         tx_release(buf);
+        return;
+    }
+    if (std::memcmp(buf, mac(), 6) == 0) {   // to this port: received in run(), never on the wire
+        loopback_.push_back({slot, len});
+        ++stats_.tx_frames;
+        kick();
         return;
     }
     const size_t i = tx_batch_.size();
@@ -207,7 +217,7 @@ int PortImpl::progress() noexcept {
 int PortImpl::run() noexcept {
     int work = 0;
     for (int round = 0; round < 4; ++round) {
-        const int n = poll_raw();
+        const int n = poll_raw() + run_loopback();
         work += n;
         if (n < int(kRawBatch)) break;
     }
@@ -236,14 +246,34 @@ int PortImpl::run() noexcept {
     return work;
 }
 
+int PortImpl::run_loopback() noexcept {
+    // The frames queued so far, in order; those their handling sends come in the next round.
+    const size_t n = loopback_.size();
+    for (size_t i = 0; i < n; ++i) {
+        const LoopFrame f = loopback_[i];
+        on_frame(buffers_ + size_t(f.slot) * slot_size_, f.len);
+        tx_free_.push_back(f.slot);
+    }
+    loopback_.erase(loopback_.begin(), loopback_.begin() + ptrdiff_t(n));
+    return int(n);
+}
+
 void PortImpl::mark_ready(QpImpl* qp) noexcept {
     if (qp->in_ready) return;
     qp->in_ready = true;
+    kick();
     if (std::find(ready_.begin(), ready_.end(), qp) == ready_.end()) ready_.push_back(qp);
 }
 
 void PortImpl::note_deadline(uint64_t when) noexcept {
     if (when && (next_deadline_ == 0 || when < next_deadline_)) next_deadline_ = when;
+    if (when && when < sleep_deadline_ && sleeping_.load(std::memory_order_relaxed)) kick();
+}
+
+void PortImpl::kick() noexcept {
+    if (!sleeping_.load(std::memory_order_relaxed)) return;
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_.get(), &one, sizeof one);
 }
 
 void PortImpl::run_timers(uint64_t now) noexcept {
@@ -345,6 +375,10 @@ bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
     failed = false;
     if (is_ipv4_multicast(ip)) {   // a group's address is computed, never asked for
         ipv4_multicast_mac(ip, out);
+        return true;
+    }
+    if (ip == cfg_.ipv4) {   // this port: looped back in tx_queue()
+        std::memcpy(out, mac(), 6);
         return true;
     }
     ArpEntry* slot = nullptr;
@@ -504,37 +538,76 @@ DeviceCaps PortImpl::query_device() const {
 
 // ---- the opt-in progress thread ------------------------------------------------------------------------
 
-Result<void> PortImpl::start_progress_thread(int cpu) {
+Result<void> PortImpl::start_progress_thread(const ProgressThreadOptions& opts) {
     if (thread_.joinable()) return Error{EBUSY, "the port's progress thread already runs"};
-    if (cpu >= 0 && cpu >= CPU_SETSIZE) return Error{EINVAL, str_cat("progress thread: no CPU ", cpu)};
+    if (opts.cpu >= 0 && opts.cpu >= CPU_SETSIZE) return Error{EINVAL, str_cat("progress thread: no CPU ", opts.cpu)};
     threaded_.store(true, std::memory_order_release);
     stop_.store(false);
-    thread_ = std::thread([this, cpu] { progress_loop(cpu); });
+    thread_ = std::thread([this, opts] { progress_loop(opts); });
     return {};
 }
 
 void PortImpl::stop_progress_thread() {
     if (!thread_.joinable()) return;
     stop_.store(true);
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_.get(), &one, sizeof one);
     thread_.join();
     threaded_.store(false, std::memory_order_release);
 }
 
-void PortImpl::progress_loop(int cpu) noexcept {
-    if (cpu >= 0) {
+void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
+    if (opts.cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);
-        CPU_SET(cpu, &set);
+        CPU_SET(opts.cpu, &set);
         (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
     }
+    const uint64_t idle_limit = uint64_t(opts.sleep_after_us) * 1000u;
+    uint64_t idle_since = 0;
     while (!stop_.load(std::memory_order_relaxed)) {
         int n;
         {
             std::lock_guard lock(mu_);
             n = run();
         }
-        if (n == 0) sched_yield();
+        if (n) {
+            idle_since = 0;
+            continue;
+        }
+        sched_yield();
+        if (!idle_limit) continue;
+        const uint64_t now = coarse_now_ns();
+        if (!idle_since) idle_since = now;
+        if (now - idle_since < idle_limit + coarse_slack_ns_) continue;
+        sleep_until_work();
+        idle_since = 0;
     }
+}
+
+// The idle progress thread's sleep: the device's receive interrupt and the timer armed, then a
+// last look (a frame may have come before the interrupt was armed), then poll(2) until a frame,
+// the next deadline, or kick() from an application call that queued work or an earlier deadline.
+void PortImpl::sleep_until_work() noexcept {
+    constexpr int kMaxSleepMs = 200;   // a safety net only: every wake-up source above is armed
+    {
+        std::lock_guard lock(mu_);
+        if (!ready_.empty() || !loopback_.empty()) return;
+        if (!link_->arm_recv()) return;   // no interrupt to wait for: keep polling
+        arm_timer();
+        if (run() != 0) return;
+        sleep_deadline_ = next_deadline_ ? next_deadline_ : ~uint64_t(0);
+        sleeping_.store(true, std::memory_order_relaxed);
+    }
+    pollfd fds[3] = {{link_->recv_channel_fd(), POLLIN, 0}, {timer_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+    (void)::poll(fds, 3, kMaxSleepMs);
+    std::lock_guard lock(mu_);
+    sleeping_.store(false, std::memory_order_relaxed);
+    sleep_deadline_ = 0;
+    uint64_t drain = 0;
+    (void)!::read(wake_fd_.get(), &drain, sizeof drain);
+    (void)!::read(timer_fd_.get(), &drain, sizeof drain);
+    link_->take_recv_events();
 }
 
 }  // namespace detail

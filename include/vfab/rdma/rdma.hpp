@@ -17,6 +17,10 @@
 // polls nothing) calls Port::progress() from its event loop, or starts the opt-in progress
 // thread on a core it names (start_progress_thread).
 //
+// Frames to the port's own address (a queue pair connected to another of the same port) never
+// reach the device: they are handed to the receive side within the port's progress, as an RDMA
+// NIC's loopback does.
+//
 // Remote accesses are checked against the device's memory-registration table (rkey, bounds,
 // rights, atomic alignment); a violation is NAKed and nothing is written.
 //
@@ -81,6 +85,11 @@ public:
     virtual int channel_fd() const noexcept = 0;
     // Clears the channel, runs progress; the number of completion notifications since the last call.
     virtual uint64_t take_events() noexcept = 0;
+    // A function called (with `ctx`) each time an armed CQ notifies, besides channel_fd()
+    // becoming readable: from whichever thread runs the port's progress, under the port's lock,
+    // so it must be short and must not call into the port. A verbs library's completion
+    // channels hang on it. nullptr removes it.
+    virtual void set_notify_hook(void (*hook)(void* ctx), void* ctx) noexcept = 0;
     // Completions lost because the queue was full (ibv's CQ overrun): size a CQ for every WR
     // that can complete on it; a non-zero count means the application missed completions.
     virtual uint64_t overruns() const noexcept = 0;
@@ -215,6 +224,15 @@ protected:
     virtual ~AddressHandle() = default;
 };
 
+// How the opt-in progress thread runs (Port::start_progress_thread).
+struct ProgressThreadOptions {
+    int cpu = -1;   // the CPU it is pinned to; -1: not pinned
+    // It busy-polls while there is work; after this many microseconds without any it sleeps
+    // until a frame arrives (the device's receive interrupt), a deadline is due or a call of
+    // the application gives it work. 0: it never sleeps (a core spent on the lowest latency).
+    uint32_t sleep_after_us = 0;
+};
+
 class Port {
 public:
     // An RDMA port over `dev` (which must outlive it): one raw queue pair of the device (the
@@ -265,6 +283,8 @@ public:
     // The opt-in progress thread for passive targets: it runs progress() in a loop on `cpu`
     // (-1: no pinning) until stop_progress_thread() or the port goes.
     virtual Result<void> start_progress_thread(int cpu) = 0;
+    // The same with its options (ProgressThreadOptions): pinning and sleeping when idle.
+    virtual Result<void> start_progress_thread(const ProgressThreadOptions& opts) = 0;
     // Stops the progress thread and joins it (nothing when none runs); calls then no longer
     // take the port's lock.
     virtual void stop_progress_thread() = 0;

@@ -1,0 +1,194 @@
+// The drop-in libibverbs' configuration and device discovery (docs/verbs.md, "Configuration"):
+//
+//   /etc/vfab/verbs.conf, or the file VFAB_VERBS_CONFIG names:
+//     device 0000:03:00.0 10.0.0.1 [name]      a device, its port's IPv4 address, its name
+//     progress thread|app                      who runs the protocol (docs/verbs.md, "Progress")
+//     progress_cpu 3                           the progress thread's CPU
+//     progress_sleep_us 1000                   idle this long, the progress thread sleeps (0: never)
+//     quiet yes                                no one-line reasons on stderr
+//   VFAB_VERBS_DEVICES=0000:03:00.0=10.0.0.1,0000:04:00.0=10.0.1.1   devices (before the file's)
+//   VFAB_VERBS_PROGRESS, VFAB_VERBS_PROGRESS_CPU, VFAB_VERBS_PROGRESS_SLEEP_US, VFAB_VERBS_QUIET
+//
+// The devices listed: those configured, in that order, then every other PCI function bound to
+// vfio-pci that a vfab provider drives and this user may open (its /dev/vfio group file), in
+// PCI order. Nothing here opens a device, a netlink socket or anything under /dev/infiniband.
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "objects.hpp"
+#include "vfab/pci_address.hpp"
+#include "vfab/provider.hpp"
+#include "vfab/vfio/pci_sysfs.hpp"
+
+namespace vfab::verbs {
+namespace {
+
+constexpr const char* kDefaultConfig = "/etc/vfab/verbs.conf";
+
+bool parse_ipv4(const std::string& s, uint32_t& out) {
+    in_addr a{};
+    if (inet_pton(AF_INET, s.c_str(), &a) != 1) return false;
+    out = ntohl(a.s_addr);
+    return true;
+}
+
+bool truthy(const char* v) { return v && (!std::strcmp(v, "1") || !std::strcmp(v, "yes") || !std::strcmp(v, "true")); }
+
+// A "device" entry: the PCI address made canonical; false when it is not one.
+bool add_configured(std::vector<DeviceConfig>& out, const std::string& bdf, const std::string& ip, const std::string& name,
+                    const std::string& where) {
+    auto addr = PciAddress::parse(bdf);
+    DeviceConfig d;
+    if (!addr || !parse_ipv4(ip, d.ipv4)) {
+        tell("%s: '%s %s' is not a PCI address and an IPv4 address; ignored", where.c_str(), bdf.c_str(), ip.c_str());
+        return false;
+    }
+    d.bdf = addr->to_string();
+    d.name = name;
+    for (auto& e : out)
+        if (e.bdf == d.bdf) return true;   // the first entry for a device wins
+    out.push_back(d);
+    return true;
+}
+
+void read_env(Library& lib, std::vector<DeviceConfig>& devs) {
+    if (const char* v = std::getenv("VFAB_VERBS_DEVICES")) {
+        std::stringstream ss(v);
+        std::string item;
+        while (std::getline(ss, item, ',')) {
+            const size_t eq = item.find('=');
+            if (eq == std::string::npos) {
+                tell("VFAB_VERBS_DEVICES: '%s' is not PCI-ADDRESS=IPv4; ignored", item.c_str());
+                continue;
+            }
+            add_configured(devs, item.substr(0, eq), item.substr(eq + 1), "", "VFAB_VERBS_DEVICES");
+        }
+    }
+    if (const char* v = std::getenv("VFAB_VERBS_PROGRESS")) lib.progress.thread = std::strcmp(v, "app") != 0;
+    if (const char* v = std::getenv("VFAB_VERBS_PROGRESS_CPU")) lib.progress.cpu = std::atoi(v);
+    if (const char* v = std::getenv("VFAB_VERBS_PROGRESS_SLEEP_US")) lib.progress.sleep_after_us = uint32_t(std::atol(v));
+}
+
+void read_file(Library& lib, std::vector<DeviceConfig>& devs) {
+    std::ifstream in(lib.config_path);
+    if (!in) return;
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line)) {
+        ++n;
+        if (const size_t hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+        std::istringstream f(line);
+        std::string key, a, b, c;
+        if (!(f >> key)) continue;
+        f >> a >> b >> c;
+        const std::string where = lib.config_path + ":" + std::to_string(n);
+        if (key == "device") add_configured(devs, a, b, c, where);
+        else if (key == "progress") lib.progress.thread = a != "app";
+        else if (key == "progress_cpu") lib.progress.cpu = std::atoi(a.c_str());
+        else if (key == "progress_sleep_us") lib.progress.sleep_after_us = uint32_t(std::atol(a.c_str()));
+        else if (key == "quiet") lib.quiet = truthy(a.c_str());
+        else tell("%s: unknown setting '%s'; ignored", where.c_str(), key.c_str());
+    }
+}
+
+// PCI functions bound to vfio-pci that a vfab provider drives and whose VFIO group file this
+// user may open, in PCI order.
+std::vector<std::string> drivable_devices() {
+    std::vector<std::string> out;
+    std::error_code ec;
+    vfio::PciSysfs sysfs;
+    for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices", ec)) {
+        auto addr = PciAddress::parse(e.path().filename().string());
+        if (!addr) continue;
+        auto drv = sysfs.driver(*addr);
+        if (!drv || !*drv || **drv != "vfio-pci") continue;
+        auto ids = sysfs.ids(*addr);
+        if (!ids || !provider::find_provider(ids->vendor, ids->device)) continue;
+        auto group = sysfs.iommu_group(*addr);
+        bool reachable = false;
+        if (group) {
+            for (const std::string& f : {"/dev/vfio/" + std::to_string(*group), "/dev/vfio/noiommu-" + std::to_string(*group)})
+                reachable = reachable || ::access(f.c_str(), R_OK | W_OK) == 0;
+        }
+        if (auto cdev = sysfs.vfio_cdev(*addr); cdev && *cdev)
+            reachable = reachable || ::access(("/dev/vfio/devices/" + **cdev).c_str(), R_OK | W_OK) == 0;
+        if (reachable) out.push_back(addr->to_string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+void fill_ibv_device(Device& d, size_t index) {
+    ibv_device& ib = d.head.ibdev;
+    ib.node_type = IBV_NODE_CA;
+    ib.transport_type = IBV_TRANSPORT_IB;   // RoCE devices say IB; the link layer says Ethernet
+    if (d.cfg.name.empty()) d.cfg.name = "vfab" + std::to_string(index);
+    std::snprintf(ib.name, sizeof ib.name, "%s", d.cfg.name.c_str());
+    std::snprintf(ib.dev_name, sizeof ib.dev_name, "vfab-%s", d.cfg.bdf.c_str());
+    // Paths that exist nowhere: ibv_read_sysfs_file answers for them (device.cpp).
+    std::snprintf(ib.dev_path, sizeof ib.dev_path, "/sys/class/infiniband_verbs/%s", ib.name);
+    std::snprintf(ib.ibdev_path, sizeof ib.ibdev_path, "/sys/class/infiniband/%s", ib.name);
+}
+
+}  // namespace
+
+Library& library() {
+    static Library* lib = [] {
+        auto* l = new Library;   // never destroyed: ibv_device pointers outlive every static
+        const char* path = std::getenv("VFAB_VERBS_CONFIG");
+        l->config_path = path ? path : kDefaultConfig;
+        l->quiet = truthy(std::getenv("VFAB_VERBS_QUIET"));
+        return l;
+    }();
+    return *lib;
+}
+
+std::vector<Device*> discover(Library& lib) {
+    std::lock_guard g(lib.mu);
+    std::vector<DeviceConfig> configured;
+    read_env(lib, configured);
+    read_file(lib, configured);
+    std::vector<DeviceConfig> found = configured;
+    for (const std::string& bdf : drivable_devices())
+        if (std::none_of(found.begin(), found.end(), [&](const DeviceConfig& c) { return c.bdf == bdf; }))
+            found.push_back(DeviceConfig{bdf, "", 0});
+    std::vector<Device*> present;
+    for (const DeviceConfig& c : found) {
+        auto known = std::find_if(lib.devices.begin(), lib.devices.end(), [&](Device* d) { return d->cfg.bdf == c.bdf; });
+        if (known != lib.devices.end()) {
+            std::lock_guard dg((*known)->mu);
+            if (!(*known)->open.port && c.ipv4) (*known)->cfg.ipv4 = c.ipv4;   // an address given since
+            present.push_back(*known);
+            continue;
+        }
+        auto* d = new Device;   // kept for the process (Library::devices)
+        d->cfg = c;
+        static const char kNotAProvider = 0;
+        d->head.provider_ops = &kNotAProvider;
+        fill_ibv_device(*d, lib.devices.size());
+        lib.devices.push_back(d);
+        present.push_back(d);
+    }
+    return present;
+}
+
+void tell(const char* fmt, ...) {
+    if (library().quiet) return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    std::fprintf(stderr, "vfab verbs: %s\n", line);
+}
+
+}  // namespace vfab::verbs
