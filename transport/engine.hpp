@@ -310,6 +310,10 @@ private:
     uint32_t write_len_ = 0, write_offset_ = 0;
     std::vector<Resource> res_;
     uint32_t res_next_ = 0;
+    // The resources in use: a ring of max_dest_rd_atomic of them (res_ holds the most allowed).
+    uint32_t res_window() const noexcept {
+        return std::max<uint32_t>(1, std::min<uint32_t>(attr_.max_dest_rd_atomic, uint32_t(res_.size())));
+    }
     uint32_t res_sending_ = 0;   // resources with responses still to send (a READ being answered)
     void set_sending(Resource& r, bool on) noexcept {
         if (r.sending != on) res_sending_ += on ? 1 : uint32_t(-1);

@@ -14,7 +14,9 @@ inline constexpr uint32_t kMaxSrq = 65536;        // SRQs of a port
 inline constexpr uint32_t kMaxSrqWr = 16384;
 inline constexpr uint32_t kMaxSrqSge = 32;
 inline constexpr uint32_t kMaxAh = 65536;         // address handles of a port
-inline constexpr uint32_t kMaxRdAtomic = 16;      // READs/atomics outstanding, and answered at once
+// READs/atomics outstanding, and answered at once: rxe's limit, which programs written on rxe
+// ask for (perftest sets the peer's outstanding reads, 128 on rxe, as its own max_rd_atomic).
+inline constexpr uint32_t kMaxRdAtomic = 128;
 inline constexpr uint32_t kMaxMcastGroups = 64;    // multicast groups a port has queue pairs in
 inline constexpr uint32_t kMaxMcastQpAttach = 64;  // queue pairs in one group
 

@@ -63,7 +63,7 @@ void QpImpl::respond_error(const Packet& p, uint8_t syndrome) noexcept {
 }
 
 Resource* QpImpl::new_resource() noexcept {
-    const uint32_t n = std::max<uint32_t>(1, std::min<uint32_t>(attr_.max_dest_rd_atomic, uint32_t(res_.size())));
+    const uint32_t n = res_window();
     Resource* r = &res_[res_next_ % n];
     ++res_next_;
     set_sending(*r, false);
@@ -89,7 +89,7 @@ bool QpImpl::send_atomic_ack(const Resource& r) noexcept {
 // Read responses still to send, oldest READ first (9.7.4.1.4); false when out of buffers.
 bool QpImpl::send_read_responses() noexcept {
     if (!res_sending_) return true;
-    const uint32_t n = uint32_t(res_.size());
+    const uint32_t n = res_window();
     for (uint32_t k = 0; k < n; ++k) {
         Resource& r = res_[(res_next_ + k) % n];
         while (r.sending) {

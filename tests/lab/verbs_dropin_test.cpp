@@ -84,5 +84,43 @@ TEST_F(VerbsDropin, SrqPingpongWithRxeBothRoles) {
     expect_pair(r, "200 iters in");
 }
 
+// ---- perftest 4.5 ---------------------------------------------------------------------------------
+
+struct Perf {
+    const char* tool;
+    std::vector<std::string> args;
+};
+
+class VerbsPerftest : public VerbsDropin, public ::testing::WithParamInterface<Perf> {};
+
+// One run each way: vfab as server with rxe as client, then the reverse. perftest's TCP side
+// channel is port 18515; -x names the GID (vfab's 0, rxe's 1); few iterations (TCG).
+TEST_P(VerbsPerftest, WithRxeBothRoles) {
+    const Perf& p = GetParam();
+    auto cmd = [&](const char* dev, const char* gid, bool client) {
+        std::vector<std::string> a = {p.tool, "-d", dev, "-x", gid, "-F"};
+        a.insert(a.end(), p.args.begin(), p.args.end());
+        if (client) a.push_back("127.0.0.1");
+        return a;
+    };
+    auto r = run_server_client(on_vfab(cmd("vfab0", "0", false)), cmd("rxe0", "1", true), 180s);
+    EXPECT_EQ(r.server.rc, 0) << "vfab server: " << r.server.summary() << "\nrxe client: " << r.client.summary();
+    EXPECT_EQ(r.client.rc, 0) << "rxe client: " << r.client.summary() << "\nvfab server: " << r.server.summary();
+    std::printf("%s\n", r.client.out.c_str());
+    r = run_server_client(cmd("rxe0", "1", false), on_vfab(cmd("vfab0", "0", true)), 180s);
+    EXPECT_EQ(r.server.rc, 0) << "rxe server: " << r.server.summary() << "\nvfab client: " << r.client.summary();
+    EXPECT_EQ(r.client.rc, 0) << "vfab client: " << r.client.summary() << "\nrxe server: " << r.server.summary();
+    std::printf("%s\n", r.client.out.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Perftest, VerbsPerftest,
+    ::testing::Values(Perf{"ib_write_bw", {"-n", "200"}}, Perf{"ib_write_bw", {"-n", "200", "--use_old_post_send"}},
+                      Perf{"ib_write_lat", {"-n", "200"}}, Perf{"ib_read_bw", {"-n", "200"}},
+                      Perf{"ib_read_lat", {"-n", "200"}}, Perf{"ib_send_bw", {"-n", "200"}},
+                      Perf{"ib_send_lat", {"-n", "200"}}, Perf{"ib_send_bw", {"-n", "200", "-c", "UD"}},
+                      Perf{"ib_send_lat", {"-n", "200", "-c", "UD"}}, Perf{"ib_atomic_bw", {"-n", "200"}},
+                      Perf{"ib_atomic_lat", {"-n", "200"}}, Perf{"ib_read_lat", {"-n", "200", "--use_old_post_send"}}));
+
 }  // namespace
 }  // namespace vfab::lab

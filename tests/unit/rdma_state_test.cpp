@@ -205,8 +205,8 @@ TEST_F(StateTest, AttributeRangesAndPathMtu) {
     t.rnr_retry = 8;
     EXPECT_THAT(error_of(a.qp->modify(t, kRtsMask)), HasSubstr("rnr_retry is 0 to 7"));
     t = rts_attr();
-    t.max_rd_atomic = 17;
-    EXPECT_THAT(error_of(a.qp->modify(t, kRtsMask)), HasSubstr("max_rd_atomic is at most 16"));
+    t.max_rd_atomic = 129;
+    EXPECT_THAT(error_of(a.qp->modify(t, kRtsMask)), HasSubstr("max_rd_atomic is at most 128"));
     EXPECT_EQ(a.qp->state(), QpState::rtr);
 }
 
