@@ -96,15 +96,20 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
         if (to != QpState::init) break;
         return rc ? need(attr_pkey_index | attr_port | attr_access_flags, "pkey_index, port and qp_access_flags")
                   : need(attr_pkey_index | attr_port | attr_qkey, "pkey_index, port and qkey");
+    // An XRC sender has no responder (no max_dest_rd_atomic or min_rnr_timer to give) and an XRC
+    // receiver no requester (no retry counts or max_rd_atomic), as the kernel's table has them.
     case QpState::init:
         if (to == QpState::init) return {};
         if (to != QpState::rtr) break;
+        if (type_ == QpType::xrc_send)
+            return need(attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn, "ah_attr, path_mtu, dest_qp_num and rq_psn");
         return rc ? need(attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn | attr_max_dest_rd_atomic |
                              attr_min_rnr_timer,
                          "ah_attr, path_mtu, dest_qp_num, rq_psn, max_dest_rd_atomic and min_rnr_timer")
                   : Result<void>{};
     case QpState::rtr:
         if (to != QpState::rts) break;
+        if (type_ == QpType::xrc_recv) return need(attr_sq_psn | attr_timeout, "sq_psn and timeout");
         return rc ? need(attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry | attr_max_qp_rd_atomic,
                          "sq_psn, timeout, retry_cnt, rnr_retry and max_rd_atomic")
                   : need(attr_sq_psn, "sq_psn");

@@ -100,28 +100,29 @@ void read_file(Library& lib, std::vector<DeviceConfig>& devs) {
     }
 }
 
-// PCI functions bound to vfio-pci that a vfab provider drives and whose VFIO group file this
-// user may open, in PCI order.
-std::vector<std::string> drivable_devices() {
+// Why vfab cannot drive the PCI function `addr` for this user; empty when it can: bound to
+// vfio-pci, a vfab provider for its IDs, and its VFIO group (or device) file open to this user.
+std::string unusable(const vfio::PciSysfs& sysfs, const PciAddress& addr) {
+    auto drv = sysfs.driver(addr);
+    if (!drv || !*drv || **drv != "vfio-pci") return "not bound to vfio-pci (vfio-devctl bind " + addr.to_string() + ")";
+    auto ids = sysfs.ids(addr);
+    if (!ids || !provider::find_provider(ids->vendor, ids->device)) return "no vfab provider drives it";
+    auto group = sysfs.iommu_group(addr);
+    if (group)
+        for (const std::string& f : {"/dev/vfio/" + std::to_string(*group), "/dev/vfio/noiommu-" + std::to_string(*group)})
+            if (::access(f.c_str(), R_OK | W_OK) == 0) return {};
+    if (auto cdev = sysfs.vfio_cdev(addr); cdev && *cdev)
+        if (::access(("/dev/vfio/devices/" + **cdev).c_str(), R_OK | W_OK) == 0) return {};
+    return "this user may not open its VFIO group (vfio-devctl bind " + addr.to_string() + " --user $USER)";
+}
+
+// PCI functions that vfab can drive for this user, in PCI order.
+std::vector<std::string> drivable_devices(const vfio::PciSysfs& sysfs) {
     std::vector<std::string> out;
     std::error_code ec;
-    vfio::PciSysfs sysfs;
     for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices", ec)) {
         auto addr = PciAddress::parse(e.path().filename().string());
-        if (!addr) continue;
-        auto drv = sysfs.driver(*addr);
-        if (!drv || !*drv || **drv != "vfio-pci") continue;
-        auto ids = sysfs.ids(*addr);
-        if (!ids || !provider::find_provider(ids->vendor, ids->device)) continue;
-        auto group = sysfs.iommu_group(*addr);
-        bool reachable = false;
-        if (group) {
-            for (const std::string& f : {"/dev/vfio/" + std::to_string(*group), "/dev/vfio/noiommu-" + std::to_string(*group)})
-                reachable = reachable || ::access(f.c_str(), R_OK | W_OK) == 0;
-        }
-        if (auto cdev = sysfs.vfio_cdev(*addr); cdev && *cdev)
-            reachable = reachable || ::access(("/dev/vfio/devices/" + **cdev).c_str(), R_OK | W_OK) == 0;
-        if (reachable) out.push_back(addr->to_string());
+        if (addr && unusable(sysfs, *addr).empty()) out.push_back(addr->to_string());
     }
     std::sort(out.begin(), out.end());
     return out;
@@ -157,8 +158,15 @@ std::vector<Device*> discover(Library& lib) {
     std::vector<DeviceConfig> configured;
     read_env(lib, configured);
     read_file(lib, configured);
-    std::vector<DeviceConfig> found = configured;
-    for (const std::string& bdf : drivable_devices())
+    // Configured devices this user cannot drive are left out, with the reason.
+    vfio::PciSysfs sysfs;
+    std::vector<DeviceConfig> found;
+    for (const DeviceConfig& c : configured) {
+        const std::string why = unusable(sysfs, *PciAddress::parse(c.bdf));
+        if (why.empty()) found.push_back(c);
+        else tell("%s: %s; not listed", c.bdf.c_str(), why.c_str());
+    }
+    for (const std::string& bdf : drivable_devices(sysfs))
         if (std::none_of(found.begin(), found.end(), [&](const DeviceConfig& c) { return c.bdf == bdf; }))
             found.push_back(DeviceConfig{bdf, "", 0});
     std::vector<Device*> present;

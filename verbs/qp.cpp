@@ -159,7 +159,10 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     t.srq = a->srq ? Srq::of(a->srq)->t : nullptr;
     t.xrcd = tgt ? Xrcd::of(a->xrcd)->t : nullptr;
     t.cap = {a->cap.max_send_wr, a->cap.max_recv_wr, a->cap.max_send_sge, a->cap.max_recv_sge, a->cap.max_inline_data};
-    if (tgt) t.send_cq = t.recv_cq = nullptr;
+    if (tgt) {   // an XRC receiver has no queues of its own: sizes that pass the transport's checks
+        t.send_cq = t.recv_cq = nullptr;
+        t.cap = {1, 0, 1, 0, 0};
+    }
     // An XRC sender or a QP of an SRQ has no receive queue: its sizes are not looked at.
     if (t.srq || a->qp_type == IBV_QPT_XRC_SEND) t.cap.max_recv_wr = t.cap.max_recv_sge = 0;
     if (t.cap.max_send_sge == 0) t.cap.max_send_sge = 1;

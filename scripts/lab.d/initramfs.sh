@@ -7,6 +7,7 @@
 #   /usr/share/misc/pci.ids     libpci's ID database (vfio-devctl names the devices with it)
 #   /lib/modules/<ver>          (debian flavor) VFIO and NIC driver modules + modules.dep
 #   DPDK's dpdk-testpmd, libraries and PMD plugins, /vfab/bin/dpdk-pps   (--dpdk, lab.d/dpdk.sh)
+#   Python, python3-pyverbs and rdma-core's test suite     (--pyverbs, lab.d/pyverbs.sh; debian flavor)
 #   rdma-core's tools, libibverbs with the rxe provider, iproute2's ip and rdma (debian flavor)
 
 # Kernel modules the guest may load; their dependencies are added from modinfo.
@@ -33,7 +34,7 @@ copy_with_libs() {
 # (tests/lab/rxe_peer.hpp): ibverbs-utils, perftest, and iproute2's rdma. They go to /usr/bin;
 # iproute2's ip to /usr/sbin (busybox's ip in /bin comes first in PATH: call /usr/sbin/ip).
 # About 5.5 MB on top of what the lab's own binaries bring (libc), gathered in under a second.
-RDMA_TOOLS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong
+RDMA_TOOLS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_xsrq_pingpong
             ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat
             rdma tc)
 
@@ -104,6 +105,7 @@ initramfs_build() {
         depmod -b "$stage" "$KERNEL_VERSION" || die "initramfs: depmod failed"
         # Only the debian flavor's kernel has rdma_rxe (the iommufd kernel has no RDMA).
         rdma_stage "$stage"
+        if (( ${INITRAMFS_PYVERBS:-0} )); then pyverbs_stage "$stage"; fi
     fi
     for bin in "$@"; do
         [[ -f $bin ]] || continue   # reported as missing by the guest, test by test

@@ -2,7 +2,9 @@
 // no kernel RDMA on vfab's side: vfab drives 0000:00:02.0 through VFIO as 10.77.0.1 (vfab0);
 // the kernel's rxe has 0000:00:03.0 as 10.77.0.2 (rxe0, RxePeer). The programs on vfab run with
 // vfab-run, the ones on rxe with the system's libibverbs: both are the same Debian binaries.
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -24,6 +26,109 @@ std::vector<std::string> on_vfab(std::vector<std::string> args) {
     return a;
 }
 
+// ---- vfab <-> vfab, and what a program meets around it (no kernel RDMA anywhere) ----------------
+// The igb pair (00:05.0 and 00:0a.0, on QEMU's hub 2) as vfab0 and vfab1. These run before the
+// rxe tests below, so that the kernel's RDMA modules are not loaded yet.
+
+constexpr const char* kPairDevices = "0000:00:05.0=10.78.0.1,0000:00:0a.0=10.78.0.2";
+
+std::vector<std::string> on_vfab_pair(std::vector<std::string> args) {
+    std::vector<std::string> a = {"/vfab/bin/vfab-run", "--device", kPairDevices, "--"};
+    a.insert(a.end(), args.begin(), args.end());
+    return a;
+}
+
+bool kernel_rdma_loaded() {
+    for (const char* m : {"ib_core", "ib_uverbs", "rdma_rxe"})
+        if (module_loaded(m)) return true;
+    return false;
+}
+
+class VerbsVfab : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!in_lab()) GTEST_SKIP() << "needs the lab (scripts/lab)";
+        const auto lo = set_link_up("lo", true);   // the tools' TCP side channel
+        ASSERT_TRUE(lo) << std::strerror(errno);
+        lo_was_up_ = *lo;
+    }
+    void TearDown() override {
+        if (!lo_was_up_) (void)set_link_up("lo", false);
+    }
+    static void expect_pair(const PairOutcome& r, const std::string& line) {
+        EXPECT_EQ(r.server.rc, 0) << "server: " << r.server.summary() << "\nclient: " << r.client.summary();
+        EXPECT_EQ(r.client.rc, 0) << "client: " << r.client.summary() << "\nserver: " << r.server.summary();
+        EXPECT_NE(r.server.out.find(line), std::string::npos) << r.server.summary();
+        EXPECT_NE(r.client.out.find(line), std::string::npos) << r.client.summary();
+    }
+    bool lo_was_up_ = true;
+};
+
+TEST_F(VerbsVfab, PingpongsLeaveNoKernelRdmaLoaded) {
+    const bool before = kernel_rdma_loaded();
+    for (const char* size : {"1", "4096", "20000"}) {
+        SCOPED_TRACE(size);
+        expect_pair(run_server_client(on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-s", size}),
+                                      on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab1", "-g", "0", "-n", "100", "-s", size, "127.0.0.1"}),
+                                      120s),
+                    "100 iters in");
+    }
+    expect_pair(run_server_client(on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-e"}),
+                                  on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab1", "-g", "0", "-n", "100", "-e", "127.0.0.1"}), 120s),
+                "100 iters in");
+    expect_pair(run_server_client(on_vfab_pair({"ibv_ud_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-s", "1000"}),
+                                  on_vfab_pair({"ibv_ud_pingpong", "-d", "vfab1", "-g", "0", "-n", "100", "-s", "1000", "127.0.0.1"}),
+                                  120s),
+                "100 iters in");
+    expect_pair(run_server_client(on_vfab_pair({"ibv_srq_pingpong", "-d", "vfab0", "-g", "0", "-n", "200"}),
+                                  on_vfab_pair({"ibv_srq_pingpong", "-d", "vfab1", "-g", "0", "-n", "200", "127.0.0.1"}), 120s),
+                "200 iters in");
+    const Outcome info = run_program(on_vfab_pair({"ibv_devinfo", "-d", "vfab1"}), 60s);
+    EXPECT_EQ(info.rc, 0) << info.summary();
+    if (!before) EXPECT_FALSE(kernel_rdma_loaded()) << "a kernel RDMA module was loaded while only vfab ran";
+    else GTEST_LOG_(INFO) << "the kernel's RDMA modules were loaded before this test: not checked";
+}
+
+TEST_F(VerbsVfab, XsrqPingpong) {
+    expect_pair(run_server_client(on_vfab_pair({"ibv_xsrq_pingpong", "-d", "vfab0", "-g", "0", "-n", "100"}),
+                                  on_vfab_pair({"ibv_xsrq_pingpong", "-d", "vfab1", "-g", "0", "-n", "100", "127.0.0.1"}), 120s),
+                "success");
+}
+
+// dlopen'ed as UCX does, two contexts of one device in one process, two of its queue pairs
+// connected to each other (loopback), and rdma-core's errnos for bad input.
+TEST_F(VerbsVfab, DlopenLoopbackAndBadInput) {
+    const Outcome r = run_program(on_vfab_pair({"/vfab/bin/verbs_dlopen_probe", "vfab0"}), 60s);
+    EXPECT_EQ(r.rc, 0) << r.summary();
+    EXPECT_NE(r.out.find("loopback ok"), std::string::npos) << r.summary();
+    EXPECT_NE(r.out.find("errors ok"), std::string::npos) << r.summary();
+}
+
+// A user who may open no VFIO group sees no device, and the tools say so as on a machine with
+// no RDMA device.
+TEST_F(VerbsVfab, NoDeviceForAUserWithoutVfioAccess) {
+    const Outcome r = run_program(on_vfab_pair({"ibv_devinfo"}), 60s, [] {
+        return ::setgroups(0, nullptr) == 0 && ::setgid(65534) == 0 && ::setuid(65534) == 0;
+    });
+    EXPECT_NE(r.rc, 0) << r.summary();
+    EXPECT_NE(r.err.find("No IB devices found"), std::string::npos) << r.summary();
+}
+
+// A device another process holds: one clear line on stderr, and the holder unharmed.
+TEST_F(VerbsVfab, ADeviceAnotherProcessHoldsIsRefusedClearly) {
+    Child server(on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab0", "-g", "0", "-n", "50"}));
+    ASSERT_TRUE(wait_for([] { return tcp_listening(kPingpongPort); }, 30s)) << server.wait(0ms).summary();
+    const Outcome busy = run_program(on_vfab_pair({"ibv_devinfo", "-d", "vfab0"}), 60s);
+    EXPECT_NE(busy.rc, 0) << busy.summary();
+    EXPECT_NE(busy.err.find("vfab verbs: vfab0:"), std::string::npos) << busy.summary();
+    const Outcome client = run_program(on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab1", "-g", "0", "-n", "50", "127.0.0.1"}), 60s);
+    const Outcome held = server.wait(60s);
+    EXPECT_EQ(client.rc, 0) << client.summary();
+    EXPECT_EQ(held.rc, 0) << held.summary();
+}
+
+// ---- against the kernel's rxe ----------------------------------------------------------------------
+
 class VerbsDropin : public RxeSuite {
 protected:
     static void expect_pair(const PairOutcome& r, const std::string& line) {
@@ -42,7 +147,6 @@ TEST_F(VerbsDropin, DevicesAreListedAndDescribed) {
 
     const Outcome info = run_program(on_vfab({"ibv_devinfo", "-v", "-d", "vfab0"}), 60s);
     ASSERT_EQ(info.rc, 0) << info.summary();
-    std::printf("%s\n%s\n", list.summary().c_str(), info.summary().c_str());
     for (const char* want : {"PORT_ACTIVE", "Ethernet", "::ffff:10.77.0.1", "RoCE v2", "active_mtu:\t\t1024"})
         EXPECT_NE(info.out.find(want), std::string::npos) << want << "\n" << info.summary();
 }
@@ -53,7 +157,6 @@ TEST_F(VerbsDropin, RcPingpongWithRxeBothRoles) {
         auto r = run_server_client(on_vfab({"ibv_rc_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-s", size}),
                                    {"ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-s", size, "127.0.0.1"}, 120s);
         expect_pair(r, "100 iters in");
-        std::printf("%s\n%s\n", r.server.summary().c_str(), r.client.summary().c_str());
         r = run_server_client({"ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-s", size},
                               on_vfab({"ibv_rc_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-s", size, "127.0.0.1"}), 120s);
         expect_pair(r, "100 iters in");

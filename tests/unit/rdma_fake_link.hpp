@@ -12,6 +12,7 @@
 #include <functional>
 #include <optional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <vector>
 
@@ -55,14 +56,21 @@ struct Wire {
     // Called when a frame is put on the wire toward side 0 / 1: its raw receive CQ's channel
     // fires when armed, as a device's interrupt would.
     std::function<void()> on_arrival[2];
+    // The two ports may run on two threads (a progress thread on one side): the frames in flight
+    // are taken and given under this lock.
+    std::mutex mu;
 
     // Arbitrary bytes toward side `to`, past the faults (fuzzing, hand-made frames).
     void inject(int to, const uint8_t* f, uint32_t len) {
-        in_flight[to].emplace_back(f, f + len);
+        {
+            std::lock_guard g(mu);
+            in_flight[to].emplace_back(f, f + len);
+        }
         if (on_arrival[to]) on_arrival[to]();
     }
 
     void send(int to, const uint8_t* f, uint32_t len) {
+        std::unique_lock g(mu);
         std::vector<uint8_t> v(f, f + len);
         auto roll = [&](unsigned pct) { return pct && std::uniform_int_distribution<unsigned>(0, 99)(rng) < pct; };
         if (roll(faults.drop)) {
@@ -84,6 +92,7 @@ struct Wire {
             q.push_back(v);
             ++duplicated;
         }
+        g.unlock();
         if (on_arrival[to]) on_arrival[to]();
     }
 };
@@ -225,6 +234,7 @@ inline PostResult FakeQp::post_send(std::span<const SendWr> wrs) noexcept {
 }
 
 inline void FakeQp::deliver() {
+    std::lock_guard g(dev_.wire_.mu);
     auto& q = dev_.wire_.in_flight[dev_.side_];
     while (!q.empty() && !rq.empty()) {
         const std::vector<uint8_t> f = std::move(q.front());

@@ -189,8 +189,8 @@ TEST_F(StateTest, AttributeRangesAndPathMtu) {
     r.min_rnr_timer = 32;
     EXPECT_THAT(error_of(a.qp->modify(r, kRtrMask)), HasSubstr("min_rnr_timer is 0 to 31"));
     r = rtr_attr();
-    r.max_dest_rd_atomic = 17;
-    EXPECT_THAT(error_of(a.qp->modify(r, kRtrMask)), HasSubstr("max_dest_rd_atomic is at most 16"));
+    r.max_dest_rd_atomic = 129;
+    EXPECT_THAT(error_of(a.qp->modify(r, kRtrMask)), HasSubstr("max_dest_rd_atomic is at most 128"));
     EXPECT_EQ(a.qp->state(), QpState::init);
     r = rtr_attr();
     r.path_mtu = 1;

@@ -183,6 +183,43 @@ TEST_F(XrcTest, AnSrqOfAnotherDomainIsNakedAndGetsNothing) {
     EXPECT_EQ(cq_b->poll(std::span(&wc, 1)), 0);   // foreign's WR was not taken
 }
 
+// The attributes each end needs are those of the kernel's state table (rdma-core's
+// ibv_xsrq_pingpong gives exactly these): a sender has no responder attributes to give at RTR,
+// a receiver no requester ones at RTS.
+TEST_F(XrcTest, EachEndNeedsOnlyItsOwnAttributes) {
+    QpInitAttr ia;
+    ia.qp_type = QpType::xrc_send;
+    ia.send_cq = cq_a;
+    Qp* s = *pair.a->create_qp(ia);
+    QpInitAttr ta;
+    ta.qp_type = QpType::xrc_recv;
+    ta.xrcd = xrcd;
+    Qp* r = *pair.b->create_qp(ta);
+    QpAttr a;
+    a.qp_state = QpState::init;
+    a.qp_access_flags = kAllRemote;
+    for (Qp* q : {s, r}) ASSERT_TRUE(q->modify(a, attr_state | attr_pkey_index | attr_port | attr_access_flags));
+    a.qp_state = QpState::rtr;
+    a.ah_attr.dgid = pair.b->gid();
+    a.dest_qp_num = r->qp_num();
+    auto ok = s->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn);
+    EXPECT_TRUE(ok) << ok.error().message;
+    ok = r->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn);
+    EXPECT_FALSE(ok) << "a receiver needs max_dest_rd_atomic and min_rnr_timer";
+    ok = r->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn | attr_max_dest_rd_atomic |
+                          attr_min_rnr_timer);
+    EXPECT_TRUE(ok) << ok.error().message;
+    a.qp_state = QpState::rts;
+    ok = r->modify(a, attr_state | attr_timeout);
+    EXPECT_FALSE(ok) << "a receiver needs sq_psn";
+    ok = r->modify(a, attr_state | attr_timeout | attr_sq_psn);
+    EXPECT_TRUE(ok) << ok.error().message;
+    ok = s->modify(a, attr_state | attr_timeout | attr_sq_psn);
+    EXPECT_FALSE(ok) << "a sender needs retry_cnt, rnr_retry and max_rd_atomic";
+    ok = s->modify(a, attr_state | attr_timeout | attr_sq_psn | attr_retry_cnt | attr_rnr_retry | attr_max_qp_rd_atomic);
+    EXPECT_TRUE(ok) << ok.error().message;
+}
+
 TEST_F(XrcTest, BadInputIsRefused) {
     QpInitAttr ia;
     ia.qp_type = QpType::xrc_recv;   // no domain

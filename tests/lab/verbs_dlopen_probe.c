@@ -1,0 +1,185 @@
+/* A program that reaches libibverbs only through dlopen("libibverbs.so.1") and dlsym, as UCX
+ * and libfabric do, run on vfab's drop-in library by tests/lab/verbs_dropin_test.cpp:
+ *   - two contexts of one device in one process (ibv_open_device twice shares the device);
+ *   - two RC queue pairs of that one port connected to each other (loopback: nothing leaves
+ *     the host), a SEND and an RDMA WRITE between them, data checked;
+ *   - bad input gets the errno rdma-core gives: CQ of 0 entries, a QP too deep, RESET -> RTS,
+ *     remote write without local write.
+ * Prints "loopback ok" and "errors ok"; exit 0 when all held.
+ *   verbs_dlopen_probe DEVICE */
+#include <dlfcn.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SYM(name) static __typeof__(&name) p_##name;
+SYM(ibv_get_device_list)
+SYM(ibv_free_device_list)
+SYM(ibv_get_device_name)
+SYM(ibv_open_device)
+SYM(ibv_close_device)
+SYM(ibv_alloc_pd)
+SYM(ibv_dealloc_pd)
+SYM(ibv_reg_mr)
+SYM(ibv_dereg_mr)
+SYM(ibv_create_cq)
+SYM(ibv_destroy_cq)
+SYM(ibv_create_qp)
+SYM(ibv_destroy_qp)
+SYM(ibv_modify_qp)
+SYM(ibv_query_gid)
+
+static int failures;
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            fprintf(stderr, "FAILED %s: ", #cond);        \
+            fprintf(stderr, __VA_ARGS__);                 \
+            fputc('\n', stderr);                          \
+            ++failures;                                   \
+        }                                                 \
+    } while (0)
+
+static int load(void) {
+    void *lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return -1;
+    }
+#define LOAD(name) if (!(p_##name = (__typeof__(p_##name))dlsym(lib, #name))) { fprintf(stderr, "dlsym %s\n", #name); return -1; }
+    LOAD(ibv_get_device_list) LOAD(ibv_free_device_list) LOAD(ibv_get_device_name) LOAD(ibv_open_device)
+    LOAD(ibv_close_device) LOAD(ibv_alloc_pd) LOAD(ibv_dealloc_pd) LOAD(ibv_reg_mr) LOAD(ibv_dereg_mr)
+    LOAD(ibv_create_cq) LOAD(ibv_destroy_cq) LOAD(ibv_create_qp) LOAD(ibv_destroy_qp) LOAD(ibv_modify_qp)
+    LOAD(ibv_query_gid)
+    return 0;
+}
+
+static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *cq, uint32_t depth) {
+    struct ibv_qp_init_attr a = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+                                 .cap = {.max_send_wr = depth, .max_recv_wr = depth, .max_send_sge = 1, .max_recv_sge = 1}};
+    return p_ibv_create_qp(pd, &a);
+}
+
+static int connect_qp(struct ibv_qp *qp, uint32_t dest, union ibv_gid gid) {
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+                            .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE};
+    if (p_ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return -1;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = dest;
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = gid;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.port_num = 1;
+    if (p_ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+        return -1;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    return p_ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                       IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* Polls `cq` until `n` completions or 10 s; how many came, all checked for success. */
+static int wait_cq(struct ibv_cq *cq, int n) {
+    struct ibv_wc wc;
+    int got = 0;
+    time_t end = time(NULL) + 10;
+    while (got < n && time(NULL) < end) {
+        int k = ibv_poll_cq(cq, 1, &wc);   /* inline: through the context's ops */
+        if (k < 0) return -1;
+        if (k == 1) {
+            CHECK(wc.status == IBV_WC_SUCCESS, "wr %llu: status %d", (unsigned long long)wc.wr_id, wc.status);
+            ++got;
+        }
+    }
+    return got;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DEVICE\n", argv[0]);
+        return 2;
+    }
+    if (load()) return 1;
+    int n = 0;
+    struct ibv_device **list = p_ibv_get_device_list(&n), *dev = NULL;
+    for (int i = 0; list && i < n; ++i)
+        if (!strcmp(p_ibv_get_device_name(list[i]), argv[1])) dev = list[i];
+    if (!dev) {
+        fprintf(stderr, "no device %s\n", argv[1]);
+        return 1;
+    }
+    struct ibv_context *c1 = p_ibv_open_device(dev), *c2 = p_ibv_open_device(dev);
+    if (!c1 || !c2) {
+        perror("ibv_open_device");
+        return 1;
+    }
+    struct ibv_pd *pd1 = p_ibv_alloc_pd(c1), *pd2 = p_ibv_alloc_pd(c2);
+    struct ibv_cq *cq1 = p_ibv_create_cq(c1, 64, NULL, NULL, 0), *cq2 = p_ibv_create_cq(c2, 64, NULL, NULL, 0);
+    static char m1[8192], m2[8192];
+    struct ibv_mr *mr1 = p_ibv_reg_mr(pd1, m1, sizeof m1, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    struct ibv_mr *mr2 = p_ibv_reg_mr(pd2, m2, sizeof m2, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    struct ibv_qp *q1 = make_qp(pd1, cq1, 16), *q2 = make_qp(pd2, cq2, 16);
+    if (!pd1 || !pd2 || !cq1 || !cq2 || !mr1 || !mr2 || !q1 || !q2) {
+        perror("setting up");
+        return 1;
+    }
+    union ibv_gid gid;
+    CHECK(p_ibv_query_gid(c1, 1, 0, &gid) == 0, "query_gid");
+    CHECK(connect_qp(q1, q2->qp_num, gid) == 0 && connect_qp(q2, q1->qp_num, gid) == 0, "connect: %s", strerror(errno));
+
+    for (int i = 0; i < 4096; ++i) m1[i] = (char)(i * 7 + 3);
+    struct ibv_sge rs = {(uintptr_t)m2, 4096, mr2->lkey}, ss = {(uintptr_t)m1, 4096, mr1->lkey};
+    struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &rs, .num_sge = 1}, *bad_r;
+    struct ibv_send_wr swr = {.wr_id = 2, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED}, *bad_s;
+    CHECK(ibv_post_recv(q2, &rwr, &bad_r) == 0, "post_recv");
+    CHECK(ibv_post_send(q1, &swr, &bad_s) == 0, "post_send");
+    CHECK(wait_cq(cq2, 1) == 1 && wait_cq(cq1, 1) == 1, "SEND completions");
+    CHECK(!memcmp(m1, m2, 4096), "SEND data");
+    swr.opcode = IBV_WR_RDMA_WRITE;
+    swr.wr.rdma.remote_addr = (uintptr_t)(m2 + 4096);
+    swr.wr.rdma.rkey = mr2->rkey;
+    CHECK(ibv_post_send(q1, &swr, &bad_s) == 0, "post_send WRITE");
+    CHECK(wait_cq(cq1, 1) == 1, "WRITE completion");
+    CHECK(!memcmp(m1, m2 + 4096, 4096), "WRITE data");
+    if (!failures) printf("loopback ok\n");
+
+    /* Bad input: rdma-core's errnos. */
+    int before = failures;
+    errno = 0;
+    CHECK(!p_ibv_create_cq(c1, 0, NULL, NULL, 0) && errno == EINVAL, "cqe 0: errno %d", errno);
+    errno = 0;
+    CHECK(!make_qp(pd1, cq1, 1u << 30) && errno == EINVAL, "max_send_wr 2^30: errno %d", errno);
+    struct ibv_qp *q3 = make_qp(pd1, cq1, 4);
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS};
+    CHECK(q3 && p_ibv_modify_qp(q3, &a, IBV_QP_STATE) == EINVAL, "RESET -> RTS");
+    errno = 0;
+    CHECK(!p_ibv_reg_mr(pd1, m1, 64, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL, "remote write alone: errno %d", errno);
+    if (failures == before) printf("errors ok\n");
+
+    if (q3) p_ibv_destroy_qp(q3);
+    p_ibv_destroy_qp(q1);
+    p_ibv_destroy_qp(q2);
+    p_ibv_dereg_mr(mr1);
+    p_ibv_dereg_mr(mr2);
+    p_ibv_destroy_cq(cq1);
+    p_ibv_destroy_cq(cq2);
+    p_ibv_dealloc_pd(pd1);
+    p_ibv_dealloc_pd(pd2);
+    p_ibv_close_device(c2);
+    p_ibv_close_device(c1);
+    p_ibv_free_device_list(list);
+    return failures ? 1 : 0;
+}
