@@ -194,36 +194,58 @@ struct Perf {
     std::vector<std::string> args;
 };
 
-class VerbsPerftest : public VerbsDropin, public ::testing::WithParamInterface<Perf> {};
+// Every perftest program, on its default path (ibv_wr_*) and with --use_old_post_send, UD for
+// the send tests; few iterations (TCG).
+const std::vector<Perf> kPerf = {
+    {"ib_write_bw", {"-n", "200"}},  {"ib_write_bw", {"-n", "200", "--use_old_post_send"}},
+    {"ib_write_lat", {"-n", "200"}}, {"ib_read_bw", {"-n", "200"}},
+    {"ib_read_lat", {"-n", "200"}},  {"ib_read_lat", {"-n", "200", "--use_old_post_send"}},
+    {"ib_send_bw", {"-n", "200"}},   {"ib_send_lat", {"-n", "200"}},
+    {"ib_send_bw", {"-n", "200", "-c", "UD"}}, {"ib_send_lat", {"-n", "200", "-c", "UD"}},
+    {"ib_atomic_bw", {"-n", "200"}}, {"ib_atomic_lat", {"-n", "200"}},
+    {"ib_send_lat", {"-n", "200", "--use_old_post_send"}},
+};
 
-// One run each way: vfab as server with rxe as client, then the reverse. perftest's TCP side
-// channel is port 18515; -x names the GID (vfab's 0, rxe's 1); few iterations (TCG).
-TEST_P(VerbsPerftest, WithRxeBothRoles) {
-    const Perf& p = GetParam();
-    auto cmd = [&](const char* dev, const char* gid, bool client) {
-        std::vector<std::string> a = {p.tool, "-d", dev, "-x", gid, "-F"};
-        a.insert(a.end(), p.args.begin(), p.args.end());
-        if (client) a.push_back("127.0.0.1");
-        return a;
-    };
-    auto r = run_server_client(on_vfab(cmd("vfab0", "0", false)), cmd("rxe0", "1", true), 180s);
-    EXPECT_EQ(r.server.rc, 0) << "vfab server: " << r.server.summary() << "\nrxe client: " << r.client.summary();
-    EXPECT_EQ(r.client.rc, 0) << "rxe client: " << r.client.summary() << "\nvfab server: " << r.server.summary();
-    std::printf("%s\n", r.client.out.c_str());
-    r = run_server_client(cmd("rxe0", "1", false), on_vfab(cmd("vfab0", "0", true)), 180s);
-    EXPECT_EQ(r.server.rc, 0) << "rxe server: " << r.server.summary() << "\nvfab client: " << r.client.summary();
-    EXPECT_EQ(r.client.rc, 0) << "vfab client: " << r.client.summary() << "\nrxe server: " << r.server.summary();
-    std::printf("%s\n", r.client.out.c_str());
+std::string perf_name(const ::testing::TestParamInfo<Perf>& i) {
+    std::string n = std::string(i.param.tool).substr(3);
+    for (const std::string& a : i.param.args)
+        if (a == "UD" || a == "--use_old_post_send") n += a == "UD" ? "_ud" : "_old_post_send";
+    return n;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Perftest, VerbsPerftest,
-    ::testing::Values(Perf{"ib_write_bw", {"-n", "200"}}, Perf{"ib_write_bw", {"-n", "200", "--use_old_post_send"}},
-                      Perf{"ib_write_lat", {"-n", "200"}}, Perf{"ib_read_bw", {"-n", "200"}},
-                      Perf{"ib_read_lat", {"-n", "200"}}, Perf{"ib_send_bw", {"-n", "200"}},
-                      Perf{"ib_send_lat", {"-n", "200"}}, Perf{"ib_send_bw", {"-n", "200", "-c", "UD"}},
-                      Perf{"ib_send_lat", {"-n", "200", "-c", "UD"}}, Perf{"ib_atomic_bw", {"-n", "200"}},
-                      Perf{"ib_atomic_lat", {"-n", "200"}}, Perf{"ib_read_lat", {"-n", "200", "--use_old_post_send"}}));
+// perftest's command line: its TCP side channel is port 18515; -x names the GID.
+std::vector<std::string> perf_cmd(const Perf& p, const char* dev, const char* gid, bool client) {
+    std::vector<std::string> a = {p.tool, "-d", dev, "-x", gid, "-F"};
+    a.insert(a.end(), p.args.begin(), p.args.end());
+    if (client) a.push_back("127.0.0.1");
+    return a;
+}
+
+void expect_perf(const PairOutcome& r, const char* what) {
+    EXPECT_EQ(r.server.rc, 0) << what << ": server: " << r.server.summary() << "\nclient: " << r.client.summary();
+    EXPECT_EQ(r.client.rc, 0) << what << ": client: " << r.client.summary() << "\nserver: " << r.server.summary();
+}
+
+class VerbsPerftest : public VerbsDropin, public ::testing::WithParamInterface<Perf> {};
+
+// vfab as server with rxe as client, then the reverse (vfab's GID 0, rxe's 1).
+TEST_P(VerbsPerftest, WithRxeBothRoles) {
+    const Perf& p = GetParam();
+    expect_perf(run_server_client(on_vfab(perf_cmd(p, "vfab0", "0", false)), perf_cmd(p, "rxe0", "1", true), 180s), "vfab server");
+    expect_perf(run_server_client(perf_cmd(p, "rxe0", "1", false), on_vfab(perf_cmd(p, "vfab0", "0", true)), 180s), "vfab client");
+}
+
+INSTANTIATE_TEST_SUITE_P(Perftest, VerbsPerftest, ::testing::ValuesIn(kPerf), perf_name);
+
+class VerbsPerftestVfab : public VerbsVfab, public ::testing::WithParamInterface<Perf> {};
+
+TEST_P(VerbsPerftestVfab, VfabToVfab) {
+    const Perf& p = GetParam();
+    expect_perf(run_server_client(on_vfab_pair(perf_cmd(p, "vfab0", "0", false)), on_vfab_pair(perf_cmd(p, "vfab1", "0", true)), 180s),
+                "vfab <-> vfab");
+}
+
+INSTANTIATE_TEST_SUITE_P(Perftest, VerbsPerftestVfab, ::testing::ValuesIn(kPerf), perf_name);
 
 }  // namespace
 }  // namespace vfab::lab
