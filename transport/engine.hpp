@@ -344,6 +344,10 @@ public:
     DeviceCaps query_device() const override;
     bool get_async_event(AsyncEvent& out) noexcept override;
     int async_fd() const noexcept override { return async_fd_.get(); }
+    void set_async_hook(AsyncHook hook, void* ctx) noexcept override {
+        Guard g(*this);
+        async_hook_ = hook, async_hook_ctx_ = ctx;
+    }
     int progress() noexcept override;
     Result<void> start_progress_thread(int cpu) override { return start_progress_thread(ProgressThreadOptions{.cpu = cpu}); }
     Result<void> start_progress_thread(const ProgressThreadOptions& opts) override;
@@ -451,6 +455,8 @@ private:
     std::vector<AsyncEvent> events_;        // a ring of kMaxAsyncEvents
     uint32_t events_head_ = 0, events_tail_ = 0;
     vfio::UniqueFd async_fd_;               // an eventfd: readable while events wait
+    AsyncHook async_hook_ = nullptr;        // set_async_hook(): events go there instead
+    void* async_hook_ctx_ = nullptr;
     std::vector<QpImpl*> ready_;
     std::unique_ptr<RawCq> app_raw_cq_;   // raw_queue(): the application's raw frames
     std::unique_ptr<RawQp> app_raw_qp_;

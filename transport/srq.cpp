@@ -81,6 +81,7 @@ Result<SrqImpl*> PortImpl::new_srq(const SrqAttr& a) {
 // ---- asynchronous events -----------------------------------------------------------------------------
 
 void PortImpl::raise(const AsyncEvent& e) noexcept {
+    if (async_hook_) return async_hook_(async_hook_ctx_, e);
     if (events_tail_ - events_head_ == kMaxAsyncEvents) {
         ++stats_.async_events_lost;
         return;

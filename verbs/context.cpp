@@ -41,6 +41,41 @@ void vfab::verbs::queue_async_event(Context& c, const ibv_async_event& e) {
     (void)!::write(c.async_fd.get(), &one, sizeof one);
 }
 
+void vfab::verbs::track(Context& c, const void* t, void* v) {
+    OpenDevice& d = c.device->open;
+    std::lock_guard g(d.objects_mu);
+    d.verbs_of[t] = v;
+}
+
+void vfab::verbs::untrack(Context& c, const void* t) {
+    OpenDevice& d = c.device->open;
+    std::lock_guard g(d.objects_mu);
+    d.verbs_of.erase(t);
+}
+
+void vfab::verbs::route_async_event(void* device, const rdma::AsyncEvent& e) {
+    OpenDevice& d = static_cast<Device*>(device)->open;
+    std::lock_guard g(d.objects_mu);
+    ibv_async_event ev{};
+    Context* owner = nullptr;
+    if (e.type == rdma::AsyncEventType::srq_limit_reached) {
+        auto it = d.verbs_of.find(e.srq);
+        if (it == d.verbs_of.end()) return;
+        Srq* s = static_cast<Srq*>(it->second);
+        ev.element.srq = &s->srq;
+        ev.event_type = IBV_EVENT_SRQ_LIMIT_REACHED;
+        owner = Context::of(s->srq.context);
+    } else {
+        auto it = d.verbs_of.find(e.qp);
+        if (it == d.verbs_of.end()) return;
+        Qp* q = static_cast<Qp*>(it->second);
+        ev.element.qp = q->ibv();
+        ev.event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
+        owner = q->ctx;
+    }
+    queue_async_event(*owner, ev);
+}
+
 extern "C" int vfab_ibv_get_async_event(ibv_context* ctx, ibv_async_event* event) {
     if (!ctx || !event) return fail(EINVAL);
     Context& c = *Context::of(ctx);

@@ -46,6 +46,7 @@ int open_port(Device& d) {
             return r.error().code;
         }
     }
+    (*port)->set_async_hook(route_async_event, &d);
     d.open.dev = std::move(*dev);
     d.open.port = std::move(*port);
     return 0;

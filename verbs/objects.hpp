@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "vfab/dma/protection_domain.hpp"
@@ -43,6 +44,9 @@ struct OpenDevice {
     std::unique_ptr<vfab::Device> dev;
     std::unique_ptr<rdma::Port> port;
     int contexts = 0;
+    // The verbs object of each transport QP and SRQ, for the port's asynchronous events.
+    std::mutex objects_mu;
+    std::unordered_map<const void*, void*> verbs_of;
 };
 
 // struct verbs_device's beginning (rdma-core's driver.h): ibv_device, then the pointer to the
@@ -210,5 +214,10 @@ ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr);
 void fill_qp_ex_ops(Qp& q);   // qp_ex.cpp
 // An async event for the program (ibv_get_async_event), from the port or from this library.
 void queue_async_event(Context& c, const ibv_async_event& e);
+// The port's events to the contexts that own their objects (context.cpp; the port's hook).
+void route_async_event(void* device, const rdma::AsyncEvent& e);
+// A QP or SRQ made or destroyed: known to route_async_event.
+void track(Context& c, const void* transport_object, void* verbs_object);
+void untrack(Context& c, const void* transport_object);
 
 }  // namespace vfab::verbs

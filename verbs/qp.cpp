@@ -197,6 +197,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     }
     a->cap.max_send_sge = t.cap.max_send_sge;
     a->cap.max_recv_sge = t.cap.max_recv_sge;
+    track(c, q->t, q);
     return &b;
 }
 
@@ -296,6 +297,7 @@ extern "C" int vfab_ibv_destroy_qp(ibv_qp* qp) {
     if (!qp) return fail(EINVAL);
     Qp* q = Qp::of(qp);
     if (auto r = q->t->destroy(); !r) return fail(r.error().code);
+    untrack(*q->ctx, q->t);
     pthread_cond_destroy(&qp->cond);
     pthread_mutex_destroy(&qp->mutex);
     delete q;

@@ -21,6 +21,7 @@ ibv_srq* wrap_srq(rdma::Srq* t, ibv_context* ctx, ibv_pd* pd, void* srq_context,
     s->srq.handle = t->srq_num();
     pthread_mutex_init(&s->srq.mutex, nullptr);
     pthread_cond_init(&s->srq.cond, nullptr);
+    track(*Context::of(ctx), t, s);
     return &s->srq;
 }
 
@@ -76,6 +77,7 @@ extern "C" int vfab_ibv_destroy_srq(ibv_srq* srq) {
     if (!srq) return fail(EINVAL);
     Srq* s = Srq::of(srq);
     if (auto r = s->t->destroy(); !r) return fail(r.error().code);
+    untrack(*Context::of(srq->context), s->t);
     pthread_cond_destroy(&srq->cond);
     pthread_mutex_destroy(&srq->mutex);
     delete s;

@@ -151,6 +151,32 @@ TEST_F(SrqTest, TheLimitEventFiresOnceWhenFewerWrsThanTheLimitStay) {
     EXPECT_FALSE(pair.b->get_async_event(e));   // once, until armed again
 }
 
+// With a hook set (the drop-in verbs library's), events go to it as they are raised and are not
+// queued; without it, queued again.
+TEST_F(SrqTest, AnAsyncHookTakesTheEventsInsteadOfTheQueue) {
+    struct Seen {
+        int n = 0;
+        AsyncEvent last;
+    } seen;
+    pair.b->set_async_hook([](void* c, const AsyncEvent& e) { ++static_cast<Seen*>(c)->n, static_cast<Seen*>(c)->last = e; },
+                           &seen);
+    for (uint64_t id = 0; id < 4; ++id) ASSERT_TRUE(post_srq(id));
+    ASSERT_TRUE(srq_->modify(SrqAttr{0, 0, 4}, srq_attr_limit));
+    send_from(0, 64, 1, 0);
+    ASSERT_EQ(recv_wcs(1).size(), 1u);
+    EXPECT_EQ(seen.n, 1);
+    EXPECT_EQ(seen.last.type, AsyncEventType::srq_limit_reached);
+    EXPECT_EQ(seen.last.srq, srq_);
+    AsyncEvent e;
+    EXPECT_FALSE(pair.b->get_async_event(e));
+    pair.b->set_async_hook(nullptr, nullptr);
+    ASSERT_TRUE(srq_->modify(SrqAttr{0, 0, 3}, srq_attr_limit));
+    send_from(1, 64, 2, 1);
+    ASSERT_EQ(recv_wcs(1).size(), 1u);
+    EXPECT_EQ(seen.n, 1);
+    EXPECT_TRUE(pair.b->get_async_event(e));
+}
+
 TEST_F(SrqTest, AFailedQpFlushesOnlyTheWrItHeldAndTakesNoMore) {
     for (uint64_t id = 0; id < 4; ++id) ASSERT_TRUE(post_srq(id));
     // b[0] gets the first two packets of a three-packet message; the last is lost.
