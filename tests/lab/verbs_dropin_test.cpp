@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "leak_check.hpp"
 #include "rxe_suite.hpp"
 
 namespace vfab::lab {
@@ -125,6 +126,33 @@ TEST_F(VerbsVfab, ADeviceAnotherProcessHoldsIsRefusedClearly) {
     const Outcome held = server.wait(60s);
     EXPECT_EQ(client.rc, 0) << client.summary();
     EXPECT_EQ(held.rc, 0) << held.summary();
+}
+
+// kill -9 of either end of an ib_write_bw run under traffic: the kernel takes back what the
+// process held (pinned pages, hugepages, VFIO files: the fault suite's checks), the other end
+// is ended, and both devices carry a run again.
+TEST_F(VerbsVfab, AProgramKilledMidTransferLeavesNothingBehind) {
+    const SystemState base = SystemState::settled();
+    ASSERT_TRUE(base.holders.empty()) << "a VFIO file is open before the case: " << base.holders.front();
+    for (bool kill_client : {true, false}) {
+        SCOPED_TRACE(kill_client ? "client killed" : "server killed");
+        Child server(on_vfab_pair({"ib_write_bw", "-d", "vfab0", "-x", "0", "-F", "-D", "20"}));
+        ASSERT_TRUE(wait_for([] { return tcp_listening(18515); }, 30s)) << server.wait(0ms).summary();
+        Child client(on_vfab_pair({"ib_write_bw", "-d", "vfab1", "-x", "0", "-F", "-D", "20", "127.0.0.1"}));
+        ASSERT_TRUE(wait_for([&] { return holds_vfio(client.pid()) && holds_vfio(server.pid()); }, 30s));
+        std::this_thread::sleep_for(2s);   // under traffic
+        ::kill((kill_client ? client : server).pid(), SIGKILL);
+        const Outcome killed = (kill_client ? client : server).wait(10s);
+        EXPECT_EQ(killed.rc, 128 + SIGKILL) << killed.summary();
+        // The other end waits for a peer that is gone (perftest has no timeout): ended too.
+        ::kill((kill_client ? server : client).pid(), SIGKILL);
+        (void)(kill_client ? server : client).wait(10s);
+        EXPECT_EQ(wait_until_back(base), "");
+    }
+    expect_pair(run_server_client(on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab0", "-g", "0", "-n", "50"}),
+                                  on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab1", "-g", "0", "-n", "50", "127.0.0.1"}), 60s),
+                "50 iters in");
+    EXPECT_EQ(wait_until_back(base), "");
 }
 
 // ---- against the kernel's rxe ----------------------------------------------------------------------
