@@ -172,6 +172,7 @@ extern "C" int vfab_ibv_query_device(ibv_context* ctx, ibv_device_attr* attr) {
     const rdma::DeviceCaps caps = Context::of(ctx)->port->query_device();
     static_assert(sizeof caps.attr == sizeof *attr);
     std::memcpy(attr, &caps.attr, sizeof *attr);
+    attr->max_pd = 1 << 16;   // PDs are this library's handles over the device's one key table
     return 0;
 }
 VFAB_VERBS_1_1(ibv_query_device);

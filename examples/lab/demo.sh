@@ -1,7 +1,8 @@
 #!/bin/sh
 # In the lab guest (scripts/demo boots it): vfab's examples between the two wired e1000e ports,
 # 0000:00:02.0 <-> 0000:00:03.0. A ping-pong latency run, a busy-polling throughput run and an
-# interrupt-mode one, each with a progress line a second. Their JSON results go to the console
+# interrupt-mode one, each with a progress line a second; then (where rdma-core's tools are in the
+# guest: the debian kernel) perftest between vfab's drop-in libibverbs and the kernel's rxe. Their JSON results go to the console
 # between "@@json-begin NAME" and "@@json-end NAME rc=N" lines, which scripts/demo turns into
 # the report (bench/labreport.py).
 #   demo.sh [SECONDS] [ROUND_TRIPS]      (5, 2000)
@@ -34,6 +35,43 @@ json pktgen "$bin/pktgen" --tx $nic0 --rx $nic1 --seconds "$secs" --progress
 isecs=$(( (secs + 1) / 2 ))
 echo "== throughput in interrupt mode: the same for $isecs s, sleeping on the completion channels"
 json pktgen-interrupt "$bin/pktgen" --tx $nic0 --rx $nic1 --seconds "$isecs" --progress --interrupt
+
+# ---- RDMA: Debian's own ibverbs programs on vfab (docs/verbs.md) against the kernel's rxe -----
+# vfab keeps 00:02.0 as vfab0 (10.77.0.1) through its drop-in libibverbs; 00:03.0 goes to the
+# kernel's e1000e with rxe0 on it (10.77.0.2). perftest's lines are summed up as key=value.
+if [ -x "$bin/vfab-run" ] && [ -x /usr/bin/ib_write_bw ]; then
+    echo
+    echo "== RDMA: ibv_devinfo on vfab's device, no kernel RDMA on its side"
+    run="$bin/vfab-run --device $nic0=10.77.0.1 --"
+    $run ibv_devinfo -d vfab0
+    echo "== RDMA: lending $nic1 to the kernel's e1000e and soft-RoCE (rxe0, 10.77.0.2)"
+    ip link set lo up
+    echo "$nic1" > /sys/bus/pci/devices/$nic1/driver/unbind
+    echo e1000e > /sys/bus/pci/devices/$nic1/driver_override
+    modprobe e1000e && echo "$nic1" > /sys/bus/pci/drivers_probe
+    ifc=$(ls /sys/bus/pci/devices/$nic1/net)
+    /usr/sbin/ip addr add 10.77.0.2/24 dev "$ifc" && /usr/sbin/ip link set "$ifc" up
+    for m in crc32_generic ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe; do modprobe $m; done
+    /usr/bin/rdma link add rxe0 type rxe netdev "$ifc"
+    i=0; until grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null || [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
+    # perftest NAME ARGS...: vfab0 serves, rxe0 is the client; the client's result line framed.
+    perftest() {
+        name=$1; shift
+        echo "== RDMA: $name, vfab (server) <-> rxe (client): $*"
+        $run "$@" -d vfab0 -x 0 -F >/tmp/"$name".server 2>&1 &
+        spid=$!
+        i=0; until grep -q ":4853 " /proc/net/tcp 2>/dev/null || [ $i -ge 100 ]; do sleep 0.1; i=$((i + 1)); done
+        "$@" -d rxe0 -x 1 -F 127.0.0.1 >/tmp/"$name".client 2>&1
+        rc=$?
+        wait $spid || rc=1
+        grep -A1 '#bytes' /tmp/"$name".client
+        echo "@@json-begin $name"
+        awk '/#bytes/ {getline; print "bytes=" $1, "iters=" $2, "a=" $3, "b=" $4, "c=" $5, "d=" $6}' /tmp/"$name".client
+        echo "@@json-end $name rc=$rc"
+    }
+    perftest rdma-write-bw ib_write_bw --report_gbits -n 500
+    perftest rdma-read-lat ib_read_lat -n 500
+fi
 echo
 echo "lab devices bound to vfio-pci (vfio-devctl list):"
 "$bin/vfio-devctl" list 2>&1 | head -n 12

@@ -122,6 +122,8 @@ TEST_F(VerbsVfab, ADeviceAnotherProcessHoldsIsRefusedClearly) {
     const Outcome busy = run_program(on_vfab_pair({"ibv_devinfo", "-d", "vfab0"}), 60s);
     EXPECT_NE(busy.rc, 0) << busy.summary();
     EXPECT_NE(busy.err.find("vfab verbs: vfab0:"), std::string::npos) << busy.summary();
+    EXPECT_NE(busy.err.find("busy"), std::string::npos) << busy.summary();
+    EXPECT_EQ(own_lines(busy.err).size(), 2u) << "vfab's line and the tool's own: " << busy.summary();
     const Outcome client = run_program(on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab1", "-g", "0", "-n", "50", "127.0.0.1"}), 60s);
     const Outcome held = server.wait(60s);
     EXPECT_EQ(client.rc, 0) << client.summary();
