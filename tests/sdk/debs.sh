@@ -55,11 +55,22 @@ else
 fi
 make -s -C "$src/examples/standalone" O="$out" > "$out/make.log" 2>&1 || { cat "$out/make.log"; bad "pkg-config build"; }
 
+step "the drop-in libibverbs beside the system's, and vfab-run"
+[[ -e /usr/lib/vfab/verbs/libibverbs.so.1 && -x /usr/bin/vfab-run ]] || bad "no /usr/lib/vfab/verbs/libibverbs.so.1 or /usr/bin/vfab-run"
+system_verbs=$(dpkg -S "$(readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1)" 2>&1)
+[[ $system_verbs == libibverbs1:* ]] || bad "the system's libibverbs is not libibverbs1's any more: $system_verbs"
+loaded=$(/usr/bin/vfab-run -- ldd /usr/bin/ibv_devices 2>&1)
+[[ $loaded == *"libibverbs.so.1 => /usr/lib/vfab/verbs/libibverbs.so.1"* ]] || bad "vfab-run does not load vfab's libibverbs: $loaded"
+loaded=$(ldd /usr/bin/ibv_devices 2>&1)
+[[ $loaded == *"libibverbs.so.1 => /lib/x86_64-linux-gnu/libibverbs.so.1"* || $loaded == *"=> /usr/lib/x86_64-linux-gnu/libibverbs.so.1"* ]] ||
+    bad "without vfab-run a program no longer loads the system's libibverbs: $loaded"
+/usr/bin/vfab-run --quiet -- ibv_devices > "$out/ibv_devices.log" 2>&1 || bad "vfab-run ibv_devices: $(cat "$out/ibv_devices.log")"
+
 step "apt-get purge"
 trap - EXIT
 cleanup || { cat "$out/purge.log"; bad "apt-get purge failed"; }
 for f in /usr/lib/libvfab.so.1 /usr/lib/libvfab.so /usr/lib/libvfab.a /usr/include/vfab /usr/lib/cmake/vfab \
-         /usr/lib/pkgconfig/vfab.pc /usr/lib/vfab /usr/sbin/vfio-devctl; do
+         /usr/lib/pkgconfig/vfab.pc /usr/lib/vfab /usr/sbin/vfio-devctl /usr/bin/vfab-run; do
     [[ -e $f ]] && bad "$f is still there after the purge"
 done
 ((fail)) && exit 1
