@@ -1,9 +1,10 @@
 # Lab tests: GoogleTest binaries that run inside the QEMU guest (scripts/lab), against real
 # VFIO. vfab_add_lab_test(target [SUITES suite...] [EXTRA target-or-file...] [FIXTURES name...]
-# [DPDK]) registers one (FIXTURES: ctest fixtures whose set-up test makes an EXTRA file);
+# [DPDK] [PYVERBS]) registers one (FIXTURES: ctest fixtures whose set-up test makes an EXTRA file);
 # vfab_lab_finalize() then adds one ctest test per suite that boots the guest once and runs
 # all of that suite's binaries (label "lab"). DPDK: the test needs DPDK in the guest, so that
-# suite's boot gets scripts/lab --dpdk (dpdk-testpmd, its PMDs and /vfab/bin/dpdk-pps). Suites:
+# suite's boot gets scripts/lab --dpdk (dpdk-testpmd, its PMDs and /vfab/bin/dpdk-pps). PYVERBS:
+# the test needs Python and python3-pyverbs with rdma-core's test suite (scripts/lab --pyverbs). Suites:
 #   debian            Debian's kernel, IOMMU on (legacy VFIO container/group)
 #   iommufd           the iommufd lab kernel, IOMMU on (iommufd + VFIO cdev, and legacy)
 #   iommufd-noiommu   the iommufd lab kernel booted without the IOMMU, VFIO no-IOMMU mode
@@ -11,7 +12,7 @@
 set(VFAB_LAB_SUITES "debian;iommufd;iommufd-noiommu" CACHE STRING "Lab suites ctest runs")
 
 function(vfab_add_lab_test target)
-  cmake_parse_arguments(arg "DPDK" "" "SUITES;EXTRA;FIXTURES" ${ARGN})
+  cmake_parse_arguments(arg "DPDK;PYVERBS" "" "SUITES;EXTRA;FIXTURES" ${ARGN})
   if(NOT arg_SUITES)
     set(arg_SUITES debian iommufd)
   endif()
@@ -22,6 +23,9 @@ function(vfab_add_lab_test target)
     set_property(GLOBAL APPEND PROPERTY VFAB_LAB_FIXTURES_${suite} ${arg_FIXTURES})
     if(arg_DPDK)
       set_property(GLOBAL PROPERTY VFAB_LAB_DPDK_${suite} ON)
+    endif()
+    if(arg_PYVERBS)
+      set_property(GLOBAL PROPERTY VFAB_LAB_PYVERBS_${suite} ON)
     endif()
   endforeach()
 endfunction()
@@ -58,6 +62,10 @@ function(vfab_lab_finalize)
     get_property(dpdk GLOBAL PROPERTY VFAB_LAB_DPDK_${suite})
     if(dpdk)
       list(APPEND opts --dpdk)
+    endif()
+    get_property(pyverbs GLOBAL PROPERTY VFAB_LAB_PYVERBS_${suite})
+    if(pyverbs)
+      list(APPEND opts --pyverbs)
     endif()
     add_test(NAME lab.${suite} COMMAND ${PROJECT_SOURCE_DIR}/scripts/lab.d/ctest-run ${opts} run ${bins})
     # The first iommufd run may build its kernel (~10 min on 2 cores); boots share the cores.
