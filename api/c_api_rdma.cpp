@@ -75,6 +75,7 @@ static_assert(same_value(VFAB_RDMA_CAP_REG_MR_WR, rdma::vfab_cap_reg_mr_wr) &&
               same_value(VFAB_RDMA_CAP_BLOCK_SELF_MCAST_LB, rdma::vfab_cap_block_self_mcast_lb) &&
               same_value(VFAB_RDMA_CAP_P2P_MEMORY, rdma::vfab_cap_p2p_memory) &&
               same_value(VFAB_RDMA_CAP_DMA_BUF, rdma::vfab_cap_dma_buf) &&
+              same_value(VFAB_RDMA_CAP_UC, rdma::vfab_cap_uc) &&
               same_value(VFAB_RDMA_QP_CREATE_BLOCK_SELF_MCAST_LB, rdma::qp_create_block_self_mcast_lb));
 static_assert(same_value(VFAB_RDMA_WR_MASKED_ATOMIC_CMP_AND_SWP, rdma::WrOpcode::masked_atomic_cmp_and_swp) &&
               same_value(VFAB_RDMA_WR_MASKED_ATOMIC_FETCH_AND_ADD, rdma::WrOpcode::masked_atomic_fetch_and_add) &&

@@ -1,4 +1,4 @@
-// The transport's objects: the port over a raw queue pair, the RC/UD queue pairs with their
+// The transport's objects: the port over a raw queue pair, the RC/UC/UD queue pairs with their
 // requester, completer and responder, and the software completion queues (docs/rdma.md).
 // Private to transport/: applications see include/vfab/rdma/rdma.hpp.
 #pragma once
@@ -193,8 +193,10 @@ public:
     Result<void> destroy() override;
     bool blocks_self_mcast() const noexcept { return create_flags_ & qp_create_block_self_mcast_lb; }
     bool is_xrc() const noexcept { return type_ == QpType::xrc_send || type_ == QpType::xrc_recv; }
-    // RC and both XRC ends: connected, reliable, PSN-ordered.
+    // RC, UC and both XRC ends: connected to one peer, PSN-ordered.
     bool connected() const noexcept { return type_ != QpType::ud; }
+    // ... and acknowledged, retransmitted: all of them but UC.
+    bool reliable() const noexcept { return connected() && type_ != QpType::uc; }
 
     // Called by the port.
     void on_packet(const Packet& p) noexcept;
@@ -238,6 +240,10 @@ private:
     // responder.cpp
     void on_request(const Packet& p) noexcept;
     void on_duplicate(const Packet& p) noexcept;
+    bool uc_in_sequence(const Packet& p) noexcept;   // UC: whether the packet goes on (else dropped)
+    void reject(const Packet& p, uint8_t syndrome) noexcept;   // RC: NAK and error; UC: drop the message
+    void no_receive(const Packet& p) noexcept;                 // RC: RNR NAK; UC: drop the message
+    void uc_drop() noexcept;
     void on_ud_send(const Packet& p) noexcept;
     void complete_recv(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
                        bool se) noexcept;
@@ -303,6 +309,7 @@ private:
     bool last_wqe_raised_ = false;
     uint32_t epsn_ = 0, msn_ = 0;
     bool nak_seq_sent_ = false;
+    bool uc_discard_ = false;      // UC: dropping the rest of a message, until the next FIRST or ONLY
     bool in_send_ = false;         // a multi-packet SEND is being received into cur_recv_
     uint32_t recv_offset_ = 0;
     bool in_write_ = false;        // a multi-packet WRITE is being received

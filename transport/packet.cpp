@@ -63,7 +63,8 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
     p.ack_req = bth[8] & kBthAckReq;
     p.psn = load24(bth + 9);
     p.xrc = p.info.has(is_xrc);
-    if (p.xrc) p.opcode &= 0x1F;   // the transport compares RC's opcodes; `xrc` says which it was
+    p.uc = p.info.has(is_uc);
+    if (p.xrc || p.uc) p.opcode &= 0x1F;   // the transport compares RC's opcodes; `xrc`/`uc` say which it was
 
     const uint32_t ext = uint32_t(ext_header_size(p.info));
     const uint32_t fixed = kUdpHeader + kBth + ext + kIcrc;
@@ -100,9 +101,10 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
 }
 
 uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) noexcept {
-    // XRC: RC's opcodes under XRC's transport bits (vfab's manufacturer-specific ones have none).
+    // XRC, UC: RC's opcodes under their transport's bits (vfab's manufacturer-specific ones have none).
     const bool rc_opcode = (h.opcode & 0xE0) == op::kRcBase;
-    const uint8_t opcode = h.xrc && rc_opcode ? uint8_t(op::kXrcBase | h.opcode) : h.opcode;
+    const uint8_t base = h.xrc ? op::kXrcBase : h.uc ? op::kUcBase : op::kRcBase;
+    const uint8_t opcode = rc_opcode ? uint8_t(base | h.opcode) : h.opcode;
     const OpInfo info = op_info(opcode);
     const uint32_t ext = uint32_t(ext_header_size(info));
     const uint32_t pad = pad_of(payload_len);

@@ -43,6 +43,7 @@ struct Packet {
     uint32_t qkey = 0;          // DETH
     uint32_t src_qp = 0;
     bool xrc = false;           // an XRC opcode (`opcode` holds RC's equivalent: its low 5 bits)
+    bool uc = false;            // a UC opcode (the same)
     uint32_t xrc_srqn = 0;      // XRCETH
 
     const uint8_t* payload = nullptr;
@@ -92,6 +93,7 @@ struct PacketHeader {
     uint32_t qkey = 0;
     uint32_t src_qp = 0;
     bool xrc = false;        // send `opcode` (RC's) as its XRC opcode; requests carry XRCETH
+    bool uc = false;         // send `opcode` (RC's SEND or WRITE) as its UC opcode
     uint32_t xrc_srqn = 0;
 };
 

@@ -437,8 +437,8 @@ Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
     Guard g(*this);
     auto mine = [&](Cq* c) { return owns(cqs_, c); };
     const bool ini = a.qp_type == QpType::xrc_send, tgt = a.qp_type == QpType::xrc_recv;
-    if (a.qp_type != QpType::rc && a.qp_type != QpType::ud && !ini && !tgt)
-        return Error{EINVAL, "create_qp: this transport has RC, UD, XRC send and XRC receive queue pairs"};
+    if (a.qp_type != QpType::rc && a.qp_type != QpType::uc && a.qp_type != QpType::ud && !ini && !tgt)
+        return Error{EINVAL, "create_qp: this transport has RC, UC, UD, XRC send and XRC receive queue pairs"};
     if (tgt) {   // an XRC receiver: a domain, no CQs or queues of its own
         if (!owns(xrcds_, a.xrcd))
             return Error{EINVAL, "create_qp: an XRC receive queue pair needs xrcd, an XRC domain of this port"};
@@ -530,7 +530,7 @@ DeviceCaps PortImpl::query_device() const {
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;
     c.vfab_caps = vfab_cap_reg_mr_wr | vfab_cap_zero_based | vfab_cap_remote_invalidate | vfab_cap_srq | vfab_cap_async_events |
-                  vfab_cap_masked_atomics | vfab_cap_block_self_mcast_lb;
+                  vfab_cap_masked_atomics | vfab_cap_block_self_mcast_lb | vfab_cap_uc;
     if (link_->pd().maps_device_memory()) c.vfab_caps |= vfab_cap_p2p_memory;
     c.max_path_mtu = active_mtu_;
     return c;

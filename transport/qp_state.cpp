@@ -97,11 +97,12 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
         return rc ? need(attr_pkey_index | attr_port | attr_access_flags, "pkey_index, port and qp_access_flags")
                   : need(attr_pkey_index | attr_port | attr_qkey, "pkey_index, port and qkey");
     // An XRC sender has no responder (no max_dest_rd_atomic or min_rnr_timer to give) and an XRC
-    // receiver no requester (no retry counts or max_rd_atomic), as the kernel's table has them.
+    // receiver no requester (no retry counts or max_rd_atomic); UC neither answers READs nor
+    // acknowledges nor retries: the kernel's table has them need only the rest.
     case QpState::init:
         if (to == QpState::init) return {};
         if (to != QpState::rtr) break;
-        if (type_ == QpType::xrc_send)
+        if (type_ == QpType::xrc_send || type_ == QpType::uc)
             return need(attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn, "ah_attr, path_mtu, dest_qp_num and rq_psn");
         return rc ? need(attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn | attr_max_dest_rd_atomic |
                              attr_min_rnr_timer,
@@ -110,9 +111,9 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
     case QpState::rtr:
         if (to != QpState::rts) break;
         if (type_ == QpType::xrc_recv) return need(attr_sq_psn | attr_timeout, "sq_psn and timeout");
-        return rc ? need(attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry | attr_max_qp_rd_atomic,
-                         "sq_psn, timeout, retry_cnt, rnr_retry and max_rd_atomic")
-                  : need(attr_sq_psn, "sq_psn");
+        return reliable() ? need(attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry | attr_max_qp_rd_atomic,
+                                 "sq_psn, timeout, retry_cnt, rnr_retry and max_rd_atomic")
+                          : need(attr_sq_psn, "sq_psn");
     case QpState::rts:
     case QpState::sqd:
     case QpState::sqe:
@@ -156,7 +157,7 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
         last_wqe_raised_ = false;
         rd_atomic_ = pkts_unacked_ = 0;
         retry_deadline_ = rnr_deadline_ = 0;
-        in_send_ = in_write_ = nak_seq_sent_ = ack_pending_ = peer_known_ = waiting_arp_ = retry_started_ = false;
+        in_send_ = in_write_ = nak_seq_sent_ = uc_discard_ = ack_pending_ = peer_known_ = waiting_arp_ = retry_started_ = false;
         for (auto& r : res_) r = Resource{};
         res_sending_ = 0;
         state_ = QpState::reset;
@@ -279,8 +280,9 @@ void QpImpl::on_packet(const Packet& p) noexcept {
         if (p.info.has(has_deth)) on_ud_send(p);
         return;
     }
-    if (p.info.has(has_deth)) return;   // a UD opcode to an RC queue pair
-    if (p.xrc != is_xrc()) return;      // RC and XRC opcodes do not mix
+    if (p.info.has(has_deth)) return;   // a UD opcode to a connected queue pair
+    // RC, UC and XRC opcodes do not mix: each queue pair takes its own transport's (as rxe).
+    if (p.xrc != is_xrc() || p.uc != (type_ == QpType::uc)) return;
     if (type_ == QpType::xrc_send && p.info.has(is_request)) return;   // a sender only sends
     if (type_ == QpType::xrc_recv && !p.info.has(is_request)) return;  // a receiver only receives
     if (p.src_ip != peer_ip_) return;   // RC: only the connected peer (as rxe checks the GIDs)

@@ -1,6 +1,8 @@
 // The requester: send WRs become packets (IB spec 9.5 and 9.7.4): messages split at the path
 // MTU, PSNs assigned, AckReq on the last packet, READs and atomics bounded by max_rd_atomic,
-// fenced WRs held until earlier READs and atomics complete.
+// fenced WRs held until earlier READs and atomics complete. UC (9.8) sends the same SENDs and
+// WRITEs under its own opcodes, asks for no acknowledgement and completes a WR once its last
+// packet is handed to the link.
 #include <algorithm>
 #include <cstring>
 
@@ -73,11 +75,13 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     case WrOpcode::send_with_imm: break;
     case WrOpcode::rdma_write:
     case WrOpcode::rdma_write_with_imm:
-    case WrOpcode::rdma_read:
+        if (ud) return {EINVAL, 0};
+        break;
+    case WrOpcode::rdma_read:   // UC has SENDs and WRITEs only (9.2.1 table 38)
     case WrOpcode::atomic_cmp_and_swp:
     case WrOpcode::atomic_fetch_and_add:
     case WrOpcode::send_with_inv:
-        if (ud) return {EINVAL, 0};
+        if (ud || type_ == QpType::uc) return {EINVAL, 0};
         break;
     case WrOpcode::masked_atomic_cmp_and_swp:   // RC only: their opcodes have no XRC form
     case WrOpcode::masked_atomic_fetch_and_add:
@@ -186,7 +190,7 @@ void QpImpl::pump() noexcept {
                           : 1;
             if (rd) ++rd_atomic_;
         }
-        if (psn_diff(next_psn_, una_) >= kMaxUnackedPsns) return;   // an acknowledgement readies us
+        if (reliable() && psn_diff(next_psn_, una_) >= kMaxUnackedPsns) return;   // an acknowledgement readies us
         // A READ asks for its next part once every response of the last part is in: the responder
         // keeps one resource per request, max_dest_rd_atomic of them, and two parts of one READ
         // with atomics behind would push out the first part's, which its lost responses need.
@@ -195,7 +199,12 @@ void QpImpl::pump() noexcept {
             ready();
             return;
         }
-        if (psn_diff(next_psn_, w.first_psn) >= int32_t(w.npkts)) ++sq_next_;
+        if (psn_diff(next_psn_, w.first_psn) < int32_t(w.npkts)) continue;
+        ++sq_next_;
+        if (!reliable()) {   // UC: no acknowledgement will come (9.8)
+            w.done = true;
+            retire();
+        }
     }
 }
 
@@ -221,6 +230,7 @@ void QpImpl::fill_common(PacketHeader& h) const noexcept {
     h.tos = attr_.ah_attr.traffic_class;
     h.dest_qp = attr_.dest_qp_num;
     h.xrc = is_xrc();
+    h.uc = type_ == QpType::uc;
 }
 
 void QpImpl::gather(const SendWqe& w, uint32_t offset, uint8_t* to, uint32_t len) const noexcept {
@@ -282,8 +292,9 @@ bool QpImpl::send_rc_packet(SendWqe& w) noexcept {
         h.inv_rkey = w.wr.imm_data;   // SEND_WITH_INV: the rkey to invalidate
         h.solicited = last && (w.wr.send_flags & wr_solicited);
         // AckReq on a message's last packet, every kAckReqInterval packets, and on the one that
-        // fills the send window (else nothing would ever open it).
-        h.ack_req = last || ++pkts_unacked_ >= kAckReqInterval || psn_diff(psn_add(psn, 1), una_) >= kMaxUnackedPsns;
+        // fills the send window (else nothing would ever open it). UC asks for none, as rxe.
+        h.ack_req = reliable() && (last || ++pkts_unacked_ >= kAckReqInterval ||
+                                   psn_diff(psn_add(psn, 1), una_) >= kMaxUnackedPsns);
         if (h.ack_req) pkts_unacked_ = 0;
         next_psn_ = psn_add(psn, 1);
     }
@@ -291,7 +302,7 @@ bool QpImpl::send_rc_packet(SendWqe& w) noexcept {
     uint8_t* data = write_headers(buf, h, payload);
     gather(w, offset, data, payload);
     port_.tx_queue(buf, finish_frame(buf, payload));
-    if (!retry_deadline_) arm_retry(now_ns());
+    if (!retry_deadline_ && reliable()) arm_retry(now_ns());
     return true;
 }
 
@@ -343,8 +354,8 @@ bool QpImpl::send_ud_packet(SendWqe& w) noexcept {
 }
 
 void QpImpl::arm_retry(uint64_t now) noexcept {
-    const uint64_t t = ack_timeout_ns(attr_.timeout);
-    retry_deadline_ = t ? now + t : 0;   // timeout 0: no timer (IB spec 9.7.6.1.3)
+    const uint64_t t = reliable() ? ack_timeout_ns(attr_.timeout) : 0;
+    retry_deadline_ = t ? now + t : 0;   // timeout 0: no timer (IB spec 9.7.6.1.3); UC never retries
     port_.note_deadline(retry_deadline_);
 }
 

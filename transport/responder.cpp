@@ -2,7 +2,8 @@
 // (RNR NAK when there is none); WRITEs, READs and atomics checked against the memory-
 // registration table before one byte moves (NAK remote access error otherwise, and nothing
 // written); READs and atomics kept as responder resources so that duplicates are answered
-// from them, never executed twice; UD datagrams with their GRH.
+// from them, never executed twice; UD datagrams with their GRH. UC (9.8) takes the same path
+// without answering: what RC would NAK, UC drops with the rest of its message.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -60,6 +61,42 @@ void QpImpl::respond_error(const Packet& p, uint8_t syndrome) noexcept {
     send_ack(syndrome, p.psn);
     port_.tx_flush();
     to_error();
+}
+
+// UC: a message that cannot be taken (a packet missing, no receive WR, a bad key or length) is
+// dropped silently, its packets up to the next FIRST or ONLY with it (9.8; rxe drops the
+// same). The receive WR a SEND was filling waits for the next one; one too short for its
+// message completes with loc_len_err first, as with RC.
+void QpImpl::uc_drop() noexcept {
+    uc_discard_ = true;
+    in_send_ = in_write_ = false;
+    ++port_.stats_.rx_dropped;
+}
+
+void QpImpl::reject(const Packet& p, uint8_t syndrome) noexcept {
+    if (reliable()) respond_error(p, syndrome);
+    else uc_drop();
+}
+
+// No receive WR for a SEND or a WRITE with immediate: RC tells the requester to wait and repeat
+// (RNR NAK); UC has nobody to tell: the message is dropped.
+void QpImpl::no_receive(const Packet& p) noexcept {
+    if (reliable()) send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
+    else uc_drop();
+}
+
+// UC's PSN check (9.8): a FIRST or ONLY starts a message whatever its PSN, abandoning one in
+// progress whose LAST was lost; any other packet goes on only at the expected PSN while no
+// packet of its message was lost.
+bool QpImpl::uc_in_sequence(const Packet& p) noexcept {
+    if (p.info.has(is_first)) {
+        uc_discard_ = in_send_ = in_write_ = false;
+        epsn_ = p.psn;
+        return true;
+    }
+    if (!uc_discard_ && p.psn == epsn_) return true;
+    uc_drop();
+    return false;
 }
 
 Resource* QpImpl::new_resource() noexcept {
@@ -121,12 +158,12 @@ bool QpImpl::send_read_responses() noexcept {
 }
 
 void QpImpl::on_request(const Packet& p) noexcept {
-    const int32_t d = psn_diff(p.psn, epsn_);
-    if (d < 0) {
+    if (!reliable()) {
+        if (!uc_in_sequence(p)) return;
+    } else if (const int32_t d = psn_diff(p.psn, epsn_); d < 0) {
         on_duplicate(p);
         return;
-    }
-    if (d > 0) {   // a gap: one NAK until the expected PSN comes (9.7.5.1.3)
+    } else if (d > 0) {   // a gap: one NAK until the expected PSN comes (9.7.5.1.3)
         if (!nak_seq_sent_) {
             nak_seq_sent_ = true;
             send_ack(aeth::kNakPsnSeqError, epsn_);
@@ -139,18 +176,15 @@ void QpImpl::on_request(const Packet& p) noexcept {
     // Packets of a message come in order: FIRST, MIDDLE..., LAST (9.8.3, C9-72).
     if ((in_send_ && !(i.has(is_send) && !first)) || (in_write_ && !(i.has(is_write) && !first)) ||
         (!in_send_ && i.has(is_send) && !first) || (!in_write_ && i.has(is_write) && !first))
-        return respond_error(p, aeth::kNakInvalidRequest);
+        return reject(p, aeth::kNakInvalidRequest);
     // FIRST and MIDDLE carry exactly the path MTU, LAST and ONLY at most that (9.7.4.1.3).
     if (i.has(has_payload) && (p.payload_len > mtu_ || (!last && p.payload_len != mtu_)))
-        return respond_error(p, aeth::kNakInvalidRequest);
+        return reject(p, aeth::kNakInvalidRequest);
 
     if (i.has(is_send)) {
         if (first) {
             if (type_ == QpType::xrc_recv && !select_xrc_srq(p)) return respond_error(p, aeth::kNakInvalidRequest);
-            if (!take_recv()) {   // no receive WR: RNR NAK, the requester waits and repeats
-                send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
-                return;
-            }
+            if (!take_recv()) return no_receive(p);
             in_send_ = true;
             recv_offset_ = 0;
         }
@@ -158,7 +192,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
         if (recv_offset_ + p.payload_len > q.length) {
             complete_recv(WcStatus::loc_len_err, WcOpcode::recv, recv_offset_, 0, 0, 0, false);
             in_send_ = false;
-            return respond_error(p, aeth::kNakInvalidRequest);
+            return reject(p, aeth::kNakInvalidRequest);
         }
         copy_to_segments(rq_->segments(cur_recv_), q.nseg, recv_offset_, p.payload, p.payload_len);
         recv_offset_ += p.payload_len;
@@ -181,24 +215,23 @@ void QpImpl::on_request(const Packet& p) noexcept {
         if (first) {
             write_mem_ = {};
             if (!granted(attr_.qp_access_flags, dma::Access::remote_write))
-                return respond_error(p, aeth::kNakRemoteAccessError);
+                return reject(p, aeth::kNakRemoteAccessError);
             if (p.dma_len) {
                 const dma::Translation t =
                     port_.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_write, qpn_);
-                if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
+                if (t.status != dma::MrStatus::ok) return reject(p, aeth::kNakRemoteAccessError);
                 write_mem_ = Segment::of(t, p.dma_len);
             }
             write_len_ = p.dma_len;
             write_offset_ = 0;
         }
         if (write_offset_ + p.payload_len > write_len_ || (last && write_offset_ + p.payload_len != write_len_))
-            return respond_error(p, aeth::kNakInvalidRequest);
+            return reject(p, aeth::kNakInvalidRequest);
         if (i.has(has_immdt) && type_ == QpType::xrc_recv && cur_recv_ == RecvQueue::kNone && !select_xrc_srq(p))
             return respond_error(p, aeth::kNakInvalidRequest);
         if (i.has(has_immdt) && !take_recv()) {   // WRITE with immediate needs a receive WR
             in_write_ = !first;
-            send_ack(uint8_t(aeth::kRnrNak | attr_.min_rnr_timer), p.psn);
-            return;
+            return no_receive(p);
         }
         if (p.payload_len) copy_to(write_mem_, write_offset_, p.payload, p.payload_len);
         write_offset_ += p.payload_len;
@@ -266,7 +299,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
         return;
     }
     epsn_ = psn_add(epsn_, 1);
-    if (p.ack_req) send_ack(aeth::kAckNoCredits, p.psn);
+    if (p.ack_req && reliable()) send_ack(aeth::kAckNoCredits, p.psn);
 }
 
 // A request already executed (9.7.5.1.2): SENDs and WRITEs acknowledged again, READs answered

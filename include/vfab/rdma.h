@@ -46,7 +46,9 @@ struct vfab_rdma_port_config {
     uint8_t ttl;              /* 0: 64 */
 };
 
-enum vfab_rdma_qp_type { VFAB_RDMA_QPT_RC = 2, VFAB_RDMA_QPT_UD = 4, VFAB_RDMA_QPT_XRC_SEND = 9, VFAB_RDMA_QPT_XRC_RECV = 10 };
+enum vfab_rdma_qp_type {
+    VFAB_RDMA_QPT_RC = 2, VFAB_RDMA_QPT_UC = 3, VFAB_RDMA_QPT_UD = 4, VFAB_RDMA_QPT_XRC_SEND = 9, VFAB_RDMA_QPT_XRC_RECV = 10
+};
 enum vfab_rdma_qp_state {
     VFAB_RDMA_QPS_RESET, VFAB_RDMA_QPS_INIT, VFAB_RDMA_QPS_RTR, VFAB_RDMA_QPS_RTS,
     VFAB_RDMA_QPS_SQD, VFAB_RDMA_QPS_SQE, VFAB_RDMA_QPS_ERR
@@ -255,7 +257,8 @@ struct vfab_rdma_device_attr {
 enum vfab_rdma_vfab_cap {
     VFAB_RDMA_CAP_REG_MR_WR = 1 << 0, VFAB_RDMA_CAP_ZERO_BASED = 1 << 1, VFAB_RDMA_CAP_REMOTE_INVALIDATE = 1 << 2,
     VFAB_RDMA_CAP_SRQ = 1 << 3, VFAB_RDMA_CAP_ASYNC_EVENTS = 1 << 4, VFAB_RDMA_CAP_MASKED_ATOMICS = 1 << 5,
-    VFAB_RDMA_CAP_BLOCK_SELF_MCAST_LB = 1 << 6, VFAB_RDMA_CAP_P2P_MEMORY = 1 << 7, VFAB_RDMA_CAP_DMA_BUF = 1 << 8
+    VFAB_RDMA_CAP_BLOCK_SELF_MCAST_LB = 1 << 6, VFAB_RDMA_CAP_P2P_MEMORY = 1 << 7, VFAB_RDMA_CAP_DMA_BUF = 1 << 8,
+    VFAB_RDMA_CAP_UC = 1 << 9
 };
 struct vfab_rdma_device_caps {
     struct vfab_rdma_device_attr attr;

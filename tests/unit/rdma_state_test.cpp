@@ -370,7 +370,7 @@ TEST_F(StateTest, CreateRefusals) {
     ia.cap.max_send_wr = 0;
     EXPECT_FALSE(pair.a->create_qp(ia));
     ia.cap.max_send_wr = 16;
-    ia.qp_type = QpType(3);   // UC
+    ia.qp_type = QpType(8);   // raw packet
     EXPECT_FALSE(pair.a->create_qp(ia));
     AhAttr ah;
     EXPECT_FALSE(pair.a->create_ah(ah)) << "an all-zero GID is not IPv4-mapped";

@@ -28,6 +28,7 @@ constexpr bool same_bit(A a, B b) {
 // ---- enum ibv_qp_type, ibv_qp_state, ibv_mtu ---------------------------------------------------
 
 static_assert(v(QpType::rc) == IBV_QPT_RC);
+static_assert(v(QpType::uc) == IBV_QPT_UC);
 static_assert(v(QpType::ud) == IBV_QPT_UD);
 static_assert(v(QpType::xrc_send) == IBV_QPT_XRC_SEND);
 static_assert(v(QpType::xrc_recv) == IBV_QPT_XRC_RECV);

@@ -22,7 +22,7 @@ constexpr uint8_t kMacB[6] = {0x02, 0, 0, 0, 0, 2};
 constexpr uint32_t kIpA = 0x0a000001, kIpB = 0x0a000002;
 constexpr size_t kIpOff = kEthHeader, kUdpOff = kIpOff + kIpv4Header, kBthOff = kUdpOff + kUdpHeader;
 
-// Every opcode RC and UD define (IB spec table 38), and none else.
+// Every opcode the transport knows (IB spec table 38), and none else.
 std::vector<uint8_t> all_opcodes() {
     std::vector<uint8_t> v;
     for (unsigned op = 0; op < 256; ++op)
@@ -30,11 +30,14 @@ std::vector<uint8_t> all_opcodes() {
     return v;
 }
 
-// RC's, UD's, XRC's (RC's under 101xxxxx), and vfab's two masked atomics in the
-// manufacturer-specific range.
-TEST(RdmaWire, OpcodeTableHasExactlyRcUdAndXrc) {
+// RC's, UC's (RC's SENDs and WRITEs under 001xxxxx), UD's, XRC's (RC's under 101xxxxx), and
+// vfab's two masked atomics in the manufacturer-specific range.
+TEST(RdmaWire, OpcodeTableHasExactlyRcUcUdAndXrc) {
     std::vector<uint8_t> expect = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B,
-                                   0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x64, 0x65};
+                                   0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17};
+    for (uint8_t uc = 0x20; uc <= 0x2B; ++uc) expect.push_back(uc);
+    expect.push_back(0x64);
+    expect.push_back(0x65);
     for (uint8_t rc = 0; rc < 23; ++rc) expect.push_back(uint8_t(0xA0 | (expect[rc] & 0x1F)));
     expect.push_back(0xC0);
     expect.push_back(0xC1);
@@ -48,6 +51,8 @@ TEST(RdmaWire, OpcodeTableHasExactlyRcUdAndXrc) {
     EXPECT_EQ(ext_header_size(op_info(op::vfab_masked_cmp_swap)), kMaskedAtomicEth);
     EXPECT_EQ(ext_header_size(op_info(op::kXrcBase | op::write_only_imm)), kXrcEth + kReth + kImmDt);
     EXPECT_EQ(ext_header_size(op_info(op::kXrcBase | op::acknowledge)), kAeth);   // responses carry no XRCETH
+    EXPECT_EQ(ext_header_size(op_info(op::kUcBase | op::write_only_imm)), kReth + kImmDt);
+    EXPECT_TRUE(op_info(op::kUcBase | op::send_first).has(is_uc | is_request | is_send | is_first));
 }
 
 // A header with a distinct value in every field an opcode may carry.
@@ -112,9 +117,10 @@ TEST(RdmaWire, EveryOpcodeRoundTrips) {
             EXPECT_EQ(p.src_ip, kIpA);
             EXPECT_EQ(p.dst_ip, kIpB);
             EXPECT_EQ(p.src_port, 0xC123);
-            const bool xrc = info.has(is_xrc);   // parsed as RC's opcode, marked XRC
-            EXPECT_EQ(p.opcode, xrc ? uint8_t(opcode & 0x1F) : opcode);
+            const bool xrc = info.has(is_xrc), uc = info.has(is_uc);   // parsed as RC's opcode, marked
+            EXPECT_EQ(p.opcode, xrc || uc ? uint8_t(opcode & 0x1F) : opcode);
             EXPECT_EQ(p.xrc, xrc);
+            EXPECT_EQ(p.uc, uc);
             EXPECT_EQ(p.xrc_srqn, info.has(has_xrceth) ? 0x654321u : 0u);
             EXPECT_EQ(p.info.flags, info.flags);
             EXPECT_TRUE(p.solicited);
@@ -285,7 +291,8 @@ TEST_F(RdmaWireRefusal, TruncatedFrame) {
 }
 
 TEST_F(RdmaWireRefusal, UnknownOpcodes) {
-    for (unsigned opcode : {0x15u, 0x18u, 0x1Fu, 0x20u, 0x24u, 0x40u, 0x44u, 0x60u, 0x66u, 0x80u, 0xFFu}) {
+    // 0x2C, 0x31, 0x36: UC has no READ, ACK or SEND with invalidate.
+    for (unsigned opcode : {0x15u, 0x18u, 0x1Fu, 0x2Cu, 0x31u, 0x36u, 0x40u, 0x44u, 0x60u, 0x66u, 0x80u, 0xFFu}) {
         f[kBthOff] = uint8_t(opcode);
         refresh();
         EXPECT_EQ(parse(), ParseResult::malformed) << std::hex << opcode;

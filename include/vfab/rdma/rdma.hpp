@@ -1,5 +1,5 @@
-// RDMA in user space: reliable connected (RC) and unreliable datagram (UD) queue pairs speaking
-// RoCEv2, over a raw-packet queue pair of any vfab device (docs/rdma.md).
+// RDMA in user space: reliable connected (RC), unreliable connected (UC) and unreliable datagram
+// (UD) queue pairs speaking RoCEv2, over a raw-packet queue pair of any vfab device (docs/rdma.md).
 //
 //   auto dev = vfab::Device::open("0000:03:00.0");                  // any provider
 //   auto port = rdma::Port::create(**dev, {.ipv4 = 0x0a4d0001});     // 10.77.0.1, vfab's own
@@ -172,7 +172,7 @@ public:
     // max_recv_sge; ENOMEM: the queue is full; ENODEV: destroyed. A bad lkey fails the WR in its
     // completion (LOC_PROT_ERR) and the QP with it.
     virtual PostResult post_recv(std::span<const RecvWr> wrs) noexcept = 0;
-    // Its QP number: what the peer sets as dest_qp_num (RC) or remote_qpn (UD).
+    // Its QP number: what the peer sets as dest_qp_num (RC, UC) or remote_qpn (UD).
     virtual uint32_t qp_num() const noexcept = 0;
     // The type it was created with (QpInitAttr::qp_type).
     virtual QpType type() const noexcept = 0;

@@ -103,6 +103,7 @@ inline constexpr uint32_t kControlledQkey = 0x80000000u;
 
 namespace op {
 inline constexpr uint8_t kRcBase = 0x00;
+inline constexpr uint8_t kUcBase = 0x20;    // UC: RC's SEND and RDMA WRITE codes under transport 001 (9.2.1 table 38)
 inline constexpr uint8_t kUdBase = 0x60;
 inline constexpr uint8_t kXrcBase = 0xA0;   // XRC: RC's low 5 bits under transport 101 (9.2.1 table 38)
 // Low 5 bits within a transport.
@@ -142,10 +143,11 @@ enum OpFlags : uint32_t {
     has_masked_atomic_eth = 1u << 16,
     has_xrceth = 1u << 17,  // an XRC request
     is_xrc = 1u << 18,      // any XRC opcode
+    is_uc = 1u << 19,       // a UC opcode
 };
 
 struct OpInfo {
-    uint32_t flags = 0;   // OpFlags; 0: not an opcode of RC or UD
+    uint32_t flags = 0;   // OpFlags; 0: not an opcode this transport knows
     // Whether the opcode is one this transport knows (flags not 0).
     constexpr bool valid() const noexcept { return flags != 0; }
     // Whether every OpFlags bit of `f` is set.
@@ -185,10 +187,17 @@ constexpr OpInfo rc_op_info(uint8_t code) noexcept {
     }
 }
 
-// What a BTH opcode (9.2.1, table 38) carries: RC's, UD's two SENDs (with DETH), XRC's (is_xrc,
-// and has_xrceth on requests) and vfab's masked atomics; invalid for any other, CNP included.
+// What a BTH opcode (9.2.1, table 38) carries: RC's, UC's (is_uc: RC's SENDs and WRITEs), UD's two
+// SENDs (with DETH), XRC's (is_xrc, and has_xrceth on requests) and vfab's masked atomics; invalid
+// for any other, CNP included.
 constexpr OpInfo op_info(uint8_t opcode) noexcept {
     if ((opcode & 0xE0) == op::kRcBase) return rc_op_info(opcode);
+    if ((opcode & 0xE0) == op::kUcBase) {   // UC: no READ, atomics or acknowledgements
+        if ((opcode & 0x1F) > op::write_only_imm) return {};
+        OpInfo i = rc_op_info(opcode & 0x1F);
+        i.flags |= is_uc;
+        return i;
+    }
     if ((opcode & 0xE0) == op::kXrcBase) {   // XRC: RC's meanings; requests carry XRCETH
         OpInfo i = rc_op_info(opcode & 0x1F);
         if (i.valid()) i.flags |= is_xrc | (i.has(is_request) ? uint32_t(has_xrceth) : 0u);
