@@ -135,9 +135,10 @@ void fill_ibv_device(Device& d, size_t index) {
     if (d.cfg.name.empty()) d.cfg.name = "vfab" + std::to_string(index);
     std::snprintf(ib.name, sizeof ib.name, "%s", d.cfg.name.c_str());
     std::snprintf(ib.dev_name, sizeof ib.dev_name, "vfab-%s", d.cfg.bdf.c_str());
-    // Paths that exist nowhere: ibv_read_sysfs_file answers for them (device.cpp).
-    std::snprintf(ib.dev_path, sizeof ib.dev_path, "/sys/class/infiniband_verbs/%s", ib.name);
-    std::snprintf(ib.ibdev_path, sizeof ib.ibdev_path, "/sys/class/infiniband/%s", ib.name);
+    // No kernel RDMA device exists: both paths are the PCI function's own sysfs directory, and
+    // ibv_read_sysfs_file answers the RDMA class files for them (misc.cpp).
+    std::snprintf(ib.dev_path, sizeof ib.dev_path, "/sys/bus/pci/devices/%s", d.cfg.bdf.c_str());
+    std::snprintf(ib.ibdev_path, sizeof ib.ibdev_path, "/sys/bus/pci/devices/%s", d.cfg.bdf.c_str());
 }
 
 }  // namespace

@@ -132,8 +132,8 @@ extern "C" int ibv_dofork_range(void* base, size_t size) { return advise_range(b
 
 extern "C" const char* ibv_get_sysfs_path(void) { return "/sys"; }
 
-// A vfab device's files, which exist nowhere (ibv_devinfo reads board_id; others read
-// node_type, fw_ver, ...); any other path is read as rdma-core does: one line, no newline.
+// The RDMA class files of a vfab device, which exist nowhere (ibv_devinfo reads board_id; others
+// node_type, ...); any other file is read as rdma-core does: one line, no newline.
 extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
     if (!dir || !file || !buf || !size) return fail(EINVAL), -1;
     for (Device* d : library().devices) {
@@ -143,7 +143,7 @@ extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf,
         else if (!std::strcmp(file, "node_type")) v = "1: CA";
         else if (!std::strcmp(file, "ibdev")) v = d->cfg.name;
         else if (!std::strcmp(file, "abi_version")) v = "1";
-        else return fail(ENOENT), -1;
+        else break;   // the PCI function's own files (numa_node, local_cpus, ...)
         return std::snprintf(buf, size, "%s", v.c_str());
     }
     const std::string path = std::string(dir) + "/" + file;

@@ -146,10 +146,11 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     if (tgt && !(a->comp_mask & IBV_QP_INIT_ATTR_XRCD)) return fail_null<ibv_qp>(EINVAL);
     switch (a->qp_type) {
     case IBV_QPT_RC:
+    case IBV_QPT_UC:
     case IBV_QPT_UD:
     case IBV_QPT_XRC_SEND:
     case IBV_QPT_XRC_RECV: break;
-    default: return fail_null<ibv_qp>(EOPNOTSUPP);   // UC and raw packet: docs/verbs.md
+    default: return fail_null<ibv_qp>(EOPNOTSUPP);   // raw packet: docs/verbs.md
     }
     Context& c = *Context::of(ctx);
     rdma::QpInitAttr t;

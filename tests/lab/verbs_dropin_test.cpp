@@ -77,6 +77,10 @@ TEST_F(VerbsVfab, PingpongsLeaveNoKernelRdmaLoaded) {
     expect_pair(run_server_client(on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-e"}),
                                   on_vfab_pair({"ibv_rc_pingpong", "-d", "vfab1", "-g", "0", "-n", "100", "-e", "127.0.0.1"}), 120s),
                 "100 iters in");
+    expect_pair(run_server_client(on_vfab_pair({"ibv_uc_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-s", "4096"}),
+                                  on_vfab_pair({"ibv_uc_pingpong", "-d", "vfab1", "-g", "0", "-n", "100", "-s", "4096", "127.0.0.1"}),
+                                  120s),
+                "100 iters in");
     expect_pair(run_server_client(on_vfab_pair({"ibv_ud_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-s", "1000"}),
                                   on_vfab_pair({"ibv_ud_pingpong", "-d", "vfab1", "-g", "0", "-n", "100", "-s", "1000", "127.0.0.1"}),
                                   120s),
@@ -197,6 +201,18 @@ TEST_F(VerbsDropin, RcPingpongWithEventsWithRxe) {
     auto r = run_server_client(on_vfab({"ibv_rc_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-e"}),
                                {"ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-e", "127.0.0.1"}, 120s);
     expect_pair(r, "100 iters in");
+}
+
+TEST_F(VerbsDropin, UcPingpongWithRxeBothRoles) {
+    for (const char* size : {"1", "4096"}) {
+        SCOPED_TRACE(size);
+        expect_pair(run_server_client(on_vfab({"ibv_uc_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-s", size}),
+                                      {"ibv_uc_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-s", size, "127.0.0.1"}, 120s),
+                    "100 iters in");
+        expect_pair(run_server_client({"ibv_uc_pingpong", "-d", "rxe0", "-g", "1", "-n", "100", "-s", size},
+                                      on_vfab({"ibv_uc_pingpong", "-d", "vfab0", "-g", "0", "-n", "100", "-s", size, "127.0.0.1"}), 120s),
+                    "100 iters in");
+    }
 }
 
 TEST_F(VerbsDropin, UdPingpongWithRxeBothRoles) {
