@@ -276,11 +276,12 @@ public:
     // An eventfd, readable while an event waits (poll it; get_async_event() drains it). The
     // port owns it.
     virtual int async_fd() const noexcept = 0;
+    // What set_async_hook() calls for each event.
+    using AsyncHook = void (*)(void* ctx, const AsyncEvent& e);
     // Instead of queuing them for get_async_event(), hand each event to `hook` (with `ctx`) as it
     // is raised: from whichever thread runs the progress, under the port's lock, so the hook
     // must be short and must not call into the port (a verbs library routes them to the
     // contexts that own the objects). nullptr: queue them again.
-    using AsyncHook = void (*)(void* ctx, const AsyncEvent& e);
     virtual void set_async_hook(AsyncHook hook, void* ctx) noexcept = 0;
 
     // Runs the protocol once: received frames, due timers, frames waiting to be sent. The
