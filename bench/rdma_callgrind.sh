@@ -63,6 +63,27 @@ for op in regmr regmr-scattered; do
     rpoll=$(inclusive "$out" 'counted_requester_poll')
     printf '%-5s %6s %-10s %8d | %9d %9d\n' "$op" 65536 cycle $((total / messages)) $((post / messages)) $((rpoll / messages))
 done
+# The drop-in libibverbs (verbs/, docs/verbs.md): the same loops, the application's calls made as
+# an unmodified program makes them (ibv_post_send, ibv_poll_cq, ibv_post_recv), against the
+# native API's figure from the same build.
+printf '\n%-5s %6s %-10s %8s %8s %6s\n' op size shape native verbs ratio
+for op in write send; do
+    for size in 64 4096; do
+        for api in native verbs; do
+            out=$tmp/cg.$op.$size.$api
+            valgrind --tool=callgrind --callgrind-out-file="$out" \
+                --toggle-collect='counted_*' --toggle-collect='*FakeQp::post_send*' \
+                --toggle-collect='*FakeQp::post_recv*' --toggle-collect='*FakeCq::poll*' \
+                "$exe" "$op" "$size" "$messages" 32 8 "$crc32" "$api" >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
+            t=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
+            eval "ir_$api=\$((t / messages))"
+        done
+        # shellcheck disable=SC2154 # ir_native and ir_verbs are set by the eval above
+        printf '%-5s %6s %-10s %8d %8d %6s\n' "$op" "$size" w32/s8 "$ir_native" "$ir_verbs" \
+            "$(awk -v a="$ir_verbs" -v b="$ir_native" 'BEGIN { printf "%.3f", a / b }')"
+    done
+done
 echo "Ir/msg = post_send + req_poll + responder (instructions per message, $messages messages after a warm-up);"
 echo "icrc and memcpy: the part of Ir/msg spent computing or checking ICRCs and copying payloads, both sides."
 echo "wN/sK: N messages outstanding at most, a completion every K. regmr: per REG_MR + LOCAL_INV cycle."
+echo "native / verbs: the application's calls through vfab's API or through the drop-in libibverbs' ones."

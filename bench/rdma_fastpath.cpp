@@ -5,10 +5,12 @@
 // responder and completer, not the fake devices' own copying — which is the figure to compare;
 // the wall-clock time printed here includes the model and is indicative only.
 //
-//   rdma_fastpath write|send SIZE [MESSAGES] [WINDOW] [SIGNAL]
+//   rdma_fastpath write|send SIZE [MESSAGES] [WINDOW] [SIGNAL] [CRC32] [native|verbs]
 //     SIZE bytes a message (path MTU 1024, as in the lab), WINDOW messages outstanding at most,
 //     a completion every SIGNAL messages (and for the last). Defaults: 20000 messages, window 1,
-//     every message signalled.
+//     every message signalled. verbs: the application's calls (post_send, the CQ polls,
+//     post_recv) are the drop-in libibverbs' (verbs/: ibv_post_send, ibv_poll_cq,
+//     ibv_post_recv as an unmodified program makes them) over the same transport objects.
 //   rdma_fastpath regmr|regmr-scattered SIZE [CYCLES]
 //     fast registration cycles on A's queue pair (docs/rdma-memory.md): a REG_MR of SIZE bytes
 //     in 4 KiB blocks, unsignalled, and a signalled LOCAL_INV of the new key, posted in one call;
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "rdma_fake_link.hpp"
+#include "verbs/objects.hpp"
 
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>
@@ -126,11 +129,23 @@ __attribute__((noinline)) int counted_responder_progress(Port* port) { return po
 __attribute__((noinline)) PostResult counted_responder_post_recv(Qp* qp, const RecvWr* wr, size_t n) {
     return qp->post_recv(std::span(wr, n));
 }
+// The same through the drop-in libibverbs' calls (the verbs mode).
+__attribute__((noinline)) int counted_post_send_verbs(ibv_qp* qp, ibv_send_wr* wr) {
+    ibv_send_wr* bad = nullptr;
+    return vfab::verbs::post_send(qp, wr, &bad);
+}
+__attribute__((noinline)) int counted_requester_poll_verbs(ibv_cq* cq, ibv_wc* wc, int n) { return vfab::verbs::poll_cq(cq, n, wc); }
+__attribute__((noinline)) int counted_responder_poll_verbs(ibv_cq* cq, ibv_wc* wc, int n) { return vfab::verbs::poll_cq(cq, n, wc); }
+__attribute__((noinline)) int counted_responder_post_recv_verbs(ibv_qp* qp, ibv_recv_wr* wr) {
+    ibv_recv_wr* bad = nullptr;
+    return vfab::verbs::post_recv(qp, wr, &bad);
+}
 }
 
 namespace {
 
 struct Run {
+    bool verbs = false;   // the application's calls through the drop-in libibverbs
     bool send = false;
     bool regmr = false;
     bool scattered = false;   // regmr: blocks listed last first
@@ -139,8 +154,19 @@ struct Run {
     uint32_t window = 1, signal = 1;
 };
 
+// The drop-in libibverbs' objects over the transport's QPs and CQs of both ends (verbs mode).
+struct VerbsEnds {
+    vfab::verbs::Qp qa, qb;
+    vfab::verbs::Cq ca, cb;
+    VerbsEnds(Side& a, Side& b) {
+        qa.t = a.qp, qb.t = b.qp, ca.t = a.cq, cb.t = b.cq;
+        qa.ex.qp_base.qp_type = qb.ex.qp_base.qp_type = IBV_QPT_RC;
+    }
+};
+
 // Sends `n` messages A -> B; the number completed (n unless something failed).
 uint64_t transfer(const Run& r, Side& a, Side& b, uint64_t n) {
+    static VerbsEnds v(a, b);
     Sge s{reinterpret_cast<uint64_t>(a.mem.data()), r.size, a.mr.lkey};
     SendWr w;
     w.sg_list = &s;
@@ -151,9 +177,44 @@ uint64_t transfer(const Run& r, Side& a, Side& b, uint64_t n) {
     // SEND: receives for a window ahead, posted again as they complete (one call per poll).
     Sge rs{reinterpret_cast<uint64_t>(b.mem.data()), r.size, b.mr.lkey};
     std::vector<RecvWr> recvs(1024, RecvWr{0, &rs, 1, 0});
+    // The same WRs as a program gives them to libibverbs (verbs mode).
+    ibv_send_wr vw{};
+    vw.sg_list = reinterpret_cast<ibv_sge*>(&s);
+    vw.num_sge = 1;
+    vw.opcode = r.send ? IBV_WR_SEND : IBV_WR_RDMA_WRITE;
+    vw.wr.rdma.remote_addr = w.remote_addr;
+    vw.wr.rdma.rkey = w.rkey;
+    std::vector<ibv_recv_wr> vrecvs(1024);
+    for (size_t i = 0; i < vrecvs.size(); ++i)
+        vrecvs[i] = {0, i + 1 < vrecvs.size() ? &vrecvs[i + 1] : nullptr, reinterpret_cast<ibv_sge*>(&rs), 1};
     uint64_t received = 0;
     auto repost = [&](size_t k) {
-        if (!counted_responder_post_recv(b.qp, recvs.data(), k)) die("post_recv refused");
+        if (!r.verbs) {
+            if (!counted_responder_post_recv(b.qp, recvs.data(), k)) die("post_recv refused");
+            return;
+        }
+        ibv_recv_wr* after = vrecvs[k - 1].next;
+        vrecvs[k - 1].next = nullptr;
+        if (counted_responder_post_recv_verbs(v.qb.ibv(), vrecvs.data())) die("ibv_post_recv refused");
+        vrecvs[k - 1].next = after;
+    };
+    auto post = [&](uint64_t id, uint32_t flags) {
+        if (r.verbs) {
+            vw.wr_id = id;
+            vw.send_flags = flags;
+            return counted_post_send_verbs(v.qa.ibv(), &vw) == 0;
+        }
+        w.wr_id = id;
+        w.send_flags = flags;
+        return bool(counted_post_send(a.qp, &w));
+    };
+    auto poll_a = [&](Wc* wc, int n) {
+        return r.verbs ? counted_requester_poll_verbs(v.ca.ibv(), reinterpret_cast<ibv_wc*>(wc), n)
+                       : counted_requester_poll(a.cq, wc, size_t(n));
+    };
+    auto poll_b = [&](Wc* wc, int n) {
+        return r.verbs ? counted_responder_poll_verbs(v.cb.ibv(), reinterpret_cast<ibv_wc*>(wc), n)
+                       : counted_responder_poll(b.cq, wc, size_t(n));
     };
     if (r.send) repost(std::min<size_t>(recvs.size(), r.window + 64));
     uint64_t posted = 0, completed = 0;
@@ -161,19 +222,18 @@ uint64_t transfer(const Run& r, Side& a, Side& b, uint64_t n) {
     uint64_t idle = 0;
     while (completed < n) {
         while (posted < n && posted - completed < r.window) {
-            w.wr_id = posted;
-            w.send_flags = (posted + 1) % r.signal == 0 || posted + 1 == n ? uint32_t(wr_signaled) : 0u;
-            if (!counted_post_send(a.qp, &w)) die("post_send refused");
+            if (!post(posted, (posted + 1) % r.signal == 0 || posted + 1 == n ? uint32_t(wr_signaled) : 0u))
+                die("post_send refused");
             ++posted;
         }
-        int k = counted_requester_poll(a.cq, wc, 64);
+        int k = poll_a(wc, 64);
         for (int i = 0; i < k; ++i) {
             if (wc[i].status != WcStatus::success) die(std::string("completion: ") + to_string(wc[i].status));
             completed = wc[i].wr_id + 1;
         }
         bool work = k > 0;
         if (r.send) {
-            const int m = counted_responder_poll(b.cq, wc, 64);
+            const int m = poll_b(wc, 64);
             for (int i = 0; i < m; ++i)
                 if (wc[i].status != WcStatus::success) die(std::string("receive: ") + to_string(wc[i].status));
             if (m > 0) {
@@ -189,7 +249,7 @@ uint64_t transfer(const Run& r, Side& a, Side& b, uint64_t n) {
     }
     if (r.send) {   // the last receives complete with (or before) the last ACK: take them
         for (int spins = 0; received < n && spins < 1000000; ++spins) {
-            const int m = counted_responder_poll(b.cq, wc, 64);
+            const int m = poll_b(wc, 64);
             if (m > 0) received += uint64_t(m), repost(size_t(m));
         }
         if (received != n) die("receives missing");
@@ -234,7 +294,7 @@ uint64_t regmr_cycles(const Run& r, Side& a, uint64_t n) {
 
 int main(int argc, char** argv) {
     if (argc < 3) {
-        std::fprintf(stderr, "usage: rdma_fastpath write|send SIZE [MESSAGES] [WINDOW] [SIGNAL] [auto|tables|clmul]\n"
+        std::fprintf(stderr, "usage: rdma_fastpath write|send SIZE [MESSAGES] [WINDOW] [SIGNAL] [auto|tables|clmul] [native|verbs]\n"
                              "       rdma_fastpath regmr|regmr-scattered SIZE [CYCLES]\n");
         return 2;
     }
@@ -253,6 +313,12 @@ int main(int argc, char** argv) {
     if (argc > 5) r.signal = uint32_t(std::atoi(argv[5]));
     // The CRC-32 method (icrc.hpp): under valgrind automatic would time valgrind's PCLMULQDQ.
     const std::string crc = argc > 6 ? argv[6] : "auto";
+    const std::string api = argc > 7 ? argv[7] : "native";
+    if (api != "native" && api != "verbs") {
+        std::fprintf(stderr, "rdma_fastpath: the API is native or verbs\n");
+        return 2;
+    }
+    r.verbs = api == "verbs";
     if (crc != "auto" && crc != "tables" && crc != "clmul") {
         std::fprintf(stderr, "rdma_fastpath: the CRC-32 method is auto, tables or clmul\n");
         return 2;

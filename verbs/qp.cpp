@@ -3,6 +3,7 @@
 // stack (the SGE lists are the program's own: vfab::Sge is struct ibv_sge) and post them in
 // batches.
 #include <cstring>
+#include <new>
 
 #include "objects.hpp"
 #include "symver.hpp"
@@ -20,10 +21,18 @@ constexpr uint32_t kInitMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV
                                IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 constexpr int kBatch = 16;   // WRs converted on the stack per call into the transport
 
+// Room for a batch of WRs, constructed one by one as they are converted (not all kBatch of them
+// on every call: a default-constructed SendWr is some 25 stores).
+template <class Wr>
+union Slots {
+    Wr w[kBatch];
+    Slots() {}
+};
+
 rdma::Cq* t_of(ibv_cq* cq) { return cq ? Cq::of(cq)->t : nullptr; }
 
-void to_wr(const Qp& q, const ibv_send_wr& w, rdma::SendWr& out) {
-    out = rdma::SendWr{};
+rdma::SendWr to_wr(const Qp& q, const ibv_send_wr& w) {
+    rdma::SendWr out;
     out.wr_id = w.wr_id;
     out.sg_list = reinterpret_cast<const vfab::Sge*>(w.sg_list);
     out.num_sge = uint32_t(w.num_sge);
@@ -61,19 +70,20 @@ void to_wr(const Qp& q, const ibv_send_wr& w, rdma::SendWr& out) {
     } else if (q.ex.qp_base.qp_type == IBV_QPT_XRC_SEND) {
         out.remote_srqn = w.qp_type.xrc.remote_srqn;
     }
+    return out;
 }
 
 template <class Post>
 int post_recv_list(Post&& post, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-    vfab::RecvWr batch[kBatch];
+    Slots<vfab::RecvWr> batch;
     ibv_recv_wr* src[kBatch];
     while (wr) {
         uint32_t n = 0;
         for (; wr && n < uint32_t(kBatch); wr = wr->next, ++n) {
-            batch[n] = {wr->wr_id, reinterpret_cast<const vfab::Sge*>(wr->sg_list), uint32_t(wr->num_sge), 0};
+            new (&batch.w[n]) vfab::RecvWr{wr->wr_id, reinterpret_cast<const vfab::Sge*>(wr->sg_list), uint32_t(wr->num_sge), 0};
             src[n] = wr;
         }
-        const vfab::PostResult r = post(std::span<const vfab::RecvWr>(batch, n));
+        const vfab::PostResult r = post(std::span<const vfab::RecvWr>(batch.w, n));
         if (r.posted < n) {
             if (bad) *bad = src[r.posted];
             return r.error ? r.error : EINVAL;
@@ -109,15 +119,15 @@ namespace vfab::verbs {
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     Qp& q = *Qp::of(qp);
-    rdma::SendWr batch[kBatch];
+    Slots<rdma::SendWr> batch;
     ibv_send_wr* src[kBatch];
     while (wr) {
         uint32_t n = 0;
         for (; wr && n < uint32_t(kBatch); wr = wr->next, ++n) {
-            to_wr(q, *wr, batch[n]);
+            new (&batch.w[n]) rdma::SendWr(to_wr(q, *wr));
             src[n] = wr;
         }
-        const vfab::PostResult r = q.t->post_send(std::span<const rdma::SendWr>(batch, n));
+        const vfab::PostResult r = q.t->post_send(std::span<const rdma::SendWr>(batch.w, n));
         if (r.posted < n) {
             if (bad) *bad = src[r.posted];
             return r.error ? r.error : EINVAL;

@@ -4,4 +4,8 @@
 // vfab_<name> with C linkage and bound to <name>@@IBVERBS_1.1 here.
 #pragma once
 
+#ifndef VFAB_VERBS_NO_SYMVER
 #define VFAB_VERBS_1_1(name) __asm__(".symver vfab_" #name ", " #name "@@IBVERBS_1.1")
+#else   // linked into a program of the tree (vfab_verbs_static): no versions
+#define VFAB_VERBS_1_1(name) static_assert(true)
+#endif
