@@ -228,8 +228,13 @@ MrStatus MrTable::bind_window(uint32_t mr_key, uint32_t window_key, uint8_t new_
     // Checks the MR's state, bounds and MW_BIND at once, and gives the window's IOVA.
     const Translation t = translate_span(mr_key, addr, len, Access::mw_bind);
     if (t.status != MrStatus::ok) return t.status;
+    // The window's rights are its own (IB spec 10.6.7.2.2): the MR needs MW_BIND (checked above)
+    // and, for a window a peer may write or update, LOCAL_WRITE (C10-74), as rxe checks them.
+    // LOCAL_WRITE among the window's flags means nothing for a window and is dropped.
+    access = access & ~Access::local_write;
     if (!has(kRemote | Access::zero_based, access)) return MrStatus::access_denied;
-    if (!has(slots_[m].entry.access, access & kRemote)) return MrStatus::access_denied;
+    if (has(access, Access::remote_write) || has(access, Access::remote_atomic))
+        if (!has(slots_[m].entry.access, Access::local_write)) return MrStatus::access_denied;
     const MrEntry& mr = slots_[m].entry;
     slots_[w].parent_key = mr_key;
     slots_[w].parent_offset = addr - mr.base();

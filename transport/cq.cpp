@@ -95,6 +95,21 @@ void CqImpl::set_notify_hook(void (*hook)(void*), void* ctx) noexcept {
     channel_.set_hook(hook, ctx);
 }
 
+Result<uint32_t> CqImpl::resize(uint32_t cqe) {
+    PortImpl::Guard g(port_);
+    if (destroyed) return Error{ENODEV, "resize: the completion queue was destroyed"};
+    const uint64_t waiting = tail_ - head_;
+    if (cqe == 0 || cqe > kMaxCqe || cqe < waiting)
+        return Error{EINVAL, str_cat("resize_cq: ", cqe, " entries; ask for ", std::max<uint64_t>(waiting, 1), " to ", kMaxCqe,
+                                     " (", waiting, " completions wait)")};
+    std::vector<Wc> ring(std::bit_ceil(cqe));
+    for (uint64_t i = 0; i < waiting; ++i) ring[i] = ring_[(head_ + i) & (ring_.size() - 1)];
+    ring_.swap(ring);
+    head_ = 0;
+    tail_ = waiting;
+    return uint32_t(ring_.size());
+}
+
 Result<void> CqImpl::destroy() {
     PortImpl::Guard g(port_);
     if (destroyed) return Error{ENODEV, "completion queue already destroyed"};

@@ -80,6 +80,7 @@ public:
     uint64_t take_events() noexcept override;
     uint64_t overruns() const noexcept override { return overruns_; }
     void set_notify_hook(void (*hook)(void*), void* ctx) noexcept override;
+    Result<uint32_t> resize(uint32_t cqe) override;
     Result<void> destroy() override;
 
     // Adds a completion; false (and counted) when the queue is full.

@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstring>
 
 #include "objects.hpp"
@@ -99,7 +100,7 @@ Cq* make_cq(ibv_context* ctx, uint32_t cqe, void* cq_context, ibv_comp_channel* 
     ex.channel = channel;
     ex.cq_context = cq_context;
     ex.handle = 0;
-    ex.cqe = int(cqe);
+    ex.cqe = int(std::bit_ceil(cqe));   // the room the transport's CQ has
     pthread_mutex_init(&ex.mutex, nullptr);
     pthread_cond_init(&ex.cond, nullptr);
     ex.start_poll = start_poll;
@@ -170,9 +171,10 @@ VFAB_VERBS_1_1(ibv_destroy_cq);
 
 extern "C" int vfab_ibv_resize_cq(ibv_cq* cq, int cqe) {
     if (!cq || cqe <= 0) return fail(EINVAL);
-    // The transport's CQs keep their size: a smaller or equal request is already met.
-    if (cqe <= cq->cqe) return 0;
-    return fail(EOPNOTSUPP);
+    auto r = Cq::of(cq)->t->resize(uint32_t(cqe));
+    if (!r) return fail(r.error().code);
+    cq->cqe = int(*r);
+    return 0;
 }
 VFAB_VERBS_1_1(ibv_resize_cq);
 

@@ -189,6 +189,7 @@ int vfab::verbs::query_device_ex(ibv_context* ctx, const ibv_query_device_ex_inp
     a.device_cap_flags_ex = a.orig_attr.device_cap_flags;
     a.xrc_odp_caps = 0;
     a.raw_packet_caps = 0;
+    a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;
     std::memcpy(attr, &a, std::min(len, sizeof a));
     return 0;
 }

@@ -158,7 +158,7 @@ struct Qp {
     rdma::Qp* t = nullptr;
     Context* ctx = nullptr;
     bool has_ex = false;   // made by ibv_create_qp_ex with send_ops_flags: ibv_qp_to_qp_ex works
-    uint32_t max_send_wr = 0, max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
+    uint32_t max_send_wr = 0, max_recv_wr = 0, max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
     WrBuilder build;
     static Qp* of(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
     static Qp* of(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }

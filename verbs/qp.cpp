@@ -186,6 +186,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     q->t = *r;
     q->ctx = &c;
     q->max_send_wr = t.cap.max_send_wr;
+    q->max_recv_wr = t.cap.max_recv_wr;
     q->max_send_sge = t.cap.max_send_sge;
     q->max_recv_sge = t.cap.max_recv_sge;
     q->max_inline = t.cap.max_inline_data;
@@ -206,8 +207,8 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
         q->has_ex = true;
         fill_qp_ex_ops(*q);
     }
-    a->cap.max_send_sge = t.cap.max_send_sge;
-    a->cap.max_recv_sge = t.cap.max_recv_sge;
+    // What the QP got, as a provider reports it back.
+    a->cap = {t.cap.max_send_wr, t.cap.max_recv_wr, t.cap.max_send_sge, t.cap.max_recv_sge, t.cap.max_inline_data};
     track(c, q->t, q);
     return &b;
 }
@@ -290,9 +291,7 @@ extern "C" int vfab_ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a, int mask, ibv_qp_in
     a->timeout = t.timeout;
     a->retry_cnt = t.retry_cnt;
     a->rnr_retry = t.rnr_retry;
-    a->cap.max_inline_data = q.max_inline;
-    a->cap.max_send_sge = q.max_send_sge;
-    a->cap.max_recv_sge = q.max_recv_sge;
+    a->cap = {q.max_send_wr, q.max_recv_wr, q.max_send_sge, q.max_recv_sge, q.max_inline};
     *init = ibv_qp_init_attr{};
     init->qp_context = qp->qp_context;
     init->send_cq = qp->send_cq;

@@ -233,14 +233,19 @@ TEST_F(MrWindows, NarrowBoundsAndRights) {
 TEST_F(MrWindows, BindChecksTheRegion) {
     EXPECT_EQ(bind(0x10f000, 0x2000, kRR), MrStatus::out_of_bounds);
     EXPECT_EQ(bind(0x104000, 0, kRR), MrStatus::out_of_bounds);
-    EXPECT_EQ(bind(0x104000, 0x1000, kRA), MrStatus::access_denied);          // more than the MR has
-    EXPECT_EQ(bind(0x104000, 0x1000, kLW | kRR), MrStatus::access_denied);    // not a window right
+    EXPECT_EQ(bind(0x104000, 0x1000, kBind), MrStatus::access_denied);    // not a window right
     EXPECT_EQ(t_.bind_window(mr_ ^ 1, win_, 1, 0x104000, 1, kRR), MrStatus::stale_key);
     EXPECT_EQ(t_.bind_window(win_, win_, 1, 0x104000, 1, kRR), MrStatus::invalid_state);
     EXPECT_EQ(t_.bind_window(mr_, mr_, 1, 0x104000, 1, kRR), MrStatus::invalid_state);
     const uint32_t plain = must_add(t_, {0x100000, 0x10000, Iova(0), kLW | kRR});
     EXPECT_EQ(t_.bind_window(plain, win_, 1, 0x104000, 1, kRR), MrStatus::access_denied);   // no MW_BIND
-    ASSERT_EQ(bind(0x104000, 0x1000, kRR), MrStatus::ok);
+    // A window's remote rights are its own, not the MR's; one a peer may write or update needs
+    // an MR with local write (IB spec C10-74), as rxe checks it.
+    const uint32_t ro = must_add(t_, {0x100000, 0x10000, Iova(0), kRR | kBind});
+    EXPECT_EQ(t_.bind_window(ro, win_, 1, 0x104000, 1, kRW), MrStatus::access_denied);
+    EXPECT_EQ(t_.bind_window(ro, win_, 1, 0x104000, 1, kRA), MrStatus::access_denied);
+    ASSERT_EQ(bind(0x104000, 0x1000, kLW | kRA), MrStatus::ok);   // atomics the MR itself lacks; LOCAL_WRITE ignored
+    EXPECT_EQ(status(t_, bound_, 0x104000, 8, kRA), MrStatus::ok);
     EXPECT_EQ(t_.bind_window(mr_, bound_, 1, 0x104000, 1, kRR), MrStatus::invalid_state);   // bound already
 }
 

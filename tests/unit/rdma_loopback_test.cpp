@@ -146,6 +146,28 @@ TEST_F(LoopbackTest, NotifyHookRunsOncePerArmedNotification) {
     s2.cq->set_notify_hook(nullptr, nullptr);
 }
 
+// ibv_resize_cq: the completions waiting stay, in order; less room than they take is refused.
+TEST_F(LoopbackTest, ACqGrowsAndShrinksKeepingWhatWaits) {
+    Sge r = sge(s2, 0, 64);
+    RecvWr rwr[3] = {{1, &r, 1, 0}, {2, &r, 1, 0}, {3, &r, 1, 0}};
+    ASSERT_TRUE(s2.qp->post_recv(std::span(rwr, 3)));
+    Sge a = sge(s1, 0, 16);
+    SendWr w = wr_of(WrOpcode::send, 9, &a);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(s1.qp->post_send(std::span(&w, 1)));
+    for (int i = 0; i < 50; ++i) pair->a->progress();
+    auto big = s2.cq->resize(10000);
+    ASSERT_TRUE(big) << big.error().message;
+    EXPECT_EQ(*big, 16384u);
+    EXPECT_FALSE(s2.cq->resize(2)) << "three completions wait";
+    auto small = s2.cq->resize(3);
+    ASSERT_TRUE(small) << small.error().message;
+    EXPECT_EQ(*small, 4u);
+    Wc wc[4];
+    ASSERT_EQ(s2.cq->poll(std::span(wc, 4)), 3);
+    for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(wc[i].wr_id, i + 1);
+    EXPECT_FALSE(s2.cq->resize(0));
+}
+
 // ---- the progress thread that sleeps ----------------------------------------------------------
 
 TEST(ProgressThread, SleepsWhenIdleAndServesAPassiveTarget) {

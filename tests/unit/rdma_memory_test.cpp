@@ -25,6 +25,10 @@ protected:
         auto mr = pair.b->pd().register_memory(mb.data(), mb.size(), Access(kRemoteRw) | Access::mw_bind);
         ASSERT_TRUE(mr) << mr.error().message;
         bindable = *mr;
+        // ... and read-only: windows over it may not be written (IB spec C10-74).
+        auto ro = pair.b->pd().register_memory(mb.data(), mb.size(), Access::remote_read | Access::mw_bind);
+        ASSERT_TRUE(ro) << ro.error().message;
+        bindable_ro = *ro;
     }
     // Both QPs through RESET and connected again (after an error moved them to ERR).
     void reconnect(uint32_t psn_a, uint32_t psn_b) { reconnect_rc(a, b, psn_a, psn_b); }
@@ -80,7 +84,7 @@ protected:
     RdmaPair pair;
     std::vector<uint8_t> ma, mb;
     Side a, b;
-    dma::MemoryRegion bindable;
+    dma::MemoryRegion bindable, bindable_ro;
     RegMrInfo info;
     std::vector<uint64_t> blocks;
 };
@@ -244,7 +248,7 @@ TEST_F(MemoryTest, BadBindsEndInMwBindErr) {
     const std::vector<Case> cases = {
         {"an MR without MW_BIND", {b.mr.lkey, uint32_t(Access::remote_write), addr_b(0), 4096}},
         {"past the MR's end", {bindable.lkey, uint32_t(Access::remote_write), addr_b(mb.size() - 100), 4096}},
-        {"a right the MR lacks", {bindable.lkey, uint32_t(Access::remote_atomic), addr_b(0), 4096}},
+        {"remote write over an MR without local write (C10-74)", {bindable_ro.lkey, uint32_t(Access::remote_write), addr_b(0), 4096}},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);

@@ -228,8 +228,9 @@ public:
     // Memory windows.
     Result<uint32_t> alloc_window(WindowType type = WindowType::type2);
     // Binds window `window_key` to [addr, addr + len) of MR `mr_key`, which must be valid, have
-    // MW_BIND, contain the range and hold every right in `access` (remote rights and
-    // ZERO_BASED only). `addr` is in the MR's address space (an offset when it is zero-based).
+    // MW_BIND, contain the range, and have LOCAL_WRITE when `access` has REMOTE_WRITE or
+    // REMOTE_ATOMIC (IB spec C10-74). `access`: remote rights and ZERO_BASED (LOCAL_WRITE is
+    // ignored). `addr` is in the MR's address space (an offset when it is zero-based).
     // The window's key becomes make_key(key_index(window_key), new_key). A type 2B window must
     // be unbound and is tied to queue pair `owner_qpn` (0: to none); a type 1 window may be
     // bound already (rebinding replaces it), and a zero length unbinds it.

@@ -93,6 +93,9 @@ public:
     // Completions lost because the queue was full (ibv's CQ overrun): size a CQ for every WR
     // that can complete on it; a non-zero count means the application missed completions.
     virtual uint64_t overruns() const noexcept = 0;
+    // ibv_resize_cq: room for `cqe` completions (1 to 2^20, rounded up to a power of 2), the ones
+    // waiting kept in order; the room it has now. EINVAL: out of range, or fewer than wait.
+    virtual Result<uint32_t> resize(uint32_t cqe) = 0;
     // EBUSY while a queue pair uses it.
     virtual Result<void> destroy() = 0;
     Cq(const Cq&) = delete;
