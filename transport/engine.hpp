@@ -249,6 +249,7 @@ private:
     void complete_recv(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
                        bool se) noexcept;
     void respond_error(const Packet& p, uint8_t syndrome) noexcept;
+    void recv_key_revoked(const Packet& p) noexcept;
     bool send_ack(uint8_t syndrome, uint32_t psn) noexcept;
     bool send_atomic_ack(const Resource& r) noexcept;
     bool send_read_responses() noexcept;

@@ -40,10 +40,15 @@ public:
     uint32_t max_sge() const noexcept { return max_sge_; }
     const RecvWqe& wqe(uint32_t slot) const noexcept { return wqes_[slot]; }
     const Segment* segments(uint32_t slot) const noexcept;
+    // The WR's memory translated again through its keys, as the data arrives: false when a key
+    // was revoked since it was posted (deregistered, invalidated: the memory may be gone), and
+    // nothing may be written (IB spec 10.6.3.2: keys are checked when the WQE is executed).
+    bool translate(uint32_t slot, const dma::MrTable& mrs) noexcept;
 
 private:
     std::vector<RecvWqe> wqes_;
     std::vector<Segment> segs_;      // max_sge_ per slot
+    std::vector<Sge> sges_;          // as posted, max_sge_ per slot: translated again on arrival
     std::vector<uint32_t> fifo_;     // posted slots, a ring of a power-of-two size
     std::vector<uint32_t> free_;     // free slots, a stack
     uint32_t max_sge_ = 0;

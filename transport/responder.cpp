@@ -78,6 +78,17 @@ void QpImpl::reject(const Packet& p, uint8_t syndrome) noexcept {
     else uc_drop();
 }
 
+// The receive WR a SEND is landing in names memory whose key was revoked after it was posted:
+// nothing is written; the WR completes with a local protection error and the queue pair goes
+// to the error state (IB spec 10.8.3.1), the requester told by a NAK (remote operational
+// error, 9.7.5.2.8); UC drops the message.
+void QpImpl::recv_key_revoked(const Packet& p) noexcept {
+    complete_recv(WcStatus::loc_prot_err, WcOpcode::recv, recv_offset_, 0, 0, 0, false);
+    in_send_ = false;
+    if (reliable()) return respond_error(p, aeth::kNakRemoteOperationalError);
+    to_error();
+}
+
 // No receive WR for a SEND or a WRITE with immediate: RC tells the requester to wait and repeat
 // (RNR NAK); UC has nobody to tell: the message is dropped.
 void QpImpl::no_receive(const Packet& p) noexcept {
@@ -194,6 +205,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
             in_send_ = false;
             return reject(p, aeth::kNakInvalidRequest);
         }
+        if (!rq_->translate(cur_recv_, port_.mrs())) return recv_key_revoked(p);
         copy_to_segments(rq_->segments(cur_recv_), q.nseg, recv_offset_, p.payload, p.payload_len);
         recv_offset_ += p.payload_len;
         if (last) {
@@ -342,6 +354,11 @@ void QpImpl::on_ud_send(const Packet& p) noexcept {
     const uint32_t len = uint32_t(kGrhSize) + p.payload_len;
     if (len > q.length) {
         complete_recv(WcStatus::loc_len_err, WcOpcode::recv, len, 0, 0, p.src_qp, false);
+        return;
+    }
+    if (!rq_->translate(cur_recv_, port_.mrs())) {   // its memory deregistered since it was posted
+        complete_recv(WcStatus::loc_prot_err, WcOpcode::recv, 0, 0, 0, p.src_qp, false);
+        to_error();
         return;
     }
     uint8_t grh[kGrhSize] = {};

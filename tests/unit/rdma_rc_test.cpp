@@ -34,6 +34,32 @@ protected:
     Side a, b;
 };
 
+// A receive WR whose memory is deregistered after it was posted: the SEND that reaches it writes
+// nothing there (the memory may be gone), the WR completes with a local protection error, the
+// sender gets a remote operational error, and both queue pairs go to the error state.
+TEST_F(RcTest, AReceiveWhoseMemoryWasDeregisteredTakesNothing) {
+    std::vector<uint8_t> other(8192, 0xC3);
+    auto mr = pair->b->pd().register_memory(other.data(), other.size(), dma::Access::local_write);
+    ASSERT_TRUE(mr) << mr.error().message;
+    Sge r{reinterpret_cast<uint64_t>(other.data()), 8192, mr->lkey};
+    RecvWr rw{5, &r, 1, 0};
+    ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
+    ASSERT_TRUE(pair->b->pd().deregister(*mr));
+    fill_a(0, 3000, 9);
+    Sge s = sge_a(0, 3000);
+    SendWr w = wr_of(WrOpcode::send, 6, &s);
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto rx = wait_wc(b, a, 1);
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].status, WcStatus::loc_prot_err);
+    EXPECT_EQ(rx[0].wr_id, 5u);
+    auto tx = wait_wc(a, b, 1);
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::rem_op_err);
+    EXPECT_EQ(b.qp->state(), QpState::error);
+    EXPECT_TRUE(std::all_of(other.begin(), other.end(), [](uint8_t v) { return v == 0xC3; })) << "written after deregistration";
+}
+
 TEST_F(RcTest, SendOfEverySizeArrivesOnceAndWhole) {
     for (uint32_t len : {0u, 1u, 3u, 1023u, 1024u, 1025u, 4096u, 65537u}) {
         SCOPED_TRACE(len);
