@@ -115,6 +115,20 @@ Result<MrKeys> MrTable::add(const MrEntry& e, uint64_t host) {
     return MrKeys{key, key};
 }
 
+MrStatus MrTable::set_access(uint32_t key, Access access) noexcept {
+    uint32_t index = 0;
+    if (MrStatus st = lookup(key, index); st != MrStatus::ok) return st;
+    Slot& s = slots_[index];
+    if (s.kind != Kind::region || s.state != MrState::valid) return MrStatus::invalid_state;
+    // The region's kind of address (zero-based or not) stays; only the rights change.
+    const Access zero = s.entry.access & Access::zero_based;
+    access = (access & ~Access::zero_based) | zero;
+    if (!has(Access::all, access) || !remote_write_needs_local(access)) return MrStatus::access_denied;
+    s.entry.access = access;
+    sync_local(index);
+    return MrStatus::ok;
+}
+
 MrStatus MrTable::remove(uint32_t key) noexcept {
     uint32_t index = 0;
     if (MrStatus st = lookup(key, index); st != MrStatus::ok) return st;

@@ -129,6 +129,16 @@ Result<MemoryRegion> ProtectionDomain::register_locked(void* addr, uint64_t len,
     return mr;
 }
 
+Result<void> ProtectionDomain::set_access(MemoryRegion& mr, Access access) {
+    std::lock_guard lock(mu_);
+    const MrStatus s = table_.set_access(mr.lkey, access);
+    if (s != MrStatus::ok)
+        return Error{EINVAL, str_cat("new rights 0x", std::hex, uint32_t(access), " for key 0x", mr.lkey, ": ", to_string(s),
+                                     " (REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE; the key must be a live registration)")};
+    mr.access = (access & ~Access::zero_based) | (mr.access & Access::zero_based);
+    return {};
+}
+
 Result<void> ProtectionDomain::deregister(const MemoryRegion& mr) {
     std::lock_guard lock(mu_);
     MrStatus s = table_.remove(mr.lkey);

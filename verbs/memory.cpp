@@ -147,6 +147,11 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t len, int 
     unsigned new_access = flags & IBV_REREG_MR_CHANGE_ACCESS ? unsigned(access) : unsigned(m->region.access);
     if (!new_pd || !new_len) return IBV_REREG_MR_ERR_INPUT;
     if (check_access(new_access)) return IBV_REREG_MR_ERR_INPUT;
+    if (flags == IBV_REREG_MR_CHANGE_ACCESS && !m->fr_key) {
+        // New rights only: the keys a peer holds stay good (as RDMA NICs and rxe keep them).
+        auto r = ctx_of(new_pd).port->pd().set_access(m->region, vfab::dma::Access(new_access & kKnownAccess));
+        return r ? 0 : IBV_REREG_MR_ERR_INPUT;
+    }
     Mr next{};
     if (register_mr(next, new_pd, new_addr, new_len, reinterpret_cast<uintptr_t>(new_addr), new_access))
         return IBV_REREG_MR_ERR_CMD;

@@ -208,6 +208,19 @@ TEST(MrTable, OrdinaryRegionsAreNotFastRegistered) {
     EXPECT_EQ(t.alloc_unbound(0).error().code, EINVAL);
 }
 
+// ibv_rereg_mr's access change: the keys stay, the rights change, the rules of add() hold.
+TEST(MrTableAccess, NewRightsKeepTheKeys) {
+    MrTable t = make(4);
+    const uint32_t k = must_add(t, {0x100000, 0x1000, Iova(0), kLW | kRR});
+    EXPECT_EQ(status(t, k, 0x100000, 8, kRW), MrStatus::access_denied);
+    ASSERT_EQ(t.set_access(k, kLW | kRW), MrStatus::ok);
+    EXPECT_EQ(status(t, k, 0x100000, 8, kRW), MrStatus::ok);
+    EXPECT_EQ(status(t, k, 0x100000, 8, kRR), MrStatus::access_denied);
+    EXPECT_EQ(t.set_access(k, kRW), MrStatus::access_denied);   // remote write needs local write
+    EXPECT_EQ(status(t, k, 0x100000, 8, kRW), MrStatus::ok);    // and nothing changed
+    EXPECT_EQ(t.set_access(k ^ 1, kLW), MrStatus::stale_key);
+}
+
 class MrWindows : public ::testing::Test {
 protected:
     MrTable t_ = make(8);

@@ -225,6 +225,12 @@ public:
     // MRs from add(), which only remove() ends.
     MrStatus local_invalidate(uint32_t key) noexcept;
 
+    // ibv_rereg_mr's access change (IBV_REREG_MR_CHANGE_ACCESS alone): the valid region `key`
+    // keeps its keys and memory, its rights become `access` (add()'s rules: access_denied when
+    // they break them; whether it is zero-based stays). invalid_state for anything but a region.
+    // Windows bound to it keep their own rights.
+    MrStatus set_access(uint32_t key, Access access) noexcept;
+
     // Memory windows.
     Result<uint32_t> alloc_window(WindowType type = WindowType::type2);
     // Binds window `window_key` to [addr, addr + len) of MR `mr_key`, which must be valid, have

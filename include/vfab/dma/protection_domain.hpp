@@ -85,6 +85,10 @@ public:
     // Invalidates the keys (a later use reads stale_key or bad_key) and, for user memory,
     // unmaps it once no other registration shares the mapping: the device's DMA to it faults.
     Result<void> deregister(const MemoryRegion& mr);
+    // New rights for a registration, its keys and mapping unchanged (MrTable::set_access); on
+    // success mr.access holds them. EINVAL when the rights break the table's rules or `mr` is
+    // not a live registration of this domain.
+    Result<void> set_access(MemoryRegion& mr, Access access);
 
     // MrTable::translate() for a local access (windows refuse it): O(1), no lock, no
     // allocation. Must not race deregister() or dealloc() of the same key.
