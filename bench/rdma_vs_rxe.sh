@@ -3,12 +3,15 @@
 # boot, ROUNDS interleaved rounds (bench/lab/rdma_vs_rxe_guest.sh), then a table of medians and
 # the ratios against rxe <-> rxe: write bandwidth, READ / SEND / WRITE latency, FETCH_ADD rate,
 # registrations (vfab: REG_MR + LOCAL_INV work requests; rxe: ibv_reg_mr + ibv_dereg_mr) per second,
-# and the pingpong tools' usec/iter.
+# and the pingpong tools' usec/iter. perftest 4.5 runs on both: rxe <-> rxe on the system's
+# libibverbs, vfab <-> vfab on vfab's drop-in libibverbs.so.1 (vfab-run), each with the same
+# commands; a second table compares the two.
 #   bench/rdma_vs_rxe.sh [ROUNDS] [BUILD_DIR] [key=value ...]        (3, build/release)
 #   keys (passed to the guest): bw_size=65536 bw_iters=200 lat_size=64 lat_iters=1000
-#                               atomic_iters=1000 extra_nics=0|1 setups=ABC
-# Needs rdma_bench, rdma_bench_verbs and rc_pingpong built:
-#   cmake --build --preset release -j2 --target rdma_bench rdma_bench_verbs rc_pingpong
+#                               atomic_iters=1000 extra_nics=0|1 setups=ABCD
+#                               variants=default[,app,sleepN,nopin,cpu]   (the guest script's header)
+# Needs rdma_bench, rdma_bench_verbs, rc_pingpong and the drop-in library built:
+#   cmake --build --preset release -j2 --target rdma_bench rdma_bench_verbs rc_pingpong vfab_ibverbs
 # The guest's raw lines go to BUILD_DIR/rdma_vs_rxe.log (the table is made from them again
 # with RDMA_VS_RXE_REPLAY=that.log).
 set -eu
@@ -21,13 +24,19 @@ log=$build/rdma_vs_rxe.log
 if [ -n "${RDMA_VS_RXE_REPLAY:-}" ]; then
     log=$RDMA_VS_RXE_REPLAY
 else
-    for b in bench/rdma_bench bench/rdma_bench_verbs examples/rc_pingpong; do
-        [ -x "$build/$b" ] || { echo "no $build/$b: cmake --build --preset release -j2 --target $(basename "$b")" >&2; exit 1; }
+    for b in bench/rdma_bench bench/rdma_bench_verbs examples/rc_pingpong verbs/lib/libibverbs.so.1 tools/vfab-run; do
+        t=$(basename "$b")
+        case $t in libibverbs.so.1) t=vfab_ibverbs ;; vfab-run) t="(cmake configures it)" ;; esac
+        [ -e "$build/$b" ] || { echo "no $build/$b: cmake --build --preset release -j2 --target $t" >&2; exit 1; }
     done
     case $rounds in '' | *[!0-9]*) echo "usage: $0 [ROUNDS] [BUILD_DIR] [key=value ...]" >&2; exit 2 ;; esac
-    echo "one lab boot, $rounds rounds (about $((rounds * 2 + 1)) minutes); raw lines in $log" >&2
-    "$root/scripts/lab" --timeout $((180 + rounds * 400)) --log "$log.console" \
+    # the perftest set-up takes about a minute and a half a variant, the rest of a round two
+    nv=1
+    for kv in "$@"; do case $kv in variants=*) nv=$(echo "${kv#variants=}" | tr , '\n' | grep -c .) ;; esac; done
+    echo "one lab boot, $rounds rounds (about $((rounds * (4 + 3 * nv) / 2 + 1)) minutes); raw lines in $log" >&2
+    "$root/scripts/lab" --timeout $((300 + rounds * (400 + 300 * nv))) --log "$log.console" \
         --extra "$build/bench/rdma_bench" --extra "$build/bench/rdma_bench_verbs" --extra "$build/examples/rc_pingpong" \
+        --extra "$build/verbs/lib/libibverbs.so.1" --extra "$build/tools/vfab-run" \
         run "$root/bench/lab/rdma_vs_rxe_guest.sh:$rounds $*" >"$log" 2>&1 ||
         { grep -E 'FAILED|failed|rdma_guest|lab\[' "$log" | tail -40 >&2; exit 1; }
 fi
@@ -76,7 +85,10 @@ if not runs:
 figs = ["write_bw Gb/s", "read_lat median us", "read_lat p99 us", "send_lat median us", "send_lat p99 us",
         "write_lat median us", "write_lat p99 us", "atomic kops/s", "reg+inv kops/s", "pingpong usec/iter"]
 order = ["vfab-vfab", "vfab-vfab-1t", "vfab-rxe", "rxe-vfab", "rxe-rxe", "rxe-rxe-perftest"]
-labels = [l for l in order if any(k[1] == l for k in runs)] + sorted({k[1] for k in runs} - set(order))
+# perftest on the drop-in libibverbs of vfab: a table of their own, against perftest on rxe
+vperf = ["vfab-vfab-perftest"] + sorted({k[1] for k in runs if k[1].startswith("vfab-vfab-perftest-")})
+vperf = [l for l in vperf if any(k[1] == l for k in runs)]
+labels = [l for l in order if any(k[1] == l for k in runs)] + sorted({k[1] for k in runs} - set(order) - set(vperf))
 med = {k: statistics.median(v) for k, v in runs.items()}
 def cell(fig, label):
     v = med.get((fig, label))
@@ -115,9 +127,36 @@ for label in ["vfab-vfab", "vfab-vfab-1t"]:
     verdict("read latency (median)", "read_lat median us", label, 0.3, "less")
     verdict("send latency (median)", "send_lat median us", label, 0.3, "less")
 print()
+if vperf:
+    ref = "rxe-rxe-perftest"
+    print("perftest 4.5, the same commands: vfab <-> vfab on the drop-in libibverbs.so.1 (vfab-run) against rxe <-> rxe")
+    head = ["figure", ref] + vperf + ["%s / %s" % (l, ref) for l in vperf]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for fig in ["write_bw Gb/s", "read_lat median us", "read_lat p99 us", "send_lat median us", "send_lat p99 us",
+                "write_lat median us", "write_lat p99 us", "atomic kops/s"]:
+        b = med.get((fig, ref))
+        row = [fig, num(b)] + [cell(fig, l) for l in vperf]
+        for l in vperf:
+            v = med.get((fig, l))
+            row.append("-" if v is None or not b else "%.2f" % (v / b))
+        print("| " + " | ".join(row) + " |")
+    print()
+    for label in vperf:
+        for name, fig, want, better in [("write bandwidth", "write_bw Gb/s", 5.0, "more"),
+                                        ("read latency (median)", "read_lat median us", 0.2, "less"),
+                                        ("send latency (median)", "send_lat median us", 0.2, "less")]:
+            v, b = med.get((fig, label)), med.get((fig, ref))
+            if v is None or not b:
+                continue
+            r = v / b
+            ok = r >= want if better == "more" else r <= want
+            print("target %-26s %-26s %.2fx %s (%s %.1fx): %s" % (name, label, r, ref, ">=" if better == "more" else "<=",
+                                                                  want, "met" if ok else "NOT met"))
+    print()
 print("every run (figure / label: values in run order):")
 for (fig, label), v in sorted(runs.items(), key=lambda kv: (figs.index(kv[0][0]) if kv[0][0] in figs else 99, kv[0][1])):
-    print("  %-20s %-18s %s" % (fig, label, " ".join("%g" % x for x in v)))
+    print("  %-20s %-26s %s" % (fig, label, " ".join("%g" % x for x in v)))
 if failed:
     print("\nFAILED runs:")
     for l in failed: print("  " + l)

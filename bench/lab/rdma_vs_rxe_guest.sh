@@ -1,8 +1,13 @@
 #!/bin/sh
 # In the lab guest (bench/rdma_vs_rxe.sh boots it): RDMA figures over the two e1000e on hub 0
-# (00:02.0 <-> 00:03.0) in three set-ups, ROUNDS times, interleaved (A B C, then C B A, ...):
+# (00:02.0 <-> 00:03.0) in four set-ups, ROUNDS times, interleaved (A D B C, then C B D A, ...):
 #   A  vfab <-> vfab   both NICs on vfio-pci; rdma_bench local (client on 02.0, server on 03.0),
 #                      a thread for each end (label vfab-vfab) and one thread for both (vfab-vfab-1t)
+#   D  vfab <-> vfab   the same NICs, perftest 4.5 (Debian's binaries) on vfab's drop-in
+#                      libibverbs.so.1 through vfab-run (docs/verbs.md): server on vfab1 = 03.0
+#                      (10.77.0.2), client on vfab0 = 02.0 (10.77.0.1), GID index 0; the same
+#                      commands and sizes as rxe <-> rxe's perftest (label vfab-vfab-perftest, and
+#                      one label per progress variant asked for, below)
 #   B  vfab <-> rxe    03.0 on the kernel's e1000e as 10.77.0.2 with rxe0 on it; vfab on 02.0
 #                      as 10.77.0.1 — vfab initiating (label vfab-rxe) and rxe initiating (rxe-vfab)
 #   C  rxe <-> rxe     02.0 on the kernel too, 10.77.0.1 with rxe1; policy routing sends the two
@@ -10,19 +15,29 @@
 #                      up the local table first, each peer's address has its own table through
 #                      its NIC, the local table's own rule moves behind them, accept_local=1,
 #                      rp_filter=0. Both with rdma_bench_verbs and with perftest.
-# Each set-up also runs the pingpong tools (examples/rc_pingpong, ibv_rc_pingpong; usec/iter).
+# Each set-up but D also runs the pingpong tools (examples/rc_pingpong, ibv_rc_pingpong; usec/iter).
 # Prints the tools' result lines ("rdma_bench ...", "perftest ...", "pingpong ..."), and
 # "rdma_guest: ..." lines for what it does.
 #   rdma_vs_rxe_guest.sh [ROUNDS] [bw_size=65536] [bw_iters=200] [lat_size=64] [lat_iters=1000]
-#                        [atomic_iters=1000] [extra_nics=1] [setups=ABC]
+#                        [atomic_iters=1000] [extra_nics=1] [setups=ABCD] [variants=LIST]
 # extra_nics=1: also vfab <-> vfab over virtio-net 04.0/06.0 and igb 05.0/0a.0, once a round;
-# setups: which of A, B, C to run (the others are only passed through).
+# setups: which of A, B, C, D to run (the others are only passed through);
+# variants: D's progress settings (docs/verbs.md, "Progress"), comma-separated, each a label
+# vfab-vfab-perftest[-NAME] of its own, run one after the other in D:
+#   default  the library's defaults: a progress thread per device, asleep after 1000 idle us
+#   app      VFAB_VERBS_PROGRESS=app on each end that polls its CQ for everything it waits for
+#            (ib_write_bw, ib_read_lat, ib_atomic_bw: the client; ib_send_lat: both); the
+#            passive end keeps its thread. ib_write_lat (both ends poll memory) is not run.
+#   sleepN   VFAB_VERBS_PROGRESS_SLEEP_US=N: sleep0, the progress threads never sleep; sleep1,
+#            asleep on the NIC's interrupt as soon as idle (the coarse clock's tick at least)
+#   nopin    the programs not pinned (the others: server on vCPU 0, client on vCPU 1, as rxe's)
+#   cpu      each end's progress thread pinned to the other end's vCPU (VFAB_VERBS_PROGRESS_CPU)
 rounds=${1:-3}
 [ $# -gt 0 ] && shift
-bw_size=65536 bw_iters=200 lat_size=64 lat_iters=1000 atomic_iters=1000 extra_nics=0 setups=ABC
+bw_size=65536 bw_iters=200 lat_size=64 lat_iters=1000 atomic_iters=1000 extra_nics=0 setups=ABCD variants=default
 for kv in "$@"; do
     case $kv in
-    bw_size=* | bw_iters=* | lat_size=* | lat_iters=* | atomic_iters=* | extra_nics=* | setups=*) eval "${kv%%=*}=\${kv#*=}" ;;
+    bw_size=* | bw_iters=* | lat_size=* | lat_iters=* | atomic_iters=* | extra_nics=* | setups=* | variants=*) eval "${kv%%=*}=\${kv#*=}" ;;
     *) echo "rdma_guest: unknown argument $kv" >&2; exit 2 ;;
     esac
 done
@@ -184,21 +199,64 @@ run_B() {
         "$bin/rc_pingpong" -d $A --ip 10.77.0.1 -s "$lat_size" -n 1000 127.0.0.1 > /tmp/pp.out
     echo "pingpong label=vfab-rxe $(grep 'usec/iter' /tmp/pp.out)"
 }
-# perftest TOOL ARGS...: server on rxe0, client on rxe1; a run whose clock calibration failed
-# under TCG (a warning and zeros) is run again, twice at most.
+# perftest LABEL TOOL ARGS...: the server on 03.0's device, the client on 02.0's — rxe0 / rxe1
+# (GID index 1) on the system's libibverbs for rxe-rxe-perftest, vfab1 / vfab0 (GID index 0)
+# through vfab-run for vfab-vfab-perftest[-VARIANT] — both with -F and ARGS. A run whose clock
+# calibration failed under TCG (a warning and zeros) is run again, twice at most.
+vdevs=$A=10.77.0.1,$B=10.77.0.2
 perftest() {
-    tool=$1
-    shift
+    label=$1 tool=$2
+    shift 2
+    case $label in
+    rxe-rxe-perftest) scmd="$tool -d rxe0 -x 1" ccmd="$tool -d rxe1 -x 1" ;;
+    vfab-vfab-perftest*)
+        scmd="env VFAB_VERBS_DEVICES=$vdevs $(variant_env "$label" "$tool" server) $bin/vfab-run $tool -d vfab1 -x 0"
+        ccmd="env VFAB_VERBS_DEVICES=$vdevs $(variant_env "$label" "$tool" client) $bin/vfab-run $tool -d vfab0 -x 0"
+        ;;
+    esac
     port=18515
     for attempt in 1 2 3; do
-        pair "$tool" -d rxe0 -x 1 -F "$@" -- "$tool" -d rxe1 -x 1 -F "$@" 127.0.0.1 > /tmp/pt.out
+        # shellcheck disable=SC2086 # the commands' words
+        pair $scmd -F "$@" -- $ccmd -F "$@" 127.0.0.1 > /tmp/pt.out
         line=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' /tmp/pt.out | tail -n1)
         if grep -qi 'r^2\|calibrat\|conflicting' /tmp/pt.out || [ -z "$line" ]; then
-            say "$tool attempt $attempt: clock calibration failed or no result; $(grep -i 'r^2\|calibrat\|conflicting\|error\|fail' /tmp/pt.out | head -n2 | tr '\n' ' ')"
+            say "$label $tool attempt $attempt: clock calibration failed or no result; $(grep -i 'r^2\|calibrat\|conflicting\|error\|fail' /tmp/pt.out | head -n2 | tr '\n' ' ')"
             continue
         fi
-        echo "perftest label=rxe-rxe-perftest tool=$tool $line"
+        echo "perftest label=$label tool=$tool $line"
         return 0
+    done
+}
+# variant_env LABEL TOOL server|client: the environment of one end of a vfab perftest run (the
+# variants in the header). pair() pins the server to vCPU 0 and the client to vCPU 1; taskset
+# inside the command (nopin) widens that again.
+variant_env() {
+    case $1 in
+    *-app)
+        case $2:$3 in
+        ib_write_bw:client | ib_read_lat:client | ib_atomic_bw:client | ib_send_lat:*) echo VFAB_VERBS_PROGRESS=app ;;
+        esac
+        ;;
+    *-sleep[0-9]*) echo "VFAB_VERBS_PROGRESS_SLEEP_US=${1##*-sleep}" ;;
+    *-nopin) echo "taskset -c 0,1" ;;
+    *-cpu) if [ "$3" = server ]; then echo VFAB_VERBS_PROGRESS_CPU=1; else echo VFAB_VERBS_PROGRESS_CPU=0; fi ;;
+    esac
+}
+perftests() {
+    perftest "$1" ib_write_bw -s "$bw_size" -n "$bw_iters" --report_gbits
+    perftest "$1" ib_read_lat -s "$lat_size" -n "$lat_iters"
+    perftest "$1" ib_send_lat -s "$lat_size" -n "$lat_iters"
+    case $1 in *-app) ;; *) perftest "$1" ib_write_lat -s "$lat_size" -n "$lat_iters" ;; esac
+    perftest "$1" ib_atomic_bw -n "$atomic_iters"
+}
+run_D() {
+    case $setups in *D*) ;; *) return 0 ;; esac
+    for v in $(echo "$variants" | tr , ' '); do
+        case $v in
+        default) perftests vfab-vfab-perftest ;;
+        app | sleep[0-9]* | nopin | cpu) perftests "vfab-vfab-perftest-$v" ;;
+        *) say "unknown variant $v" ;;
+        esac
     done
 }
 # frames NIC: what its interface sent and received so far.
@@ -216,11 +274,7 @@ run_C() {
             "$bin/rdma_bench_verbs" client "$m" 127.0.0.1 -d rxe1 -x 1 $(opts_of "$m") --label rxe-rxe ||
             say "rxe-rxe $m failed"
     done
-    perftest ib_write_bw -s "$bw_size" -n "$bw_iters" --report_gbits
-    perftest ib_read_lat -s "$lat_size" -n "$lat_iters"
-    perftest ib_send_lat -s "$lat_size" -n "$lat_iters"
-    perftest ib_write_lat -s "$lat_size" -n "$lat_iters"
-    perftest ib_atomic_bw -n "$atomic_iters"
+    perftests rxe-rxe-perftest
     port=18515
     pair ibv_rc_pingpong -d rxe0 -g 1 -s "$lat_size" -n 1000 -- \
         ibv_rc_pingpong -d rxe1 -g 1 -s "$lat_size" -n 1000 127.0.0.1 > /tmp/pp.out
@@ -238,12 +292,13 @@ to_B_from_C() { routing_off; rxe_del rxe1 && to_vfio $A; }
 
 $IP link set lo up
 for m in crc32_generic ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe; do modprobe $m || { say "modprobe $m failed"; exit 1; }; done
-say "rounds=$rounds setups=$setups write_bw: $bw_opts; latency: -s $lat_size -n $lat_iters; atomic_rate: -n $atomic_iters --window 16"
+say "rounds=$rounds setups=$setups variants=$variants write_bw: $bw_opts; latency: -s $lat_size -n $lat_iters; atomic_rate: -n $atomic_iters --window 16"
 r=1
 while [ $r -le "$rounds" ]; do
     say "round $r"
     if [ $((r % 2)) = 1 ]; then
         run_A
+        run_D
         to_B_from_A || exit 1
         run_B
         to_C_from_B || exit 1
@@ -253,6 +308,7 @@ while [ $r -le "$rounds" ]; do
         to_B_from_C || exit 1
         run_B
         to_A_from_B || exit 1
+        run_D
         run_A
     fi
     r=$((r + 1))
