@@ -177,7 +177,8 @@ ibv_mw* vfab::verbs::alloc_mw(ibv_pd* pd, ibv_mw_type type) {
 
 int vfab::verbs::dealloc_mw(ibv_mw* mw) {
     if (!mw) return EINVAL;
-    (void)ctx_of(mw->pd).port->pd().dealloc(mw->rkey);
+    // The window is invalidated and freed: a peer holding its key is refused from now on.
+    if (auto r = ctx_of(mw->pd).port->pd().dealloc(mw->rkey); !r) return r.error().code;
     delete Mw::of(mw);
     return 0;
 }

@@ -150,6 +150,7 @@ struct WrBuilder {
     std::vector<Sge> sges;           // kMaxSge per WR, at wrs' index
     std::vector<uint8_t> inline_;    // inline data gathered for wr_set_inline_data(_list)
     std::vector<uint32_t> inline_at; // per WR: its inline data's offset in inline_, or ~0u
+    std::vector<ibv_mw*> binds;      // per WR: the window a BIND_MW binds (its rkey set once posted)
     int error = 0;
 };
 

@@ -128,6 +128,10 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
             src[n] = wr;
         }
         const vfab::PostResult r = q.t->post_send(std::span<const rdma::SendWr>(batch.w, n));
+        // A type 2 window bound by a WR answers to its new key from now on (it takes effect
+        // when posted): the ibv_mw says so, as an RDMA NIC's library updates it.
+        for (uint32_t i = 0; i < r.posted; ++i)
+            if (src[i]->opcode == IBV_WR_BIND_MW && src[i]->bind_mw.mw) src[i]->bind_mw.mw->rkey = src[i]->bind_mw.rkey;
         if (r.posted < n) {
             if (bad) *bad = src[r.posted];
             return r.error ? r.error : EINVAL;

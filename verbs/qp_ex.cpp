@@ -23,6 +23,7 @@ rdma::SendWr* begin(ibv_qp_ex* qx, rdma::WrOpcode op) {
     }
     b.wrs.emplace_back();
     b.inline_at.push_back(~0u);
+    b.binds.push_back(nullptr);
     rdma::SendWr& w = b.wrs.back();
     w.wr_id = qx->wr_id;
     w.send_flags = qx->wr_flags;
@@ -68,6 +69,7 @@ void wr_bind_mw(ibv_qp_ex* qx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info
     if (!w) return;
     w->mem_key = mw ? mw->rkey : 0;
     w->new_key = rkey;
+    qp_of(qx).build.binds.back() = mw;
     if (info) w->bind = {info->mr ? info->mr->lkey : 0, info->mw_access_flags, info->addr, info->length};
 }
 void wr_send_tso(ibv_qp_ex* qx, void*, uint16_t, uint16_t) { qp_of(qx).build.error = EOPNOTSUPP; }
@@ -132,6 +134,7 @@ void wr_start(ibv_qp_ex* qx) {
     WrBuilder& b = qp_of(qx).build;
     b.wrs.clear();
     b.inline_at.clear();
+    b.binds.clear();
     b.inline_.clear();
     b.error = 0;
 }
@@ -145,6 +148,8 @@ int wr_complete(ibv_qp_ex* qx) {
             if (b.inline_at[i] != ~0u) b.sges[i * q.max_send_sge].addr = reinterpret_cast<uint64_t>(b.inline_.data() + b.inline_at[i]);
         const vfab::PostResult r = q.t->post_send(b.wrs);
         err = r.error;
+        for (uint32_t i = 0; i < r.posted; ++i)
+            if (b.binds[i]) b.binds[i]->rkey = b.wrs[i].new_key;   // as ibv_post_send does (qp.cpp)
     }
     wr_start(qx);
     return err;
@@ -181,6 +186,7 @@ void vfab::verbs::fill_qp_ex_ops(Qp& q) {
     const uint32_t depth = q.max_send_wr;
     q.build.wrs.reserve(depth);
     q.build.inline_at.reserve(depth);
+    q.build.binds.reserve(depth);
     q.build.sges.resize(size_t(depth) * q.max_send_sge);
     q.build.inline_.reserve(size_t(q.max_inline) * 64);
 }
