@@ -30,6 +30,7 @@ void vfab::verbs::fill_context_ops(Context& c) {
     v.get_srq_num = get_srq_num;
     v.open_xrcd = open_xrcd;
     v.close_xrcd = close_xrcd;
+    v.open_qp = open_qp;
 }
 
 void vfab::verbs::queue_async_event(Context& c, const ibv_async_event& e) {

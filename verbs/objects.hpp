@@ -159,6 +159,10 @@ struct Qp {
     rdma::Qp* t = nullptr;
     Context* ctx = nullptr;
     bool has_ex = false;   // made by ibv_create_qp_ex with send_ops_flags: ibv_qp_to_qp_ex works
+    // An XRC receive QP has one handle per ibv_create_qp_ex / ibv_open_qp: the transport's QP
+    // goes with the last of them (handles lists them, shared by all).
+    std::shared_ptr<std::vector<Qp*>> handles;
+    ibv_xrcd* xrcd = nullptr;
     uint32_t max_send_wr = 0, max_recv_wr = 0, max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
     WrBuilder build;
     static Qp* of(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }

@@ -211,6 +211,10 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
         q->has_ex = true;
         fill_qp_ex_ops(*q);
     }
+    if (tgt) {
+        q->handles = std::make_shared<std::vector<Qp*>>(1, q);
+        q->xrcd = a->xrcd;
+    }
     // What the QP got, as a provider reports it back.
     a->cap = {t.cap.max_send_wr, t.cap.max_recv_wr, t.cap.max_send_sge, t.cap.max_recv_sge, t.cap.max_inline_data};
     track(c, q->t, q);
@@ -307,9 +311,49 @@ extern "C" int vfab_ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a, int mask, ibv_qp_in
 }
 VFAB_VERBS_1_1(ibv_query_qp);
 
+// ibv_open_qp: another handle on an XRC receive QP of this process, found by its number and
+// domain (a domain is the process's own: docs/verbs.md).
+ibv_qp* vfab::verbs::open_qp(ibv_context* ctx, ibv_qp_open_attr* a) {
+    constexpr uint32_t need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+    if (!ctx || !a || (a->comp_mask & need) != need || a->comp_mask & ~uint32_t(need | IBV_QP_OPEN_ATTR_CONTEXT))
+        return fail_null<ibv_qp>(EINVAL);
+    if (a->qp_type != IBV_QPT_XRC_RECV || !a->xrcd) return fail_null<ibv_qp>(EINVAL);
+    Context& c = *Context::of(ctx);
+    Qp* found = nullptr;
+    {
+        OpenDevice& d = c.device->open;
+        std::lock_guard g(d.objects_mu);
+        for (auto& [t, v] : d.verbs_of) {
+            Qp* q = static_cast<Qp*>(v);
+            if (q->handles && q->t->qp_num() == a->qp_num && Xrcd::of(q->xrcd)->t == Xrcd::of(a->xrcd)->t) found = q;
+        }
+    }
+    if (!found) return fail_null<ibv_qp>(ENOENT);
+    auto* q = new Qp{};
+    q->t = found->t;
+    q->ctx = &c;
+    q->handles = found->handles;
+    q->handles->push_back(q);
+    q->xrcd = a->xrcd;
+    q->ex.qp_base = found->ex.qp_base;
+    q->ex.qp_base.context = ctx;
+    q->ex.qp_base.qp_context = a->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT ? a->qp_context : nullptr;
+    pthread_mutex_init(&q->ex.qp_base.mutex, nullptr);
+    pthread_cond_init(&q->ex.qp_base.cond, nullptr);
+    return q->ibv();
+}
+
 extern "C" int vfab_ibv_destroy_qp(ibv_qp* qp) {
     if (!qp) return fail(EINVAL);
     Qp* q = Qp::of(qp);
+    if (q->handles && q->handles->size() > 1) {   // another handle keeps the XRC receive QP
+        std::erase(*q->handles, q);
+        track(*q->handles->front()->ctx, q->t, q->handles->front());   // its events go to a live handle
+        pthread_cond_destroy(&qp->cond);
+        pthread_mutex_destroy(&qp->mutex);
+        delete q;
+        return 0;
+    }
     if (auto r = q->t->destroy(); !r) return fail(r.error().code);
     untrack(*q->ctx, q->t);
     pthread_cond_destroy(&qp->cond);

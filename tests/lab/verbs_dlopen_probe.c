@@ -4,11 +4,13 @@
  *   - two RC queue pairs of that one port connected to each other (loopback: nothing leaves
  *     the host), a SEND and an RDMA WRITE between them, data checked;
  *   - bad input gets the errno rdma-core gives: CQ of 0 entries, a QP too deep, RESET -> RTS,
- *     remote write without local write.
- * Prints "loopback ok" and "errors ok"; exit 0 when all held.
+ *     remote write without local write;
+ *   - an XRC receive QP opened again by its number (ibv_open_qp) outlives its creator's handle.
+ * Prints "loopback ok", "errors ok" and "open_qp ok"; exit 0 when all held.
  *   verbs_dlopen_probe DEVICE */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +170,32 @@ int main(int argc, char **argv) {
     errno = 0;
     CHECK(!p_ibv_reg_mr(pd1, m1, 64, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL, "remote write alone: errno %d", errno);
     if (failures == before) printf("errors ok\n");
+
+    /* ibv_open_xrcd, ibv_create_qp_ex and ibv_open_qp are inline: through the context. */
+    before = failures;
+    struct ibv_xrcd_init_attr xa = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = O_CREAT};
+    struct ibv_xrcd *xrcd = ibv_open_xrcd(c1, &xa);
+    CHECK(xrcd != NULL, "open_xrcd: %s", strerror(errno));
+    if (xrcd) {
+        struct ibv_qp_init_attr_ex ta = {.qp_type = IBV_QPT_XRC_RECV, .comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = xrcd};
+        struct ibv_qp *tgt = ibv_create_qp_ex(c1, &ta);
+        CHECK(tgt != NULL, "XRC receive QP: %s", strerror(errno));
+        struct ibv_qp_open_attr oa = {.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE,
+                                      .qp_num = tgt ? tgt->qp_num : 0, .xrcd = xrcd, .qp_type = IBV_QPT_XRC_RECV};
+        struct ibv_qp *opened = tgt ? ibv_open_qp(c2, &oa) : NULL;
+        CHECK(opened && opened->qp_num == tgt->qp_num, "open_qp: %s", strerror(errno));
+        oa.qp_num = 0xabcdef;
+        CHECK(!ibv_open_qp(c2, &oa), "open_qp of a number nobody has");
+        if (tgt) CHECK(p_ibv_destroy_qp(tgt) == 0, "destroy the creator's handle");
+        if (opened) {
+            struct ibv_qp_attr ia = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+            CHECK(p_ibv_modify_qp(opened, &ia, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
+                  "the opened handle still works: %s", strerror(errno));
+            CHECK(p_ibv_destroy_qp(opened) == 0, "destroy the opened handle");
+        }
+        CHECK(ibv_close_xrcd(xrcd) == 0, "close_xrcd");
+    }
+    if (failures == before) printf("open_qp ok\n");
 
     if (q3) p_ibv_destroy_qp(q3);
     p_ibv_destroy_qp(q1);

@@ -107,6 +107,7 @@ TEST_F(VerbsVfab, DlopenLoopbackAndBadInput) {
     EXPECT_EQ(r.rc, 0) << r.summary();
     EXPECT_NE(r.out.find("loopback ok"), std::string::npos) << r.summary();
     EXPECT_NE(r.out.find("errors ok"), std::string::npos) << r.summary();
+    EXPECT_NE(r.out.find("open_qp ok"), std::string::npos) << r.summary();
 }
 
 // A user who may open no VFIO group sees no device, and the tools say so as on a machine with
