@@ -425,22 +425,21 @@ ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port
 
 // ---- multicast --------------------------------------------------------------------------------------
 
-extern "C" int vfab_ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+namespace {
+int mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid, bool attach) {
     if (!qp || !gid) return fail(EINVAL);
     rdma::Gid g;
     std::memcpy(g.raw, gid->raw, 16);
-    auto r = Qp::of(qp)->t->attach_mcast(g, lid);
+    rdma::Qp& t = *Qp::of(qp)->t;
+    auto r = attach ? t.attach_mcast(g, lid) : t.detach_mcast(g, lid);
     return r ? 0 : fail(r.error().code);
 }
+}  // namespace
+
+extern "C" int vfab_ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) { return mcast(qp, gid, lid, true); }
 VFAB_VERBS_1_1(ibv_attach_mcast);
 
-extern "C" int vfab_ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
-    if (!qp || !gid) return fail(EINVAL);
-    rdma::Gid g;
-    std::memcpy(g.raw, gid->raw, 16);
-    auto r = Qp::of(qp)->t->detach_mcast(g, lid);
-    return r ? 0 : fail(r.error().code);
-}
+extern "C" int vfab_ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) { return mcast(qp, gid, lid, false); }
 VFAB_VERBS_1_1(ibv_detach_mcast);
 
 // ---- type 1 memory windows, bound through a queue pair ----------------------------------------------

@@ -39,12 +39,6 @@ protected:
         a.insert(a.end(), extra.begin(), extra.end());
         return a;
     }
-    static void expect_pair(const PairOutcome& r, const std::string& iters_line) {
-        EXPECT_EQ(r.server.rc, 0) << "server: " << r.server.summary();
-        EXPECT_EQ(r.client.rc, 0) << "client: " << r.client.summary();
-        EXPECT_NE(r.server.out.find(iters_line), std::string::npos) << r.server.summary();
-        EXPECT_NE(r.client.out.find(iters_line), std::string::npos) << r.client.summary();
-    }
 };
 
 TEST_F(RdmaRxe, RcPingpongVfabServerRxeClient) {

@@ -12,6 +12,7 @@
 // ibv_ud_pingpong, so that a test can stand in for their server.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <poll.h>
 
 #include <cstdio>
@@ -226,6 +227,14 @@ inline PairOutcome run_server_client(const std::vector<std::string>& server_args
     r.client = run_program(std::move(client_args), limit);
     r.server = server.wait(limit);
     return r;
+}
+
+// Both ends of a run_server_client() exited 0 and printed `line` (e.g. "100 iters in").
+inline void expect_pair(const PairOutcome& r, const std::string& line) {
+    EXPECT_EQ(r.server.rc, 0) << "server: " << r.server.summary() << "\nclient: " << r.client.summary();
+    EXPECT_EQ(r.client.rc, 0) << "client: " << r.client.summary() << "\nserver: " << r.server.summary();
+    EXPECT_NE(r.server.out.find(line), std::string::npos) << r.server.summary();
+    EXPECT_NE(r.client.out.find(line), std::string::npos) << r.client.summary();
 }
 
 // ---- ibv_rc_pingpong / ibv_ud_pingpong's TCP exchange ----------------------------------------
