@@ -30,10 +30,10 @@ else
         [ -e "$build/$b" ] || { echo "no $build/$b: cmake --build --preset release -j2 --target $t" >&2; exit 1; }
     done
     case $rounds in '' | *[!0-9]*) echo "usage: $0 [ROUNDS] [BUILD_DIR] [key=value ...]" >&2; exit 2 ;; esac
-    # the perftest set-up takes about a minute and a half a variant, the rest of a round two
+    # the perftest set-up takes about a minute a variant, the rest of a round about two
     nv=1
     for kv in "$@"; do case $kv in variants=*) nv=$(echo "${kv#variants=}" | tr , '\n' | grep -c .) ;; esac; done
-    echo "one lab boot, $rounds rounds (about $((rounds * (4 + 3 * nv) / 2 + 1)) minutes); raw lines in $log" >&2
+    echo "one lab boot, $rounds rounds (about $((rounds * (2 + nv) * 2 / 3 + 1)) minutes); raw lines in $log" >&2
     "$root/scripts/lab" --timeout $((300 + rounds * (400 + 300 * nv))) --log "$log.console" \
         --extra "$build/bench/rdma_bench" --extra "$build/bench/rdma_bench_verbs" --extra "$build/examples/rc_pingpong" \
         --extra "$build/verbs/lib/libibverbs.so.1" --extra "$build/tools/vfab-run" \

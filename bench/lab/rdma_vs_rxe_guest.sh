@@ -29,7 +29,8 @@
 #            (ib_write_bw, ib_read_lat, ib_atomic_bw: the client; ib_send_lat: both); the
 #            passive end keeps its thread. ib_write_lat (both ends poll memory) is not run.
 #   sleepN   VFAB_VERBS_PROGRESS_SLEEP_US=N: sleep0, the progress threads never sleep; sleep1,
-#            asleep on the NIC's interrupt as soon as idle (the coarse clock's tick at least)
+#            asleep on the NIC's interrupt as soon as idle (after N us and two ticks of the
+#            coarse clock without work, 8 ms in the lab)
 #   nopin    the programs not pinned (the others: server on vCPU 0, client on vCPU 1, as rxe's)
 #   cpu      each end's progress thread pinned to the other end's vCPU (VFAB_VERBS_PROGRESS_CPU)
 rounds=${1:-3}
