@@ -13,7 +13,7 @@
 # A hub whose only other port cannot receive stalls TX, hence the sinks (LAB.md pitfall 6): a
 # hub port with no peer, which always takes a frame and drops it (QEMU's net/hub.c and
 # qemu_can_send_packet()). It replaced a dgram netdev to 127.0.0.1, whose sendto(2) per frame
-# was half of a sending vCPU's time (docs/performance.md, "The lab's sink").
+# was half of a sending vCPU's time (docs/performance-history.md, "The lab's sink").
 
 LAB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LAB_TAP_QUEUES=4

@@ -7,7 +7,7 @@
 // descriptor's flags are written, after the rest of it (§2.8.6): add() does that at once, so
 // that a polling device starts on the first chain of a post while the driver writes the next
 // (as DPDK's and Linux's drivers do; a back-end waiting for a whole batch lost 16% of a
-// loop's rate, docs/performance.md). publish() has nothing left to do.
+// loop's rate, docs/performance-history.md). publish() has nothing left to do.
 #pragma once
 
 #include <algorithm>
