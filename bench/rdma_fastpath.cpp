@@ -165,8 +165,7 @@ struct VerbsEnds {
 };
 
 // Sends `n` messages A -> B; the number completed (n unless something failed).
-uint64_t transfer(const Run& r, Side& a, Side& b, uint64_t n) {
-    static VerbsEnds v(a, b);
+uint64_t transfer(const Run& r, Side& a, Side& b, VerbsEnds& v, uint64_t n) {
     Sge s{reinterpret_cast<uint64_t>(a.mem.data()), r.size, a.mr.lkey};
     SendWr w;
     w.sg_list = &s;
@@ -348,10 +347,11 @@ int main(int argc, char** argv) {
                     r.size, (unsigned long long)r.messages, ns / double(r.messages), (unsigned long long)done);
         return 0;
     }
-    transfer(r, a, b, 64);   // warm-up: ARP both ways, first touches
+    VerbsEnds v(a, b);
+    transfer(r, a, b, v, 64);   // warm-up: ARP both ways, first touches
     VFAB_BENCH_ZERO_STATS();
     const auto t0 = std::chrono::steady_clock::now();
-    transfer(r, a, b, r.messages);
+    transfer(r, a, b, v, r.messages);
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     const PortStats sa = a.port->stats(), sb = b.port->stats();
     if (sa.retransmits || sb.retransmits) die("retransmissions on a lossless wire");

@@ -434,6 +434,7 @@ private:
     void progress_loop(ProgressThreadOptions opts) noexcept;
     void sleep_until_work() noexcept;   // the progress thread, idle: until a frame, a deadline or kick()
     void kick() noexcept;               // wakes the progress thread when it sleeps
+    void wake() noexcept;               // wakes it whether it sleeps or not (its next sleep returns)
     int run_loopback() noexcept;        // frames this port sent to itself, received
 
     std::unique_ptr<RawLink> link_;

@@ -271,7 +271,10 @@ void PortImpl::note_deadline(uint64_t when) noexcept {
 }
 
 void PortImpl::kick() noexcept {
-    if (!sleeping_.load(std::memory_order_relaxed)) return;
+    if (sleeping_.load(std::memory_order_relaxed)) wake();
+}
+
+void PortImpl::wake() noexcept {
     const uint64_t one = 1;
     (void)!::write(wake_fd_.get(), &one, sizeof one);
 }
@@ -550,8 +553,7 @@ Result<void> PortImpl::start_progress_thread(const ProgressThreadOptions& opts) 
 void PortImpl::stop_progress_thread() {
     if (!thread_.joinable()) return;
     stop_.store(true);
-    const uint64_t one = 1;
-    (void)!::write(wake_fd_.get(), &one, sizeof one);
+    wake();   // sleeping or about to: it looks at stop_ next
     thread_.join();
     threaded_.store(false, std::memory_order_release);
 }

@@ -136,7 +136,9 @@ extern "C" const char* ibv_get_sysfs_path(void) { return "/sys"; }
 // node_type, ...); any other file is read as rdma-core does: one line, no newline.
 extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
     if (!dir || !file || !buf || !size) return fail(EINVAL), -1;
-    for (Device* d : library().devices) {
+    Library& lib = library();
+    std::unique_lock g(lib.mu);   // discover() may add devices meanwhile
+    for (Device* d : lib.devices) {
         if (std::strcmp(dir, d->head.ibdev.ibdev_path) != 0 && std::strcmp(dir, d->head.ibdev.dev_path) != 0) continue;
         std::string v;
         if (!std::strcmp(file, "board_id")) v = "vfab_" + d->cfg.bdf;
@@ -146,6 +148,7 @@ extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf,
         else break;   // the PCI function's own files (numa_node, local_cpus, ...)
         return std::snprintf(buf, size, "%s", v.c_str());
     }
+    g.unlock();
     const std::string path = std::string(dir) + "/" + file;
     std::ifstream in(path);
     if (!in) return fail(ENOENT), -1;

@@ -74,6 +74,19 @@ inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t pee
     ASSERT_TRUE(r) << r.error().message;
 }
 
+// A UD queue pair through INIT (with `qkey`), RTR and RTS (send PSN `sq_psn`).
+inline void connect_ud(Side& s, uint32_t qkey, uint32_t sq_psn = 0) {
+    QpAttr x;
+    x.qp_state = QpState::init;
+    x.qkey = qkey;
+    ASSERT_TRUE(s.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
+    x.qp_state = QpState::rtr;
+    ASSERT_TRUE(s.qp->modify(x, attr_state));
+    x.qp_state = QpState::rts;
+    x.sq_psn = sq_psn;
+    ASSERT_TRUE(s.qp->modify(x, attr_state | attr_sq_psn));
+}
+
 // Both QPs through RESET and connected to each other again (after an error moved them to ERR).
 inline void reconnect_rc(Side& a, Side& b, uint32_t psn_a, uint32_t psn_b) {
     for (Side* s : {&a, &b}) {

@@ -94,16 +94,7 @@ TEST(LoopbackUd, ADatagramToAQueuePairOfTheSamePort) {
     RdmaPair pair;
     std::vector<uint8_t> m1(4096), m2(4096);
     Side s1 = make_side(*pair.a, QpType::ud, m1), s2 = make_side(*pair.a, QpType::ud, m2);
-    for (Side* s : {&s1, &s2}) {
-        QpAttr a;
-        a.qp_state = QpState::init;
-        a.qkey = 0x1111;
-        ASSERT_TRUE(s->qp->modify(a, attr_state | attr_pkey_index | attr_port | attr_qkey));
-        a.qp_state = QpState::rtr;
-        ASSERT_TRUE(s->qp->modify(a, attr_state));
-        a.qp_state = QpState::rts;
-        ASSERT_TRUE(s->qp->modify(a, attr_state | attr_sq_psn));
-    }
+    for (Side* s : {&s1, &s2}) connect_ud(*s, 0x1111);
     Sge r{reinterpret_cast<uint64_t>(m2.data()), 2048, s2.mr.lkey};
     RecvWr rwr{9, &r, 1, 0};
     ASSERT_TRUE(s2.qp->post_recv(std::span(&rwr, 1)));

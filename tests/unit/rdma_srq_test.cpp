@@ -283,16 +283,7 @@ TEST_F(SrqTest, UdQueuePairsReceiveThroughAnSrq) {
     std::vector<uint8_t> mu(1 << 14);
     Side ua = make_side(*pair.a, QpType::ud, mu);
     Side ub = make_side(*pair.b, QpType::ud, mb, 64, srq_);
-    for (Side* s : {&ua, &ub}) {
-        QpAttr x;
-        x.qp_state = QpState::init;
-        x.qkey = 0x1234;
-        ASSERT_TRUE(s->qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-        x.qp_state = QpState::rtr;
-        ASSERT_TRUE(s->qp->modify(x, attr_state));
-        x.qp_state = QpState::rts;
-        ASSERT_TRUE(s->qp->modify(x, attr_state | attr_sq_psn));
-    }
+    for (Side* s : {&ua, &ub}) connect_ud(*s, 0x1234);
     ASSERT_TRUE(post_srq(3));
     AhAttr ah;
     ah.dgid = pair.b->gid();

@@ -19,22 +19,11 @@ protected:
         mb.assign(1 << 16, 0);
         a = make_side(*pair.a, QpType::ud, ma);
         b = make_side(*pair.b, QpType::ud, mb);
-        bring_up(a, kQkey);
-        bring_up(b, kQkey);
+        connect_ud(a, kQkey, 0x42);
+        connect_ud(b, kQkey, 0x42);
         AhAttr ah;
         ah.dgid = pair.b->gid();
         ah_b = *pair.a->create_ah(ah);
-    }
-    static void bring_up(Side& s, uint32_t qkey) {
-        QpAttr x;
-        x.qp_state = QpState::init;
-        x.qkey = qkey;
-        ASSERT_TRUE(s.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-        x.qp_state = QpState::rtr;
-        ASSERT_TRUE(s.qp->modify(x, attr_state));
-        x.qp_state = QpState::rts;
-        x.sq_psn = 0x42;
-        ASSERT_TRUE(s.qp->modify(x, attr_state | attr_sq_psn));
     }
     Sge sge_a(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(ma.data() + off), len, a.mr.lkey}; }
     Sge sge_b(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(mb.data() + off), len, b.mr.lkey}; }
@@ -165,7 +154,7 @@ TEST_F(UdTest, ControlledQkeyUsesTheQpsOwn) {
     // A sender whose own Q_Key differs: its controlled sends are dropped.
     std::vector<uint8_t> mc(4096);
     Side c = make_side(*pair.a, QpType::ud, mc);
-    bring_up(c, 0x33333333);
+    connect_ud(c, 0x33333333, 0x42);
     post_recv_b(2, 0, 2048);
     Sge sc{reinterpret_cast<uint64_t>(mc.data()), 32, c.mr.lkey};
     SendWr wc_ = wr_of(WrOpcode::send, 2, &sc);
@@ -247,7 +236,7 @@ TEST_F(UdTest, DestinationThatNeverAnswersArpFailsTheWr) {
 TEST_F(UdTest, OneSenderToTwoQueuePairs) {
     std::vector<uint8_t> mc(4096);
     Side c = make_side(*pair.b, QpType::ud, mc);
-    bring_up(c, kQkey);
+    connect_ud(c, kQkey, 0x42);
     Sge rc{reinterpret_cast<uint64_t>(mc.data()), 2048, c.mr.lkey};
     RecvWr r{1, &rc, 1, 0};
     ASSERT_TRUE(c.qp->post_recv(std::span(&r, 1)));
