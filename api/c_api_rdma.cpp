@@ -56,8 +56,16 @@ static_assert(sizeof(vfab_rdma_async_event) == sizeof(rdma::AsyncEvent));
 SAME_FIELD(vfab_rdma_async_event, rdma::AsyncEvent, event_type, type);
 SAME_FIELD(vfab_rdma_async_event, rdma::AsyncEvent, qp, qp);
 SAME_FIELD(vfab_rdma_async_event, rdma::AsyncEvent, srq, srq);
+SAME_FIELD(vfab_rdma_async_event, rdma::AsyncEvent, cq, cq);
 static_assert(VFAB_RDMA_EVENT_SRQ_LIMIT_REACHED == uint32_t(rdma::AsyncEventType::srq_limit_reached) &&
-              VFAB_RDMA_EVENT_QP_LAST_WQE_REACHED == uint32_t(rdma::AsyncEventType::qp_last_wqe_reached));
+              VFAB_RDMA_EVENT_QP_LAST_WQE_REACHED == uint32_t(rdma::AsyncEventType::qp_last_wqe_reached) &&
+              VFAB_RDMA_EVENT_CQ_ERR == uint32_t(rdma::AsyncEventType::cq_error) &&
+              VFAB_RDMA_EVENT_QP_FATAL == uint32_t(rdma::AsyncEventType::qp_fatal) &&
+              VFAB_RDMA_EVENT_QP_REQ_ERR == uint32_t(rdma::AsyncEventType::qp_req_err) &&
+              VFAB_RDMA_EVENT_QP_ACCESS_ERR == uint32_t(rdma::AsyncEventType::qp_access_err) &&
+              VFAB_RDMA_EVENT_COMM_EST == uint32_t(rdma::AsyncEventType::comm_est) &&
+              VFAB_RDMA_EVENT_PORT_ACTIVE == uint32_t(rdma::AsyncEventType::port_active) &&
+              VFAB_RDMA_EVENT_PORT_ERR == uint32_t(rdma::AsyncEventType::port_error));
 static_assert(sizeof(vfab_rdma_device_caps) == sizeof(rdma::DeviceCaps));
 SAME_FIELD(vfab_rdma_device_caps, rdma::DeviceCaps, vfab_caps, vfab_caps);
 SAME_FIELD(vfab_rdma_device_caps, rdma::DeviceCaps, max_path_mtu, max_path_mtu);

@@ -62,6 +62,10 @@ Result<void> CqImpl::init() { return channel_.open(port_, "create_cq"); }
 bool CqImpl::push(const Wc& wc, bool solicited) noexcept {
     if (tail_ - head_ == ring_.size()) {
         ++overruns_;
+        if (!overran && !ignore_overrun_) {
+            overran = true;
+            port_.cq_overran(this);
+        }
         return false;
     }
     ring_[tail_++ & (ring_.size() - 1)] = wc;

@@ -79,14 +79,18 @@ public:
     int channel_fd() const noexcept override { return channel_.fd(); }
     uint64_t take_events() noexcept override;
     uint64_t overruns() const noexcept override { return overruns_; }
+    void set_ignore_overrun(bool on) noexcept override { ignore_overrun_ = on; }
     void set_notify_hook(void (*hook)(void*), void* ctx) noexcept override;
     Result<uint32_t> resize(uint32_t cqe) override;
     Result<void> destroy() override;
 
-    // Adds a completion; false (and counted) when the queue is full.
+    // Adds a completion; false (and counted) when the queue is full: the port then raises
+    // cq_error and puts the CQ's queue pairs in error (PortImpl::fail_overrun_cqs).
     bool push(const Wc& wc, bool solicited) noexcept;
     uint32_t users = 0;        // queue pairs using it
     bool destroyed = false;
+    bool overran = false;      // cq_error raised: once per CQ
+    bool ignore_overrun_ = false;
     uint64_t overruns_ = 0;
 
 private:
@@ -309,6 +313,9 @@ private:
     void return_recv() noexcept; // cur_recv_ back to the SRQ's head, unused (reset, destroy)
     void recv_error(uint64_t wr_id, WcStatus st) noexcept;   // a receive completion in error
     bool last_wqe_raised_ = false;
+    bool comm_est_raised_ = false;
+    void raise_event(AsyncEventType type) noexcept;   // an affiliated asynchronous event of this QP
+    void cq_overran() noexcept;   // its CQ lost a completion: qp_fatal, and the error state
     uint32_t epsn_ = 0, msn_ = 0;
     bool nak_seq_sent_ = false;
     bool uc_discard_ = false;      // UC: dropping the rest of a message, until the next FIRST or ONLY
@@ -402,6 +409,9 @@ public:
     int timer_fd() const noexcept { return timer_fd_.get(); }
     void arm_timer() noexcept;
     void raise(const AsyncEvent& e) noexcept;
+    // A CQ overran: at the end of this run() (not inside the completer or responder that
+    // pushed), cq_error is raised and its queue pairs go to error (fail_overrun_cqs).
+    void cq_overran(CqImpl* cq) { overran_cqs_.push_back(cq); }
     // Multicast (multicast.cpp): queue pairs in groups, the device's filter kept in step.
     Result<void> join(QpImpl* qp, uint32_t group);
     Result<void> leave(QpImpl* qp, uint32_t group);
@@ -468,6 +478,14 @@ private:
     AsyncHook async_hook_ = nullptr;        // set_async_hook(): events go there instead
     void* async_hook_ctx_ = nullptr;
     std::vector<QpImpl*> ready_;
+    std::vector<CqImpl*> overran_cqs_;
+    void fail_overrun_cqs() noexcept;
+    // The link's state as last read (port_active / port_error when it changes) and when to
+    // read it next, on the coarse clock.
+    bool link_up_ = false;
+    uint64_t next_link_check_ = 0;
+    uint32_t runs_ = 0;
+    void maybe_check_link() noexcept;
     std::unique_ptr<RawCq> app_raw_cq_;   // raw_queue(): the application's raw frames
     std::unique_ptr<RawQp> app_raw_qp_;
     std::vector<ArpEntry> arp_;

@@ -19,5 +19,10 @@ inline constexpr uint32_t kMaxAh = 65536;         // address handles of a port
 inline constexpr uint32_t kMaxRdAtomic = 128;
 inline constexpr uint32_t kMaxMcastGroups = 64;    // multicast groups a port has queue pairs in
 inline constexpr uint32_t kMaxMcastQpAttach = 64;  // queue pairs in one group
+// The port reads its link at most this often for port events (Port::check_link), when a
+// multiple of kLinkCheckRuns runs of its progress or a sleeping progress thread's wake-up
+// passes by: a link change is reported within about this long plus 200 ms.
+inline constexpr uint64_t kLinkCheckNs = 100'000'000;
+inline constexpr uint32_t kLinkCheckRuns = 1024;
 
 }  // namespace vfab::rdma::detail

@@ -102,6 +102,9 @@ Result<void> PortImpl::init() {
     wake_fd_ = vfio::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), vfio::Sys::real());
     if (!wake_fd_) return Error::from_errno(errno, "RDMA port: eventfd for the progress thread");
     events_.resize(kMaxAsyncEvents);
+    link_up_ = link_->link_state().up;
+    next_link_check_ = coarse_now_ns() + kLinkCheckNs;
+    overran_cqs_.reserve(16);
 
     tx_free_.reserve(cfg_.tx_buffers);
     for (uint32_t i = cfg_.tx_buffers; i-- > 0;) tx_free_.push_back(cfg_.rx_buffers + i);
@@ -243,7 +246,36 @@ int PortImpl::run() noexcept {
         if (tx_free_.empty()) break;
     }
     tx_flush();
+    if (!overran_cqs_.empty()) fail_overrun_cqs();
+    if (++runs_ % kLinkCheckRuns == 0) maybe_check_link();
     return work;
+}
+
+void PortImpl::fail_overrun_cqs() noexcept {
+    std::vector<CqImpl*> cqs;
+    cqs.swap(overran_cqs_);
+    for (CqImpl* cq : cqs) {
+        AsyncEvent e;
+        e.type = AsyncEventType::cq_error;
+        e.cq = cq;
+        raise(e);
+        for (auto& qp : qps_)
+            if (qp && !qp->destroyed && (qp->scq_ == cq || qp->recv_cq() == cq)) qp->cq_overran();
+    }
+    tx_flush();
+}
+
+// The link read every kLinkCheckNs (an MMIO read or two): port events when it changed.
+void PortImpl::maybe_check_link() noexcept {
+    const uint64_t now = coarse_now_ns();
+    if (now < next_link_check_) return;
+    next_link_check_ = now + kLinkCheckNs;
+    const bool up = link_->link_state().up;
+    if (up == link_up_) return;
+    link_up_ = up;
+    AsyncEvent e;
+    e.type = up ? AsyncEventType::port_active : AsyncEventType::port_error;
+    raise(e);
 }
 
 int PortImpl::run_loopback() noexcept {
@@ -610,6 +642,7 @@ void PortImpl::sleep_until_work() noexcept {
     (void)!::read(wake_fd_.get(), &drain, sizeof drain);
     (void)!::read(timer_fd_.get(), &drain, sizeof drain);
     link_->take_recv_events();
+    maybe_check_link();
 }
 
 }  // namespace detail

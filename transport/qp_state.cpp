@@ -154,7 +154,7 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
         sq_head_ = sq_next_ = sq_tail_ = 0;
         return_recv();
         if (!srq_) own_rq_.reset();
-        last_wqe_raised_ = false;
+        last_wqe_raised_ = comm_est_raised_ = false;
         rd_atomic_ = pkts_unacked_ = 0;
         retry_deadline_ = rnr_deadline_ = 0;
         in_send_ = in_write_ = nak_seq_sent_ = uc_discard_ = ack_pending_ = peer_known_ = waiting_arp_ = retry_started_ = false;
@@ -214,14 +214,28 @@ void QpImpl::flush() noexcept {
     if (srq_) {
         if (!last_wqe_raised_) {
             last_wqe_raised_ = true;
-            AsyncEvent e;
-            e.type = AsyncEventType::qp_last_wqe_reached;
-            e.qp = this;
-            port_.raise(e);
+            raise_event(AsyncEventType::qp_last_wqe_reached);
         }
         return;
     }
     while ((cur_recv_ = rq_->take()) != RecvQueue::kNone) flush_recv();
+}
+
+void QpImpl::raise_event(AsyncEventType type) noexcept {
+    if (type == AsyncEventType::comm_est) comm_est_raised_ = true;
+    AsyncEvent e;
+    e.type = type;
+    e.qp = this;
+    port_.raise(e);
+}
+
+// A CQ of this queue pair lost a completion (it overran): no completion can say so, hence the
+// affiliated asynchronous error (IB spec 11.6.3.1, "local work queue catastrophic error"), and
+// the queue pair stops (as rxe's responder does on a full CQ).
+void QpImpl::cq_overran() noexcept {
+    if (state_ == QpState::error || state_ == QpState::reset) return;
+    raise_event(AsyncEventType::qp_fatal);
+    to_error();
 }
 
 void QpImpl::recv_error(uint64_t wr_id, WcStatus st) noexcept {
@@ -290,8 +304,12 @@ void QpImpl::on_packet(const Packet& p) noexcept {
         std::memcpy(peer_mac_, p.src_mac, 6);
         peer_known_ = true;
     }
-    if (p.info.has(is_request)) on_request(p);
-    else on_response(p);
+    if (p.info.has(is_request)) {
+        if (state_ == QpState::rtr && !comm_est_raised_) raise_event(AsyncEventType::comm_est);
+        on_request(p);
+    } else {
+        on_response(p);
+    }
 }
 
 uint64_t QpImpl::deadline() const noexcept {

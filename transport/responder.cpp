@@ -56,11 +56,16 @@ bool QpImpl::send_ack(uint8_t syndrome, uint32_t psn) noexcept {
     return true;
 }
 
-// A NAK that ends the connection: the requester fails its WR, this side flushes (9.7.5.2).
+// A NAK that ends the connection: the requester fails its WR, this side flushes (9.7.5.2). An
+// invalid request and an access violation are told to this side's application too, by an
+// affiliated asynchronous error (IB spec 11.6.3.1): a WRITE, READ or atomic has no receive
+// completion that could carry it. A remote operational error has one (recv_key_revoked).
 void QpImpl::respond_error(const Packet& p, uint8_t syndrome) noexcept {
     send_ack(syndrome, p.psn);
     port_.tx_flush();
     to_error();
+    if (syndrome == aeth::kNakRemoteAccessError) raise_event(AsyncEventType::qp_access_err);
+    else if (syndrome != aeth::kNakRemoteOperationalError) raise_event(AsyncEventType::qp_req_err);
 }
 
 // UC: a message that cannot be taken (a packet missing, no receive WR, a bad key or length) is

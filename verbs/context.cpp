@@ -54,24 +54,32 @@ void vfab::verbs::untrack(Context& c, const void* t) {
     d.verbs_of.erase(t);
 }
 
+// The transport's event types are ibv_event_type's values (vfab/rdma/verbs.hpp).
 void vfab::verbs::route_async_event(void* device, const rdma::AsyncEvent& e) {
     OpenDevice& d = static_cast<Device*>(device)->open;
     std::lock_guard g(d.objects_mu);
     ibv_async_event ev{};
+    ev.event_type = ibv_event_type(e.type);
+    const void* object = e.srq ? static_cast<const void*>(e.srq) : e.cq ? static_cast<const void*>(e.cq) : e.qp;
+    if (!object) {   // the port's: every context open on the device hears it
+        ev.element.port_num = 1;
+        for (Context* c : d.open_contexts) queue_async_event(*c, ev);
+        return;
+    }
+    auto it = d.verbs_of.find(object);
+    if (it == d.verbs_of.end()) return;   // being destroyed
     Context* owner = nullptr;
-    if (e.type == rdma::AsyncEventType::srq_limit_reached) {
-        auto it = d.verbs_of.find(e.srq);
-        if (it == d.verbs_of.end()) return;
+    if (e.srq) {
         Srq* s = static_cast<Srq*>(it->second);
         ev.element.srq = &s->srq;
-        ev.event_type = IBV_EVENT_SRQ_LIMIT_REACHED;
         owner = Context::of(s->srq.context);
+    } else if (e.cq) {
+        Cq* q = static_cast<Cq*>(it->second);
+        ev.element.cq = q->ibv();
+        owner = q->ctx;
     } else {
-        auto it = d.verbs_of.find(e.qp);
-        if (it == d.verbs_of.end()) return;
         Qp* q = static_cast<Qp*>(it->second);
         ev.element.qp = q->ibv();
-        ev.event_type = IBV_EVENT_QP_LAST_WQE_REACHED;
         owner = q->ctx;
     }
     queue_async_event(*owner, ev);

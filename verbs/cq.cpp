@@ -117,6 +117,7 @@ Cq* make_cq(ibv_context* ctx, uint32_t cqe, void* cq_context, ibv_comp_channel* 
     ex.read_sl = read_sl;
     ex.read_dlid_path_bits = read_dlid_path_bits;
     if (q->channel) q->t->set_notify_hook(on_notify, q);
+    track(c, q->t, q);
     return q;
 }
 
@@ -143,7 +144,10 @@ ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr) {
     if (attr->comp_vector >= uint32_t(ctx->num_comp_vectors)) return fail_null<ibv_cq_ex>(EINVAL);
     int err = 0;
     Cq* q = make_cq(ctx, attr->cqe, attr->cq_context, attr->channel, attr->wc_flags, err);
-    return q ? &q->ex : fail_null<ibv_cq_ex>(err);
+    if (!q) return fail_null<ibv_cq_ex>(err);
+    if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN))
+        q->t->set_ignore_overrun(true);
+    return &q->ex;
 }
 
 }  // namespace vfab::verbs
@@ -161,6 +165,7 @@ extern "C" int vfab_ibv_destroy_cq(ibv_cq* cq) {
     Cq* q = Cq::of(cq);
     if (auto r = q->t->destroy(); !r) return fail(r.error().code);
     q->t->set_notify_hook(nullptr, nullptr);
+    untrack(*q->ctx, q->t);
     drop_events(*q);
     pthread_cond_destroy(&q->ex.cond);
     pthread_mutex_destroy(&q->ex.mutex);

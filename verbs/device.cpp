@@ -140,6 +140,10 @@ extern "C" ibv_context* vfab_ibv_open_device(ibv_device* ibdev) {
         return fail_null<ibv_context>(e);
     }
     ++d.open.contexts;
+    {
+        std::lock_guard og(d.open.objects_mu);
+        d.open.open_contexts.push_back(c.get());
+    }
     ibv_context& ic = c->vctx.context;
     ic.device = ibdev;
     ic.cmd_fd = c->cmd_fd.get();
@@ -157,6 +161,10 @@ extern "C" int vfab_ibv_close_device(ibv_context* ctx) {
     if (!ctx) return fail(EINVAL);
     Context* c = Context::of(ctx);
     Device& d = *c->device;
+    {
+        std::lock_guard og(d.open.objects_mu);
+        std::erase(d.open.open_contexts, c);
+    }
     pthread_mutex_destroy(&ctx->mutex);
     delete c;
     std::lock_guard g(d.mu);

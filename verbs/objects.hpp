@@ -44,9 +44,11 @@ struct OpenDevice {
     std::unique_ptr<vfab::Device> dev;
     std::unique_ptr<rdma::Port> port;
     int contexts = 0;
-    // The verbs object of each transport QP and SRQ, for the port's asynchronous events.
+    // The verbs object of each transport QP, SRQ and CQ, and the contexts open on the device,
+    // for the port's asynchronous events (port events go to every context, as on a kernel device).
     std::mutex objects_mu;
     std::unordered_map<const void*, void*> verbs_of;
+    std::vector<Context*> open_contexts;
 };
 
 // struct verbs_device's beginning (rdma-core's driver.h): ibv_device, then the pointer to the

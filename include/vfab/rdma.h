@@ -194,11 +194,16 @@ struct vfab_rdma_srq_attr {
 enum vfab_rdma_srq_attr_mask { VFAB_RDMA_SRQ_MAX_WR = 1, VFAB_RDMA_SRQ_LIMIT = 2 };
 
 /* enum ibv_event_type's values, for the events the transport raises. */
-enum vfab_rdma_event_type { VFAB_RDMA_EVENT_SRQ_LIMIT_REACHED = 15, VFAB_RDMA_EVENT_QP_LAST_WQE_REACHED = 16 };
+enum vfab_rdma_event_type {
+    VFAB_RDMA_EVENT_CQ_ERR = 0, VFAB_RDMA_EVENT_QP_FATAL = 1, VFAB_RDMA_EVENT_QP_REQ_ERR = 2,
+    VFAB_RDMA_EVENT_QP_ACCESS_ERR = 3, VFAB_RDMA_EVENT_COMM_EST = 4, VFAB_RDMA_EVENT_PORT_ACTIVE = 9,
+    VFAB_RDMA_EVENT_PORT_ERR = 10, VFAB_RDMA_EVENT_SRQ_LIMIT_REACHED = 15, VFAB_RDMA_EVENT_QP_LAST_WQE_REACHED = 16
+};
 struct vfab_rdma_async_event {
     uint32_t event_type;      /* enum vfab_rdma_event_type */
-    vfab_rdma_qp *qp;         /* QP_LAST_WQE_REACHED */
+    vfab_rdma_qp *qp;         /* the QP_* events and COMM_EST */
     vfab_rdma_srq *srq;       /* SRQ_LIMIT_REACHED */
+    vfab_rdma_cq *cq;         /* CQ_ERR; PORT_ACTIVE and PORT_ERR name no object */
 };
 
 vfab_rdma_port *vfab_rdma_port_create(vfab_device *dev, const struct vfab_rdma_port_config *config);

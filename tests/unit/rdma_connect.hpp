@@ -46,9 +46,8 @@ inline Side make_side(rdma::Port& port, rdma::QpType type, std::vector<uint8_t>&
     return s;
 }
 
-// INIT -> RTR -> RTS towards `peer`, as ibv_rc_pingpong does.
-inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn, uint32_t mtu = 3,
-                       uint8_t timeout = 8, uint8_t retry = 7, uint8_t rnr_retry = 7) {
+// INIT -> RTR towards `peer`: it receives from it, and sends nothing yet.
+inline void connect_rc_rtr(Side& me, const Side& peer, uint32_t peer_psn, uint32_t mtu = 3) {
     QpAttr a;
     a.qp_state = QpState::init;
     a.qp_access_flags = kAllRemote;
@@ -63,13 +62,20 @@ inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t pee
     auto r = me.qp->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
                                   attr_max_dest_rd_atomic | attr_min_rnr_timer);
     ASSERT_TRUE(r) << r.error().message;
+}
+
+// INIT -> RTR -> RTS towards `peer`, as ibv_rc_pingpong does.
+inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn, uint32_t mtu = 3,
+                       uint8_t timeout = 8, uint8_t retry = 7, uint8_t rnr_retry = 7) {
+    connect_rc_rtr(me, peer, peer_psn, mtu);
+    QpAttr a;
     a.qp_state = QpState::rts;
     a.sq_psn = my_psn;
     a.timeout = timeout;
     a.retry_cnt = retry;
     a.rnr_retry = rnr_retry;
     a.max_rd_atomic = 4;
-    r = me.qp->modify(a, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
+    auto r = me.qp->modify(a, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
                              attr_max_qp_rd_atomic);
     ASSERT_TRUE(r) << r.error().message;
 }

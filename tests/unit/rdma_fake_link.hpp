@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -180,7 +181,8 @@ public:
     const DeviceAttr& attr() const override { return attr_; }
     // As a provider with a header of its own in front of each frame would say (create_qp_ex).
     void set_frame_headroom(uint32_t bytes) { attr_.frame_headroom = bytes; }
-    LinkState link() const override { return {true, 1000, true}; }
+    LinkState link() const override { return {link_up.load(), 1000, true}; }
+    std::atomic<bool> link_up{true};   // a test takes the link down
     DeviceStats stats() override { return {}; }
     dma::ProtectionDomain& pd() override { return *pd_; }
     Result<vfab::CompletionQueue*> create_cq(uint32_t) override {

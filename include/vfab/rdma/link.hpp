@@ -54,6 +54,9 @@ public:
     virtual void take_recv_events() noexcept = 0;
     // The multicast groups the device passes up (vfab::Device::set_multicast).
     virtual Result<void> set_multicast(std::span<const MacAddress> groups) = 0;
+    // The link as the device reports it now (vfab::Device::link): the port reads it every
+    // kLinkCheckNs and raises port_active / port_error when it changes. Not the fast path.
+    virtual LinkState link_state() const = 0;
     RawLink(const RawLink&) = delete;
     RawLink& operator=(const RawLink&) = delete;
 
@@ -147,6 +150,7 @@ public:
         else
             return Error{EOPNOTSUPP, "this device has no multicast filter in its direct API"};
     }
+    LinkState link_state() const override { return dev_.link(); }
 
 private:
     Dev& dev_;

@@ -93,6 +93,10 @@ public:
     // Completions lost because the queue was full (ibv's CQ overrun): size a CQ for every WR
     // that can complete on it; a non-zero count means the application missed completions.
     virtual uint64_t overruns() const noexcept = 0;
+    // An overrun raises AsyncEventType::cq_error once and puts the CQ's queue pairs in error
+    // (IB spec 11.4.2.1: the completions are lost); with `on`, completions beyond the room are
+    // dropped and counted only (ibv's IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN).
+    virtual void set_ignore_overrun(bool on) noexcept = 0;
     // ibv_resize_cq: room for `cqe` completions (1 to 2^20, rounded up to a power of 2), the ones
     // waiting kept in order; the room it has now. EINVAL: out of range, or fewer than wait.
     virtual Result<uint32_t> resize(uint32_t cqe) = 0;
@@ -207,9 +211,10 @@ protected:
 // An asynchronous event (struct ibv_async_event): what happened and to which object.
 struct AsyncEvent {
     AsyncEventType type = AsyncEventType::srq_limit_reached;
-    Qp* qp = nullptr;     // qp_last_wqe_reached
+    Qp* qp = nullptr;     // the qp_* events and comm_est
     Srq* srq = nullptr;   // srq_limit_reached
-};
+    Cq* cq = nullptr;     // cq_error
+};                        // port_active, port_error: the port's own (no object)
 
 // A UD destination (ibv_create_ah); the port resolves its MAC with ARP when first used.
 class AddressHandle {

@@ -263,7 +263,15 @@ enum SrqAttrMask : uint32_t {
 };
 
 // enum ibv_event_type: the asynchronous events the transport raises.
+// The values are enum ibv_event_type's; IB spec 11.6.3 says when each is raised.
 enum class AsyncEventType : uint32_t {
+    cq_error = 0,               // a CQ overran: completions were lost (AsyncEvent::cq); its QPs go to error
+    qp_fatal = 1,               // a QP went to error for a reason no completion reports (its CQ overran)
+    qp_req_err = 2,             // RC responder: an invalid request (NAKed); the QP went to error
+    qp_access_err = 3,          // RC responder: a remote access violation (NAKed); the QP went to error
+    comm_est = 4,               // the first request arrived at a QP still in RTR
+    port_active = 9,            // the link came up
+    port_error = 10,            // the link went down
     srq_limit_reached = 15,     // fewer WRs than the armed limit on an SRQ; the limit is disarmed
     qp_last_wqe_reached = 16,   // a QP of an SRQ went to the error state: it takes no more WRs
 };
