@@ -34,7 +34,7 @@ copy_with_libs() {
 # (tests/lab/rxe_peer.hpp): ibverbs-utils, perftest, and iproute2's rdma. They go to /usr/bin;
 # iproute2's ip to /usr/sbin (busybox's ip in /bin comes first in PATH: call /usr/sbin/ip).
 # About 5.5 MB on top of what the lab's own binaries bring (libc), gathered in under a second.
-RDMA_TOOLS=(ibv_devices ibv_devinfo ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_xsrq_pingpong
+RDMA_TOOLS=(ibv_devices ibv_devinfo ibv_asyncwatch ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_xsrq_pingpong
             ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat
             rdma tc)
 

@@ -1,6 +1,7 @@
 // What a lab test knows about the guest it runs in (set by scripts/lab.d/guest-init).
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -66,6 +67,14 @@ inline PciAddress address_of(const char* name) {
 // Is the device there? (The tap-backed ones need a network namespace on the host.)
 inline bool present(const char* name) {
     return ::access(("/sys/bus/pci/devices/" + address_of(name).to_string()).c_str(), F_OK) == 0;
+}
+
+// Asks the lab's host to take QEMU net client `netdev` (a NIC's hubport peer: p0 for e1000e-0,
+// p4 for igb, ...; scripts/lab.d/qemu.sh) down or up with QMP set_link: a console line the
+// host answers within about two seconds.
+inline void ask_set_link(const char* netdev, bool up) {
+    std::printf("@@host set_link %s %s\n", netdev, up ? "on" : "off");
+    std::fflush(stdout);
 }
 
 // Name for parametrized tests: "legacy", "iommufd", "noiommu".

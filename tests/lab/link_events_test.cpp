@@ -24,12 +24,6 @@ struct Nic {
     friend void PrintTo(const Nic& n, std::ostream* os) { *os << n.device << (n.with_qp ? " with a queue pair" : ""); }
 };
 
-// Asks the lab's host for QEMU's set_link (answered within about a second).
-void ask_set_link(const char* netdev, bool up) {
-    std::printf("@@host set_link %s %s\n", netdev, up ? "on" : "off");
-    std::fflush(stdout);
-}
-
 // next_event() until `want` comes (true), a device event ends it or 30 s pass (false).
 bool wait_for(Device& dev, EventType want) {
     for (auto end = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < end;) {

@@ -129,6 +129,25 @@ TEST_F(VerbsVfab, ADeviceAnotherProcessHoldsIsRefusedClearly) {
     EXPECT_EQ(held.rc, 0) << held.summary();
 }
 
+// rdma-core's ibv_asyncwatch hears the port go down and up when QEMU takes vfab0's link (igb
+// 00:05.0, QEMU's p4) down and up: IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE.
+TEST_F(VerbsVfab, AsyncwatchHearsTheLinkGoDownAndUp) {
+    Child watch(on_vfab_pair({"ibv_asyncwatch", "-d", "vfab0"}));
+    auto heard = [&](const char* what) {
+        return wait_for([&] { return watch.output_so_far().find(what) != std::string::npos; }, 30s);
+    };
+    ASSERT_TRUE(heard("async event FD")) << watch.wait(0ms).summary();
+    ask_set_link("p4", false);
+    const bool down = heard("IBV_EVENT_PORT_ERR");
+    ask_set_link("p4", true);
+    const bool up = heard("IBV_EVENT_PORT_ACTIVE");
+    ::kill(watch.pid(), SIGTERM);
+    const Outcome r = watch.wait(10s);
+    EXPECT_TRUE(down) << r.summary();
+    EXPECT_TRUE(up) << r.summary();
+    EXPECT_NE(r.out.find("event_type IBV_EVENT_PORT_ERR (10), port 1"), std::string::npos) << r.summary();
+}
+
 // kill -9 of either end of an ib_write_bw run under traffic: the kernel takes back what the
 // process held (pinned pages, hugepages, VFIO files: the fault suite's checks), the other end
 // is ended, and both devices carry a run again.
