@@ -5,8 +5,11 @@
  *     the host), a SEND and an RDMA WRITE between them, data checked;
  *   - bad input gets the errno rdma-core gives: CQ of 0 entries, a QP too deep, RESET -> RTS,
  *     remote write without local write;
- *   - an XRC receive QP opened again by its number (ibv_open_qp) outlives its creator's handle.
- * Prints "loopback ok", "errors ok" and "open_qp ok"; exit 0 when all held.
+ *   - an XRC receive QP opened again by its number (ibv_open_qp) outlives its creator's handle;
+ *   - asynchronous events on the context that owns the object: a WRITE with a bad rkey raises
+ *     IBV_EVENT_QP_ACCESS_ERR for the responder's QP, a CQ of one entry given two completions
+ *     IBV_EVENT_CQ_ERR for it and IBV_EVENT_QP_FATAL for its QP.
+ * Prints "loopback ok", "errors ok", "open_qp ok" and "events ok"; exit 0 when all held.
  *   verbs_dlopen_probe DEVICE */
 #include <dlfcn.h>
 #include <errno.h>
@@ -14,6 +17,7 @@
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <time.h>
 
@@ -33,6 +37,8 @@ SYM(ibv_create_qp)
 SYM(ibv_destroy_qp)
 SYM(ibv_modify_qp)
 SYM(ibv_query_gid)
+SYM(ibv_get_async_event)
+SYM(ibv_ack_async_event)
 
 static int failures;
 #define CHECK(cond, ...)                                  \
@@ -55,7 +61,7 @@ static int load(void) {
     LOAD(ibv_get_device_list) LOAD(ibv_free_device_list) LOAD(ibv_get_device_name) LOAD(ibv_open_device)
     LOAD(ibv_close_device) LOAD(ibv_alloc_pd) LOAD(ibv_dealloc_pd) LOAD(ibv_reg_mr) LOAD(ibv_dereg_mr)
     LOAD(ibv_create_cq) LOAD(ibv_destroy_cq) LOAD(ibv_create_qp) LOAD(ibv_destroy_qp) LOAD(ibv_modify_qp)
-    LOAD(ibv_query_gid)
+    LOAD(ibv_query_gid) LOAD(ibv_get_async_event) LOAD(ibv_ack_async_event)
     return 0;
 }
 
@@ -107,6 +113,63 @@ static int wait_cq(struct ibv_cq *cq, int n) {
         }
     }
     return got;
+}
+
+/* The next completion of `cq` within 10 s, whatever its status; -1 when none came. */
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc) {
+    for (time_t end = time(NULL) + 10; time(NULL) < end;)
+        if (ibv_poll_cq(cq, 1, wc) == 1) return 0;
+    return -1;
+}
+
+/* The context's next asynchronous event within `ms` (its async_fd polled first, as UCX does);
+ * -1 when none came. */
+static int next_event(struct ibv_context *c, struct ibv_async_event *e, int ms) {
+    struct pollfd p = {.fd = c->async_fd, .events = POLLIN};
+    if (poll(&p, 1, ms) != 1 || p_ibv_get_async_event(c, e)) return -1;
+    p_ibv_ack_async_event(e);
+    return 0;
+}
+
+/* A WRITE with a bad rkey from q1 (context c1) to q2 (context c2); then a CQ of one entry on
+ * c2 given two receive completions. Each event reaches the context that owns its object. */
+static void check_events(struct ibv_context *c1, struct ibv_context *c2, struct ibv_pd *pd1, struct ibv_pd *pd2,
+                         struct ibv_cq *cq1, struct ibv_qp *q1, struct ibv_qp *q2, struct ibv_mr *mr1, union ibv_gid gid) {
+    struct ibv_async_event e;
+    struct ibv_wc wc;
+    static char m[256];
+    struct ibv_sge ss = {(uintptr_t)mr1->addr, 64, mr1->lkey};
+    struct ibv_send_wr swr = {.wr_id = 7, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+                              .send_flags = IBV_SEND_SIGNALED}, *bad_s;
+    swr.wr.rdma.remote_addr = (uintptr_t)m;
+    swr.wr.rdma.rkey = 0xdead00;
+    CHECK(ibv_post_send(q1, &swr, &bad_s) == 0, "post_send bad rkey");
+    CHECK(poll_one(cq1, &wc) == 0 && wc.status == IBV_WC_REM_ACCESS_ERR, "bad rkey: status %d", wc.status);
+    CHECK(next_event(c2, &e, 5000) == 0 && e.event_type == IBV_EVENT_QP_ACCESS_ERR && e.element.qp == q2,
+          "QP_ACCESS_ERR for the responder's QP: event %d", e.event_type);
+    CHECK(next_event(c1, &e, 200) != 0, "the requester's context hears nothing: event %d", e.event_type);
+
+    struct ibv_cq *small = p_ibv_create_cq(c2, 1, NULL, NULL, 0);
+    struct ibv_qp *tx = make_qp(pd1, cq1, 4), *rx = small ? make_qp(pd2, small, 4) : NULL;
+    CHECK(tx && rx, "QPs for the overrun: %s", strerror(errno));
+    if (!tx || !rx) return;
+    CHECK(connect_qp(tx, rx->qp_num, gid) == 0 && connect_qp(rx, tx->qp_num, gid) == 0, "connect: %s", strerror(errno));
+    struct ibv_mr *mr2 = p_ibv_reg_mr(pd2, m, sizeof m, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_sge rs = {(uintptr_t)m, sizeof m, mr2 ? mr2->lkey : 0};
+    struct ibv_recv_wr rwr = {.wr_id = 1, .sg_list = &rs, .num_sge = 1}, *bad_r;
+    swr.opcode = IBV_WR_SEND;
+    for (int i = 0; i < 2; ++i) {
+        CHECK(ibv_post_recv(rx, &rwr, &bad_r) == 0, "post_recv");
+        CHECK(ibv_post_send(tx, &swr, &bad_s) == 0, "post_send");
+    }
+    CHECK(next_event(c2, &e, 5000) == 0 && e.event_type == IBV_EVENT_CQ_ERR && e.element.cq == small,
+          "CQ_ERR for the small CQ: event %d", e.event_type);
+    CHECK(next_event(c2, &e, 5000) == 0 && e.event_type == IBV_EVENT_QP_FATAL && e.element.qp == rx,
+          "QP_FATAL for its QP: event %d", e.event_type);
+    p_ibv_destroy_qp(tx);
+    p_ibv_destroy_qp(rx);
+    if (mr2) p_ibv_dereg_mr(mr2);
+    p_ibv_destroy_cq(small);
 }
 
 int main(int argc, char **argv) {
@@ -196,6 +259,10 @@ int main(int argc, char **argv) {
         CHECK(ibv_close_xrcd(xrcd) == 0, "close_xrcd");
     }
     if (failures == before) printf("open_qp ok\n");
+
+    before = failures;
+    check_events(c1, c2, pd1, pd2, cq1, q1, q2, mr1, gid);
+    if (failures == before) printf("events ok\n");
 
     if (q3) p_ibv_destroy_qp(q3);
     p_ibv_destroy_qp(q1);
