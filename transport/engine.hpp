@@ -15,6 +15,7 @@
 
 #include "limits.hpp"
 #include "packet.hpp"
+#include "raw_packet.hpp"
 #include "raw_queue.hpp"
 #include "recv_queue.hpp"
 #include "vfab/rdma/rdma.hpp"
@@ -352,6 +353,8 @@ public:
     dma::ProtectionDomain& pd() override { return link_->pd(); }
     Result<Cq*> create_cq(uint32_t cqe) override;
     Result<Qp*> create_qp(const QpInitAttr& attr) override;
+    Result<Flow*> create_flow(Qp* qp, const FlowRule& rule) override;
+    void flows_changed() noexcept;   // a flow made or destroyed: the counts steer() looks at
     Result<AddressHandle*> create_ah(const AhAttr& attr) override;
     Result<Srq*> create_srq(const SrqAttr& attr) override;
     Result<XrcDomain*> create_xrcd() override;
@@ -478,6 +481,13 @@ private:
     AsyncHook async_hook_ = nullptr;        // set_async_hook(): events go there instead
     void* async_hook_ctx_ = nullptr;
     std::vector<QpImpl*> ready_;
+    // Raw-packet queue pairs (QP number kFirstRawQpn + index) and flows (raw_packet.cpp).
+    std::vector<std::unique_ptr<RawPacketQp>> raw_qps_;
+    std::vector<std::unique_ptr<FlowImpl>> flows_;
+    uint32_t live_flows_ = 0, sniffers_ = 0;
+    Result<Qp*> create_raw_packet_qp(const QpInitAttr& a);
+    void sniff(const uint8_t* f, uint32_t len) noexcept;   // a copy to each sniffer
+    bool steer(const uint8_t* f, uint32_t len) noexcept;   // to the flow that takes it; false: none
     std::vector<CqImpl*> overran_cqs_;
     void fail_overrun_cqs() noexcept;
     // The link's state as last read (port_active / port_error when it changes) and when to

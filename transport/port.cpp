@@ -261,6 +261,8 @@ void PortImpl::fail_overrun_cqs() noexcept {
         raise(e);
         for (auto& qp : qps_)
             if (qp && !qp->destroyed && (qp->scq_ == cq || qp->recv_cq() == cq)) qp->cq_overran();
+        for (auto& qp : raw_qps_)
+            if (!qp->destroyed && qp->uses(cq)) qp->cq_overran();
     }
     tx_flush();
 }
@@ -334,6 +336,7 @@ void PortImpl::arm_timer() noexcept {
 void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
     ++stats_.rx_frames;
     if (drop_ && drop_(drop_ctx_, f, len)) return;
+    if (sniffers_) sniff(f, len);
     Packet p;
     switch (parse_frame(f, len, cfg_.ipv4, p)) {
     case ParseResult::arp:
@@ -360,6 +363,7 @@ void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
 }
 
 void PortImpl::to_raw(const uint8_t* f, uint32_t len) noexcept {
+    if (live_flows_ && steer(f, len)) return;
     if (app_raw_qp_) ++(app_raw_qp_->deliver(f, len) ? stats_.rx_raw : stats_.rx_raw_missed);
 }
 
@@ -470,10 +474,11 @@ Result<Cq*> PortImpl::create_cq(uint32_t cqe) {
 
 Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
     Guard g(*this);
+    if (a.qp_type == QpType::raw_packet) return create_raw_packet_qp(a);
     auto mine = [&](Cq* c) { return owns(cqs_, c); };
     const bool ini = a.qp_type == QpType::xrc_send, tgt = a.qp_type == QpType::xrc_recv;
     if (a.qp_type != QpType::rc && a.qp_type != QpType::uc && a.qp_type != QpType::ud && !ini && !tgt)
-        return Error{EINVAL, "create_qp: this transport has RC, UC, UD, XRC send and XRC receive queue pairs"};
+        return Error{EINVAL, "create_qp: this transport has RC, UC, UD, XRC send, XRC receive and raw-packet queue pairs"};
     if (tgt) {   // an XRC receiver: a domain, no CQs or queues of its own
         if (!owns(xrcds_, a.xrcd))
             return Error{EINVAL, "create_qp: an XRC receive queue pair needs xrcd, an XRC domain of this port"};
@@ -545,7 +550,8 @@ DeviceCaps PortImpl::query_device() const {
     a.max_qp_wr = int(kMaxQpWr);
     a.device_cap_flags = device_resize_max_wr | device_curr_qp_state_mod | device_rc_rnr_nak_gen | device_srq_resize |
                          device_n_notify_cq | device_mem_window | device_mem_mgt_extensions | device_mem_window_type_2b |
-                         device_xrc;
+                         device_xrc | device_managed_flow_steering;
+    a.max_raw_ethy_qp = int(cfg_.max_qp);
     a.max_sge = a.max_sge_rd = int(kMaxSge);
     a.max_cq = int(kMaxCq);
     a.max_cqe = int(kMaxCqe);

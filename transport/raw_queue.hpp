@@ -2,7 +2,8 @@
 // the provider API's interface (vfab::QueuePair, vfab::CompletionQueue). Frames that are not
 // the transport's — not RoCEv2 for the port's address, and every ARP frame too — are copied
 // into the receives posted here; frames posted here leave with the port's own. An application
-// keeps its raw traffic on a NIC whose only queue the port drives (e1000e, igbvf).
+// keeps its raw traffic on a NIC whose only queue the port drives (e1000e, igbvf). The
+// provider API's types are named vfab:: here: the RDMA API has types of the same names.
 #pragma once
 
 #include <vector>
@@ -20,17 +21,17 @@ class RawCq final : public vfab::CompletionQueue {
 public:
     RawCq(PortImpl& port, uint32_t depth);
     Result<void> init();
-    int poll(std::span<Completion> out) noexcept override;
+    int poll(std::span<vfab::Completion> out) noexcept override;
     Result<void> arm() override;
     int channel_fd() const noexcept override { return channel_.fd(); }
     uint64_t take_events() noexcept override;
     Result<void> destroy() override { return Error{EBUSY, "the raw CQ goes with its RDMA port"}; }
-    void push(const Completion& c) noexcept;
+    void push(const vfab::Completion& c) noexcept;
     uint64_t overruns = 0;
 
 private:
     PortImpl& port_;
-    std::vector<Completion> ring_;
+    std::vector<vfab::Completion> ring_;
     uint64_t head_ = 0, tail_ = 0;
     Channel channel_;
 };
@@ -38,13 +39,13 @@ private:
 class RawQp final : public vfab::QueuePair {
 public:
     RawQp(PortImpl& port, RawCq& cq, uint32_t depth);
-    PostResult post_send(std::span<const SendWr> wrs) noexcept override;
-    PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
-    QpState state() const noexcept override { return QpState::ready; }
+    PostResult post_send(std::span<const vfab::SendWr> wrs) noexcept override;
+    PostResult post_recv(std::span<const vfab::RecvWr> wrs) noexcept override;
+    vfab::QpState state() const noexcept override { return vfab::QpState::ready; }
     uint32_t qp_num() const noexcept override { return 0; }
-    const QpCaps& caps() const noexcept override { return caps_; }
+    const vfab::QpCaps& caps() const noexcept override { return caps_; }
     uint32_t queue() const noexcept override { return 0; }
-    QpStats stats() const noexcept override { return stats_; }
+    vfab::QpStats stats() const noexcept override { return stats_; }
     Result<void> destroy() override { return Error{EBUSY, "the raw queue pair goes with its RDMA port"}; }
     // A frame for the application into the oldest receive; false when none is posted.
     bool deliver(const uint8_t* frame, uint32_t len) noexcept;
@@ -52,10 +53,10 @@ public:
 private:
     PortImpl& port_;
     RawCq& cq_;
-    QpCaps caps_;
-    QpStats stats_;
-    std::vector<RecvWr> rq_;
-    std::vector<Sge> rq_sges_;
+    vfab::QpCaps caps_;
+    vfab::QpStats stats_;
+    std::vector<vfab::RecvWr> rq_;
+    std::vector<vfab::Sge> rq_sges_;
     uint32_t rq_head_ = 0, rq_tail_ = 0;
 };
 

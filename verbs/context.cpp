@@ -31,6 +31,8 @@ void vfab::verbs::fill_context_ops(Context& c) {
     v.open_xrcd = open_xrcd;
     v.close_xrcd = close_xrcd;
     v.open_qp = open_qp;
+    v.ibv_create_flow = create_flow;
+    v.ibv_destroy_flow = destroy_flow;
 }
 
 void vfab::verbs::queue_async_event(Context& c, const ibv_async_event& e) {

@@ -139,6 +139,12 @@ struct Xrcd {
     static Xrcd* of(ibv_xrcd* x) { return reinterpret_cast<Xrcd*>(x); }
 };
 
+struct Flow {
+    ibv_flow flow;
+    rdma::Flow* t = nullptr;
+    static Flow* of(ibv_flow* f) { return reinterpret_cast<Flow*>(f); }
+};
+
 struct Ah {
     ibv_ah ah;
     rdma::AddressHandle* t = nullptr;
@@ -218,6 +224,8 @@ int get_srq_num(ibv_srq* srq, uint32_t* num);
 ibv_xrcd* open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* attr);
 int close_xrcd(ibv_xrcd* xrcd);
 ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr);
+ibv_flow* create_flow(ibv_qp* qp, ibv_flow_attr* attr);   // flow.cpp
+int destroy_flow(ibv_flow* flow);
 void fill_qp_ex_ops(Qp& q);   // qp_ex.cpp
 // An async event for the program (ibv_get_async_event), from the port or from this library.
 void queue_async_event(Context& c, const ibv_async_event& e);

@@ -163,8 +163,9 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     case IBV_QPT_UC:
     case IBV_QPT_UD:
     case IBV_QPT_XRC_SEND:
-    case IBV_QPT_XRC_RECV: break;
-    default: return fail_null<ibv_qp>(EOPNOTSUPP);   // raw packet: docs/verbs.md
+    case IBV_QPT_XRC_RECV:
+    case IBV_QPT_RAW_PACKET: break;
+    default: return fail_null<ibv_qp>(EOPNOTSUPP);
     }
     Context& c = *Context::of(ctx);
     rdma::QpInitAttr t;

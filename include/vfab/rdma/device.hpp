@@ -20,6 +20,7 @@ enum DeviceCapFlags : uint32_t {
     device_xrc = 1u << 20,
     device_mem_mgt_extensions = 1u << 21,     // allocate L_Key, fast registration, local/remote invalidation
     device_mem_window_type_2b = 1u << 24,
+    device_managed_flow_steering = 1u << 29,  // flows steer frames to raw-packet queue pairs (Port::create_flow)
 };
 
 // enum ibv_atomic_cap.

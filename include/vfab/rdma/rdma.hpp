@@ -208,6 +208,39 @@ protected:
     virtual ~Qp() = default;
 };
 
+// Which received frames a raw-packet queue pair gets (struct ibv_flow_attr and its specs, as
+// the transport matches them; docs/rdma-raw-packet.md). A field takes part where its mask has
+// bits: (field of the frame & mask) == (value & mask). Multi-byte values in host order.
+struct FlowRule {
+    enum class Kind : uint8_t {
+        normal,        // the matching rule of the lowest priority number takes the frame
+        all_default,   // unicast frames no normal rule took
+        mc_default,    // multicast and broadcast frames no normal rule took
+        sniffer,       // a copy of every received frame, RoCE included; the others still steer
+    } kind = Kind::normal;
+    uint16_t priority = 0;
+    uint8_t dst_mac[6] = {}, dst_mac_mask[6] = {};
+    uint8_t src_mac[6] = {}, src_mac_mask[6] = {};
+    uint16_t ether_type = 0, ether_type_mask = 0;   // the inner one behind an 802.1Q tag
+    uint16_t vlan_tag = 0, vlan_tag_mask = 0;       // the TCI; a mask on an untagged frame fails
+    uint32_t src_ip = 0, src_ip_mask = 0, dst_ip = 0, dst_ip_mask = 0;   // IPv4: the frame must be IPv4
+    uint8_t ip_proto = 0, ip_proto_mask = 0;        // 6 for TCP, 17 for UDP
+    uint16_t src_port = 0, src_port_mask = 0, dst_port = 0, dst_port_mask = 0;   // TCP or UDP
+};
+
+// A flow (ibv_flow): a rule steering frames to one raw-packet queue pair.
+class Flow {
+public:
+    // ibv_destroy_flow: frames stop coming through it. ENODEV when already destroyed.
+    virtual Result<void> destroy() = 0;
+    Flow(const Flow&) = delete;
+    Flow& operator=(const Flow&) = delete;
+
+protected:
+    Flow() = default;
+    virtual ~Flow() = default;
+};
+
 // An asynchronous event (struct ibv_async_event): what happened and to which object.
 struct AsyncEvent {
     AsyncEventType type = AsyncEventType::srq_limit_reached;
@@ -265,6 +298,10 @@ public:
     // port or not as its type needs, unknown create_flags, caps out of range (WRs 1 to 16384,
     // SGEs 1 to 32, inline up to 4096 bytes); ENOSPC: PortConfig::max_qp queue pairs live.
     virtual Result<Qp*> create_qp(const QpInitAttr& attr) = 0;
+    // ibv_create_flow: frames matching `rule` go to `qp`, a raw-packet queue pair of this port
+    // (a raw-packet queue pair receives nothing until a flow names it). EINVAL: not such a
+    // queue pair, a mask on a field the rule's kind cannot use; ENOSPC: 1024 flows live.
+    virtual Result<Flow*> create_flow(Qp* qp, const FlowRule& rule) = 0;
     // ibv_create_ah. EINVAL: attr.dgid is not IPv4-mapped; ENOSPC: 65536 handles live.
     virtual Result<AddressHandle*> create_ah(const AhAttr& attr) = 0;
     // ibv_create_srq: attr.max_wr WRs (1 to 16384) of attr.max_sge SGEs (1 to 32), the limit armed

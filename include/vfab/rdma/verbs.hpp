@@ -17,7 +17,8 @@ using vfab::Sge;
 // enum ibv_qp_type: RC, UC (SENDs and WRITEs, neither acknowledged nor retransmitted: a lost
 // packet loses its message), UD, and XRC's two ends (docs/rdma-xrc.md): the sender (INI),
 // connected to a receiver (TGT) whose messages land in the XRC SRQ each one names.
-enum class QpType : uint32_t { rc = 2, uc = 3, ud = 4, xrc_send = 9, xrc_recv = 10 };
+// raw_packet: Ethernet frames as they are, steered to it by flows (Port::create_flow, raw_packet.md).
+enum class QpType : uint32_t { rc = 2, uc = 3, ud = 4, raw_packet = 8, xrc_send = 9, xrc_recv = 10 };
 
 // enum ibv_qp_state.
 enum class QpState : uint32_t { reset = 0, init = 1, rtr = 2, rts = 3, sqd = 4, sqe = 5, error = 6 };
