@@ -36,6 +36,7 @@ copy_with_libs() {
 # About 5.5 MB on top of what the lab's own binaries bring (libc), gathered in under a second.
 RDMA_TOOLS=(ibv_devices ibv_devinfo ibv_asyncwatch ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_xsrq_pingpong
             ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat
+            raw_ethernet_bw raw_ethernet_lat
             rdma tc)
 
 # rdma_stage STAGE: the tools above, ip, and libibverbs' rxe provider (the only one: libibverbs

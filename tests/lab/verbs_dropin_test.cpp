@@ -131,6 +131,23 @@ TEST_F(VerbsVfab, ADeviceAnotherProcessHoldsIsRefusedClearly) {
     EXPECT_EQ(held.rc, 0) << held.summary();
 }
 
+// perftest's raw Ethernet tools between vfab0 and vfab1 (the lab's rxe has no raw-packet queue
+// pairs): IBV_QPT_RAW_PACKET queue pairs, frames steered to them by ibv_create_flow (the
+// destination MAC), both directions in the latency test.
+TEST_F(VerbsVfab, RawEthernetPerftest) {
+    for (const char* tool : {"raw_ethernet_bw", "raw_ethernet_lat"}) {
+        SCOPED_TRACE(tool);
+        PairOutcome r;
+        Child server(on_vfab_pair({tool, "-d", "vfab0", "-B", "52:54:00:00:00:05", "-E", "52:54:00:00:00:0a", "--server", "-F"}));
+        // It has its flow once it printed the frame header it expects (no TCP side channel here).
+        ASSERT_TRUE(wait_for([&] { return server.output_so_far().find("Packet Type") != std::string::npos; }, 60s))
+            << server.wait(0ms).summary();
+        r.client = run_program(on_vfab_pair({tool, "-d", "vfab1", "-B", "52:54:00:00:00:0a", "-E", "52:54:00:00:00:05", "--client", "-F"}), 120s);
+        r.server = server.wait(60s);
+        expect_pair(r, "#bytes");
+    }
+}
+
 // rdma-core's ibv_asyncwatch hears the port go down and up when QEMU takes vfab0's link (igb
 // 00:05.0, QEMU's p4) down and up: IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE.
 TEST_F(VerbsVfab, AsyncwatchHearsTheLinkGoDownAndUp) {
