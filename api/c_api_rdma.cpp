@@ -44,6 +44,15 @@ SAME_FIELD(vfab_rdma_mw_bind_info, rdma::MwBindInfo, length, length);
 static_assert(VFAB_RDMA_WR_REG_MR == uint32_t(rdma::WrOpcode::reg_mr) && VFAB_RDMA_WC_REG_MR == uint32_t(rdma::WcOpcode::reg_mr));
 static_assert(sizeof(vfab_rdma_ah_attr) == sizeof(rdma::AhAttr));
 SAME_FIELD(vfab_rdma_ah_attr, rdma::AhAttr, flow_label, flow_label);
+static_assert(sizeof(vfab_rdma_flow_rule) == sizeof(rdma::FlowRule));
+SAME_FIELD(vfab_rdma_flow_rule, rdma::FlowRule, priority, priority);
+SAME_FIELD(vfab_rdma_flow_rule, rdma::FlowRule, src_mac_mask, src_mac_mask);
+SAME_FIELD(vfab_rdma_flow_rule, rdma::FlowRule, vlan_tag_mask, vlan_tag_mask);
+SAME_FIELD(vfab_rdma_flow_rule, rdma::FlowRule, dst_ip_mask, dst_ip_mask);
+SAME_FIELD(vfab_rdma_flow_rule, rdma::FlowRule, ip_proto_mask, ip_proto_mask);
+SAME_FIELD(vfab_rdma_flow_rule, rdma::FlowRule, dst_port_mask, dst_port_mask);
+static_assert(VFAB_RDMA_FLOW_SNIFFER == uint8_t(rdma::FlowRule::Kind::sniffer) &&
+              VFAB_RDMA_QPT_RAW_PACKET == uint32_t(rdma::QpType::raw_packet));
 SAME_FIELD(vfab_rdma_ah_attr, rdma::AhAttr, sgid_index, sgid_index);
 static_assert(sizeof(vfab_rdma_qp_attr) == sizeof(rdma::QpAttr));
 SAME_FIELD(vfab_rdma_qp_attr, rdma::QpAttr, ah_attr, ah_attr);
@@ -376,6 +385,20 @@ vfab_rdma_ah* vfab_rdma_create_ah(vfab_rdma_port* port, const vfab_rdma_ah_attr*
 int vfab_rdma_destroy_ah(vfab_rdma_ah* ah) {
     if (!ah) return null_arg("vfab_rdma_destroy_ah", "ah");
     if (auto r = reinterpret_cast<rdma::AddressHandle*>(ah)->destroy(); !r) return fail(r.error());
+    return 0;
+}
+
+vfab_rdma_flow* vfab_rdma_create_flow(vfab_rdma_port* port, vfab_rdma_qp* qp, const vfab_rdma_flow_rule* rule) {
+    if (!port || !qp || !rule)
+        return null_result<vfab_rdma_flow>(null_arg("vfab_rdma_create_flow", !port ? "port" : !qp ? "qp" : "rule"));
+    auto f = port->port->create_flow(qp_of(qp), *reinterpret_cast<const rdma::FlowRule*>(rule));
+    if (!f) return null_result<vfab_rdma_flow>(fail(f.error()));
+    return reinterpret_cast<vfab_rdma_flow*>(*f);
+}
+
+int vfab_rdma_destroy_flow(vfab_rdma_flow* flow) {
+    if (!flow) return null_arg("vfab_rdma_destroy_flow", "flow");
+    if (auto r = reinterpret_cast<rdma::Flow*>(flow)->destroy(); !r) return fail(r.error());
     return 0;
 }
 

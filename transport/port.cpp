@@ -603,8 +603,13 @@ void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
         CPU_SET(opts.cpu, &set);
         (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
     }
+    // Idle time on the precise clock (the coarse one would round the limit up to ticks of
+    // several milliseconds), read every kIdleClockRounds idle rounds: under an emulator the
+    // precise clock may be a device register (port.cpp, coarse_now_ns).
+    constexpr uint32_t kIdleClockRounds = 8;
     const uint64_t idle_limit = uint64_t(opts.sleep_after_us) * 1000u;
     uint64_t idle_since = 0;
+    uint32_t idle_rounds = 0;
     while (!stop_.load(std::memory_order_relaxed)) {
         int n;
         {
@@ -612,16 +617,16 @@ void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
             n = run();
         }
         if (n) {
-            idle_since = 0;
+            idle_since = idle_rounds = 0;
             continue;
         }
         sched_yield();
-        if (!idle_limit) continue;
-        const uint64_t now = coarse_now_ns();
+        if (!idle_limit || idle_rounds++ % kIdleClockRounds != 0) continue;
+        const uint64_t now = now_ns();
         if (!idle_since) idle_since = now;
-        if (now - idle_since < idle_limit + coarse_slack_ns_) continue;
+        if (now - idle_since < idle_limit) continue;
         sleep_until_work();
-        idle_since = 0;
+        idle_since = idle_rounds = 0;
     }
 }
 

@@ -35,6 +35,7 @@ typedef struct vfab_rdma_qp vfab_rdma_qp;
 typedef struct vfab_rdma_ah vfab_rdma_ah;
 typedef struct vfab_rdma_srq vfab_rdma_srq;
 typedef struct vfab_rdma_xrcd vfab_rdma_xrcd;
+typedef struct vfab_rdma_flow vfab_rdma_flow;
 
 struct vfab_rdma_port_config {
     uint32_t ipv4;            /* vfab's own IPv4 address, host order */
@@ -47,7 +48,8 @@ struct vfab_rdma_port_config {
 };
 
 enum vfab_rdma_qp_type {
-    VFAB_RDMA_QPT_RC = 2, VFAB_RDMA_QPT_UC = 3, VFAB_RDMA_QPT_UD = 4, VFAB_RDMA_QPT_XRC_SEND = 9, VFAB_RDMA_QPT_XRC_RECV = 10
+    VFAB_RDMA_QPT_RC = 2, VFAB_RDMA_QPT_UC = 3, VFAB_RDMA_QPT_UD = 4, VFAB_RDMA_QPT_RAW_PACKET = 8, VFAB_RDMA_QPT_XRC_SEND = 9,
+    VFAB_RDMA_QPT_XRC_RECV = 10
 };
 enum vfab_rdma_qp_state {
     VFAB_RDMA_QPS_RESET, VFAB_RDMA_QPS_INIT, VFAB_RDMA_QPS_RTR, VFAB_RDMA_QPS_RTS,
@@ -299,6 +301,23 @@ int vfab_rdma_detach_mcast(vfab_rdma_qp *qp, const uint8_t gid[16], uint16_t lid
 
 vfab_rdma_ah *vfab_rdma_create_ah(vfab_rdma_port *port, const struct vfab_rdma_ah_attr *attr);
 int vfab_rdma_destroy_ah(vfab_rdma_ah *ah);
+
+/* Flows steering received frames to a raw-packet queue pair (docs/rdma-raw-packet.md): a field
+ * takes part where its mask has bits; multi-byte values in host order. */
+enum vfab_rdma_flow_kind {
+    VFAB_RDMA_FLOW_NORMAL = 0, VFAB_RDMA_FLOW_ALL_DEFAULT = 1, VFAB_RDMA_FLOW_MC_DEFAULT = 2, VFAB_RDMA_FLOW_SNIFFER = 3
+};
+struct vfab_rdma_flow_rule {
+    uint8_t kind;             /* enum vfab_rdma_flow_kind */
+    uint16_t priority;        /* normal rules: the lowest number that matches wins */
+    uint8_t dst_mac[6], dst_mac_mask[6], src_mac[6], src_mac_mask[6];
+    uint16_t ether_type, ether_type_mask, vlan_tag, vlan_tag_mask;
+    uint32_t src_ip, src_ip_mask, dst_ip, dst_ip_mask;
+    uint8_t ip_proto, ip_proto_mask;
+    uint16_t src_port, src_port_mask, dst_port, dst_port_mask;
+};
+vfab_rdma_flow *vfab_rdma_create_flow(vfab_rdma_port *port, vfab_rdma_qp *qp, const struct vfab_rdma_flow_rule *rule);
+int vfab_rdma_destroy_flow(vfab_rdma_flow *flow);
 
 #ifdef __cplusplus
 }

@@ -325,6 +325,29 @@ int c_rdma_loopback(const char *pci, const char *sysfs_root, const char *provide
         qi.send_cq = qi.recv_cq = cq;
     }
 
+    /* A raw-packet queue pair and a flow to it (docs/rdma-raw-packet.md): the queue pair stays
+     * while the flow does; a sniffer with fields and a flow to an RC queue pair are refused. */
+    {
+        struct vfab_rdma_flow_rule rule;
+        vfab_rdma_qp *r;
+        vfab_rdma_flow *f;
+        qi.qp_type = VFAB_RDMA_QPT_RAW_PACKET;
+        r = vfab_rdma_create_qp(port, &qi);
+        qi.qp_type = VFAB_RDMA_QPT_RC;
+        CHECK(r != NULL);
+        memset(&rule, 0, sizeof rule);
+        rule.ether_type = 0x88b5;
+        rule.ether_type_mask = 0xffff;
+        CHECK(vfab_rdma_create_flow(port, a, &rule) == NULL && errno == EINVAL);
+        rule.kind = VFAB_RDMA_FLOW_SNIFFER;
+        CHECK(vfab_rdma_create_flow(port, r, &rule) == NULL && errno == EINVAL);
+        rule.kind = VFAB_RDMA_FLOW_NORMAL;
+        f = vfab_rdma_create_flow(port, r, &rule);
+        CHECK(f != NULL);
+        CHECK(vfab_rdma_destroy_qp(r) == EBUSY);
+        CHECK(vfab_rdma_destroy_flow(f) == 0 && vfab_rdma_destroy_qp(r) == 0);
+    }
+
     CHECK(vfab_rdma_destroy_cq(cq) == EBUSY);
     CHECK(vfab_rdma_destroy_qp(a) == 0);
     CHECK(vfab_rdma_destroy_qp(a) == ENODEV);
