@@ -487,7 +487,11 @@ private:
     uint32_t live_flows_ = 0, sniffers_ = 0;
     Result<Qp*> create_raw_packet_qp(const QpInitAttr& a);
     void sniff(const uint8_t* f, uint32_t len) noexcept;   // a copy to each sniffer
+
+public:
     bool steer(const uint8_t* f, uint32_t len) noexcept;   // to the flow that takes it; false: none
+
+private:
     std::vector<CqImpl*> overran_cqs_;
     void fail_overrun_cqs() noexcept;
     // The link's state as last read (port_active / port_error when it changes) and when to

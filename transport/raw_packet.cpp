@@ -223,8 +223,14 @@ PostResult RawPacketQp::post_send(std::span<const SendWr> wrs) noexcept {
             }
             at += sge.length;
         }
-        if (wc.status == WcStatus::success) port_.tx_queue(buf, at);
-        else port_.tx_release(buf);
+        if (wc.status == WcStatus::success) {
+            // A multicast or broadcast frame reaches the port's own flows too, as a NIC loops
+            // multicast back to its other queues; it goes on the wire all the same.
+            if (buf[0] & 1) port_.steer(buf, at);
+            port_.tx_queue(buf, at);
+        } else {
+            port_.tx_release(buf);
+        }
         if (sq_sig_all_ || (wr.send_flags & wr_signaled) || wc.status != WcStatus::success) scq_->push(wc, false);
     }
     port_.tx_flush();

@@ -1,7 +1,8 @@
 // Raw-packet queue pairs (QpType::raw_packet, ibv's IBV_QPT_RAW_PACKET) and the flows that
 // steer received frames to them (docs/rdma-raw-packet.md). A raw-packet queue pair sends
 // whole Ethernet frames with the port's own and receives the frames its flows match: those the
-// transport does not take (RoCEv2 for the port's address), or, for a sniffer, every one.
+// transport does not take (RoCEv2 for the port's address), or, for a sniffer, every one; the
+// multicast frames the port's raw-packet queue pairs send are offered to its flows too.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,7 @@
 // Raw-packet queue pairs and flows (QpType::raw_packet, Port::create_flow) on the fake wire:
 // frames steered by their flow arrive whole; the lowest priority number wins, defaults take
 // what no rule did; a sniffer sees RoCE too while RC goes on; a frame to the port's own MAC
-// loops back; and bad input is refused.
+// loops back, a multicast one reaches the port's flows and the wire; and bad input is refused.
 #include "rdma_connect.hpp"
 
 namespace vfab::rdma::test {
@@ -185,9 +185,25 @@ TEST_F(RawPacketTest, AFrameToItsOwnMacLoopsBack) {
     RawSide a = make_raw(*pair.a);
     ASSERT_TRUE(pair.a->create_flow(a.qp, udp_port_rule(5000)));
     post_recvs(a, 2);
+    const uint64_t b_frames = pair.b->stats().rx_frames;
     send(a, udp_frame(kMacA, 5000), 8192, ma.data(), mra.lkey);
     EXPECT_EQ(receives(a, 1).size(), 1u);
-    EXPECT_EQ(pair.wire.in_flight[1].size(), 0u) << "nothing went on the wire";
+    EXPECT_EQ(pair.b->stats().rx_frames, b_frames) << "nothing went on the wire";
+}
+
+// A multicast frame a raw-packet queue pair sends reaches the port's own flows, and the wire.
+TEST_F(RawPacketTest, AMulticastFrameReachesTheOwnFlowsAndTheWire) {
+    RawSide a = make_raw(*pair.a);
+    const uint8_t group[6] = {0x01, 0x50, 0x56, 0x19, 0x20, 0xa7};
+    FlowRule r;
+    std::memcpy(r.dst_mac, group, 6);
+    std::memset(r.dst_mac_mask, 0xff, 6);
+    ASSERT_TRUE(pair.a->create_flow(a.qp, r));
+    post_recvs(a, 2);
+    const uint64_t b_frames = pair.b->stats().rx_frames;
+    send(a, udp_frame(group, 5000), 8192, ma.data(), mra.lkey);
+    EXPECT_EQ(receives(a, 1).size(), 1u);
+    EXPECT_EQ(pair.b->stats().rx_frames, b_frames + 1) << "and it went on the wire";
 }
 
 TEST_F(RawPacketTest, BadInputIsRefused) {
