@@ -172,7 +172,7 @@ struct Resource {
     uint32_t last_psn = 0;     // of its last response
     uint64_t va = 0;
     uint32_t length = 0;
-    Segment mem;               // READ: the memory at va
+    uint32_t rkey = 0;         // READ: its key, translated again for every response and replay
     uint64_t orig = 0;         // atomic: the value before it ran
     // Responses still to send: from next_psn / next_offset through last_psn.
     bool sending = false;
@@ -254,6 +254,7 @@ private:
     void complete_recv(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
                        bool se) noexcept;
     void respond_error(const Packet& p, uint8_t syndrome) noexcept;
+    void respond_error(uint32_t psn, uint8_t syndrome) noexcept;
     void recv_key_revoked(const Packet& p) noexcept;
     bool send_ack(uint8_t syndrome, uint32_t psn) noexcept;
     bool send_atomic_ack(const Resource& r) noexcept;
@@ -323,7 +324,8 @@ private:
     bool in_send_ = false;         // a multi-packet SEND is being received into cur_recv_
     uint32_t recv_offset_ = 0;
     bool in_write_ = false;        // a multi-packet WRITE is being received
-    Segment write_mem_;            // where it lands
+    uint32_t write_rkey_ = 0;      // where it lands: translated again for every packet, so that a
+    uint64_t write_va_ = 0;        // key revoked between FIRST and LAST stops the rest
     uint32_t write_len_ = 0, write_offset_ = 0;
     std::vector<Resource> res_;
     uint32_t res_next_ = 0;

@@ -19,6 +19,7 @@ inline constexpr uint32_t kMaxAh = 65536;         // address handles of a port
 inline constexpr uint32_t kMaxRdAtomic = 128;
 inline constexpr uint32_t kMaxMcastGroups = 64;    // multicast groups a port has queue pairs in
 inline constexpr uint32_t kMaxMcastQpAttach = 64;  // queue pairs in one group
+inline constexpr uint32_t kMaxDmaLength = 1u << 31;   // a RETH's DMA length at most (IB spec 9.4.3; ibv max_msg_sz)
 // The port reads its link at most this often for port events (Port::check_link), when a
 // multiple of kLinkCheckRuns runs of its progress or a sleeping progress thread's wake-up
 // passes by: a link change is reported within about this long plus 200 ms.

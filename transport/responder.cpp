@@ -60,8 +60,10 @@ bool QpImpl::send_ack(uint8_t syndrome, uint32_t psn) noexcept {
 // invalid request and an access violation are told to this side's application too, by an
 // affiliated asynchronous error (IB spec 11.6.3.1): a WRITE, READ or atomic has no receive
 // completion that could carry it. A remote operational error has one (recv_key_revoked).
-void QpImpl::respond_error(const Packet& p, uint8_t syndrome) noexcept {
-    send_ack(syndrome, p.psn);
+void QpImpl::respond_error(const Packet& p, uint8_t syndrome) noexcept { respond_error(p.psn, syndrome); }
+
+void QpImpl::respond_error(uint32_t psn, uint8_t syndrome) noexcept {
+    send_ack(syndrome, psn);
     port_.tx_flush();
     to_error();
     if (syndrome == aeth::kNakRemoteAccessError) raise_event(AsyncEventType::qp_access_err);
@@ -162,7 +164,19 @@ bool QpImpl::send_read_responses() noexcept {
             h.syndrome = aeth::kAckNoCredits;
             h.msn = msn_;
             uint8_t* data = write_headers(buf, h, payload);
-            if (payload) copy_from(r.mem, r.next_offset, data, payload);
+            if (payload) {
+                // The key is looked at again for every response: one revoked since the READ
+                // arrived ends it here (a remote access error, as at its first packet).
+                const dma::Translation t =
+                    port_.mrs().translate_span(r.rkey, r.va + r.next_offset, payload, dma::Access::remote_read, qpn_);
+                if (t.status != dma::MrStatus::ok) {
+                    port_.tx_release(buf);
+                    set_sending(r, false);
+                    respond_error(r.next_psn, aeth::kNakRemoteAccessError);
+                    return true;
+                }
+                copy_from(Segment::of(t, payload), 0, data, payload);
+            }
             port_.tx_queue(buf, finish_frame(buf, payload));
             r.restart = false;
             r.next_psn = psn_add(r.next_psn, 1);
@@ -230,15 +244,14 @@ void QpImpl::on_request(const Packet& p) noexcept {
         }
     } else if (i.has(is_write)) {
         if (first) {
-            write_mem_ = {};
             if (!granted(attr_.qp_access_flags, dma::Access::remote_write))
                 return reject(p, aeth::kNakRemoteAccessError);
-            if (p.dma_len) {
-                const dma::Translation t =
-                    port_.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_write, qpn_);
-                if (t.status != dma::MrStatus::ok) return reject(p, aeth::kNakRemoteAccessError);
-                write_mem_ = Segment::of(t, p.dma_len);
-            }
+            if (p.dma_len > kMaxDmaLength) return reject(p, aeth::kNakInvalidRequest);
+            if (p.dma_len &&
+                port_.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_write, qpn_).status != dma::MrStatus::ok)
+                return reject(p, aeth::kNakRemoteAccessError);
+            write_rkey_ = p.rkey;
+            write_va_ = p.va;
             write_len_ = p.dma_len;
             write_offset_ = 0;
         }
@@ -250,7 +263,12 @@ void QpImpl::on_request(const Packet& p) noexcept {
             in_write_ = !first;
             return no_receive(p);
         }
-        if (p.payload_len) copy_to(write_mem_, write_offset_, p.payload, p.payload_len);
+        if (p.payload_len) {   // the key again for each packet: revoked since FIRST, the rest is refused
+            const dma::Translation t = port_.mrs().translate_span(write_rkey_, write_va_ + write_offset_, p.payload_len,
+                                                                  dma::Access::remote_write, qpn_);
+            if (t.status != dma::MrStatus::ok) return reject(p, aeth::kNakRemoteAccessError);
+            copy_to(Segment::of(t, p.payload_len), 0, p.payload, p.payload_len);
+        }
         write_offset_ += p.payload_len;
         in_write_ = !last;
         if (last) {
@@ -262,13 +280,10 @@ void QpImpl::on_request(const Packet& p) noexcept {
     } else if (i.has(is_read)) {
         if (!granted(attr_.qp_access_flags, dma::Access::remote_read))
             return respond_error(p, aeth::kNakRemoteAccessError);
-        Segment mem;
-        if (p.dma_len) {
-            const dma::Translation t =
-                port_.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_read, qpn_);
-            if (t.status != dma::MrStatus::ok) return respond_error(p, aeth::kNakRemoteAccessError);
-            mem = Segment::of(t, p.dma_len);
-        }
+        if (p.dma_len > kMaxDmaLength) return respond_error(p, aeth::kNakInvalidRequest);
+        if (p.dma_len &&
+            port_.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_read, qpn_).status != dma::MrStatus::ok)
+            return respond_error(p, aeth::kNakRemoteAccessError);
         const uint32_t npkts = std::max<uint32_t>(1, (p.dma_len + mtu_ - 1) / mtu_);
         Resource* r = new_resource();
         r->kind = Resource::read;
@@ -276,7 +291,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
         r->last_psn = psn_add(p.psn, npkts - 1);
         r->va = p.va;
         r->length = p.dma_len;
-        r->mem = mem;
+        r->rkey = p.rkey;
         set_sending(*r, true);
         r->restart = true;
         r->next_psn = p.psn;
@@ -321,13 +336,24 @@ void QpImpl::on_request(const Packet& p) noexcept {
 
 // A request already executed (9.7.5.1.2): SENDs and WRITEs acknowledged again, READs answered
 // again from their resource (re-reading the memory the peer may read), atomics answered with
-// the value saved when they ran.
+// the value saved when they ran. A repeated READ must name what the original did from its PSN
+// on — the same key, at the original's address plus the packets before it (an invalid request
+// otherwise) — and is answered from the original's range only, its key checked again as for
+// a new READ: one revoked since is a remote access error (rxe checks it too). A requester
+// asking again from the middle may ask for more than the original covered (vfab's splits a
+// long READ into several); the rest is answered by the READs that covered it.
 void QpImpl::on_duplicate(const Packet& p) noexcept {
     if (p.info.has(is_read)) {
         for (Resource& r : res_) {
             if (r.kind != Resource::read || psn_diff(p.psn, r.psn) < 0 || psn_diff(p.psn, r.last_psn) > 0) continue;
             const uint32_t offset = uint32_t(psn_diff(p.psn, r.psn)) * mtu_;
             if (offset > r.length) return;
+            if (p.rkey != r.rkey || p.va != r.va + offset || p.dma_len > kMaxDmaLength)
+                return respond_error(p, aeth::kNakInvalidRequest);
+            const uint32_t left = r.length - offset;
+            if (left && port_.mrs().translate_span(r.rkey, r.va + offset, left, dma::Access::remote_read, qpn_).status !=
+                            dma::MrStatus::ok)
+                return respond_error(p, aeth::kNakRemoteAccessError);
             set_sending(r, true);
             r.restart = true;
             r.next_psn = p.psn;

@@ -158,6 +158,7 @@ public:
         Sge sge;
     };
     std::deque<Posted> rq;
+    FakeCq* scq() const { return scq_; }
 
 private:
     FakeWireDevice& dev_;
@@ -183,6 +184,11 @@ public:
     void set_frame_headroom(uint32_t bytes) { attr_.frame_headroom = bytes; }
     LinkState link() const override { return {link_up.load(), 1000, true}; }
     std::atomic<bool> link_up{true};   // a test takes the link down
+    // Send completions kept back (the NIC still owns the buffers) until release_sends(): a test
+    // makes the port run out of send buffers.
+    bool hold_sends = false;
+    std::vector<Completion> held_sends;
+    void release_sends();
     DeviceStats stats() override { return {}; }
     dma::ProtectionDomain& pd() override { return *pd_; }
     Result<vfab::CompletionQueue*> create_cq(uint32_t) override {
@@ -230,9 +236,17 @@ inline PostResult FakeQp::post_send(std::span<const SendWr> wrs) noexcept {
     for (const SendWr& wr : wrs) {
         const Sge& g = wr.sg_list[0];
         dev_.wire_.send(1 - dev_.side_, reinterpret_cast<const uint8_t*>(g.addr), g.length);
-        scq_->push({wr.wr_id, WcStatus::success, WcOpcode::send, 0, g.length, 1, 0});
+        const Completion c{wr.wr_id, WcStatus::success, WcOpcode::send, 0, g.length, 1, 0};
+        if (dev_.hold_sends) dev_.held_sends.push_back(c);
+        else scq_->push(c);
     }
     return {0, uint32_t(wrs.size())};
+}
+
+inline void FakeWireDevice::release_sends() {
+    hold_sends = false;
+    for (const Completion& c : held_sends) qp_->scq()->push(c);
+    held_sends.clear();
 }
 
 inline void FakeQp::deliver() {

@@ -370,8 +370,11 @@ TEST_F(StateTest, CreateRefusals) {
     ia.cap.max_send_wr = 0;
     EXPECT_FALSE(pair.a->create_qp(ia));
     ia.cap.max_send_wr = 16;
-    ia.qp_type = QpType(8);   // raw packet
+    ia.qp_type = QpType(1);   // IBV_QPT_RC's neighbour: no transport
     EXPECT_FALSE(pair.a->create_qp(ia));
+    ia.qp_type = QpType::raw_packet;
+    ia.srq = *pair.a->create_srq({});
+    EXPECT_FALSE(pair.a->create_qp(ia)) << "a raw-packet queue pair has its own receive queue";
     AhAttr ah;
     EXPECT_FALSE(pair.a->create_ah(ah)) << "an all-zero GID is not IPv4-mapped";
 }

@@ -1,0 +1,163 @@
+// A hostile RC peer, frame by frame: requests written here (not by vfab's requester) go into
+// port B, whose queue pair is connected to a peer that never answers by itself; B's answers are
+// read off the wire. Revoking a key must take effect for every packet that arrives after it —
+// the rest of a multi-packet WRITE, a repeated READ, READ responses not yet sent — and DMA
+// lengths over 2^31 are refused (IB spec 9.4.3, 9.7.5.1.2, C9-88 and 10.6.7).
+#include <cstring>
+
+#include "../../transport/packet.hpp"
+#include "rdma_connect.hpp"
+
+namespace vfab::rdma::test {
+namespace {
+
+using namespace wire;
+
+constexpr uint32_t kIpA = 0x0a000001, kIpB = 0x0a000002;
+const uint8_t kMacA[6] = {0x02, 0, 0, 0, 0, 1}, kMacB[6] = {0x02, 0, 0, 0, 0, 2};
+
+// What B answered: an opcode, its PSN, the AETH syndrome and the payload.
+struct Answer {
+    uint8_t opcode = 0;
+    uint32_t psn = 0;
+    uint8_t syndrome = 0;
+    std::vector<uint8_t> payload;
+    bool nak() const { return opcode == op::acknowledge && (syndrome & aeth::kTypeMask) == aeth::kNak; }
+};
+
+class HostilePeer : public ::testing::Test {
+protected:
+    void SetUp() override {
+        pair = std::make_unique<RdmaPair>();
+        ma.assign(4096, 0);
+        mb.assign(kMemB, 0x55);
+        a = make_side(*pair->a, QpType::rc, ma);   // only its number: port A never runs
+        b = make_side(*pair->b, QpType::rc, mb);
+        connect_rc(b, a, 200, 100);   // B expects PSN 100 from A
+        // A second region, to name in a duplicate that does not match its original.
+        other.assign(4096, 0x77);
+        other_mr = *pair->b->pd().register_memory(other.data(), other.size(), dma::Access(kAllRemote));
+    }
+    // A request from A to B's queue pair (payload `len` bytes of `fill`), at PSN `psn`.
+    // B's port then runs `rounds` times.
+    void request(uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t dma_len, uint32_t len = 0,
+                 uint8_t fill = 0xEE, int rounds = 4) {
+        PacketHeader h;
+        h.dst_mac = kMacB;
+        h.src_mac = kMacA;
+        h.src_ip = kIpA;
+        h.dst_ip = kIpB;
+        h.src_port = 0xC001;
+        h.opcode = opcode;
+        h.ack_req = true;
+        h.dest_qp = b.qp->qp_num();
+        h.psn = psn;
+        h.va = va;
+        h.rkey = rkey;
+        h.dma_len = dma_len;
+        std::vector<uint8_t> f(kEthHeader + 128 + len + 8);
+        uint8_t* payload = write_headers(f.data(), h, len);
+        std::memset(payload, fill, len);
+        f.resize(finish_frame(f.data(), len));
+        pair->wire.inject(1, f.data(), uint32_t(f.size()));
+        for (int i = 0; i < rounds; ++i) b.port->progress();
+    }
+    // Every frame B sent since the last call, parsed.
+    std::vector<Answer> answers() {
+        std::vector<Answer> out;
+        std::lock_guard g(pair->wire.mu);
+        for (auto& f : pair->wire.in_flight[0]) {
+            Packet p;
+            if (parse_frame(f.data(), uint32_t(f.size()), kIpA, p) != ParseResult::roce) continue;
+            Answer ans{p.opcode, p.psn, p.syndrome, std::vector<uint8_t>(p.payload, p.payload + p.payload_len)};
+            out.push_back(std::move(ans));
+        }
+        pair->wire.in_flight[0].clear();
+        return out;
+    }
+    uint64_t va_b(size_t off) const { return reinterpret_cast<uint64_t>(mb.data() + off); }
+    bool b_untouched(size_t from, size_t to) const {
+        return std::all_of(mb.begin() + ptrdiff_t(from), mb.begin() + ptrdiff_t(to), [](uint8_t x) { return x == 0x55; });
+    }
+    static constexpr size_t kMemB = 4 << 20;
+    std::unique_ptr<RdmaPair> pair;
+    std::vector<uint8_t> ma, mb, other;
+    dma::MemoryRegion other_mr;
+    Side a, b;
+};
+
+// WRITE FIRST lands; the key is revoked; MIDDLE and LAST must not land (they did, through the
+// target saved at FIRST).
+TEST_F(HostilePeer, TheRestOfAWriteAfterDeregistrationIsRefused) {
+    request(op::write_first, 100, va_b(0), b.mr.rkey, 3 * 1024, 1024, 0x11);
+    EXPECT_FALSE(b_untouched(0, 1024)) << "FIRST landed";
+    ASSERT_TRUE(pair->b->pd().deregister(b.mr));
+    (void)answers();
+    request(op::write_middle, 101, 0, 0, 0, 1024, 0x22);
+    request(op::write_last, 102, 0, 0, 0, 1024, 0x33);
+    EXPECT_TRUE(b_untouched(1024, 3 * 1024)) << "MIDDLE or LAST landed after the key was revoked";
+    auto ans = answers();
+    ASSERT_FALSE(ans.empty());
+    EXPECT_TRUE(ans.front().nak() && ans.front().syndrome == aeth::kNakRemoteAccessError)
+        << "a remote access error NAK, got opcode " << int(ans.front().opcode) << " syndrome " << int(ans.front().syndrome);
+    EXPECT_EQ(b.qp->state(), QpState::error);
+}
+
+// A READ answered; the key is revoked; the same READ again (a duplicate) must be refused, not
+// answered from the saved state (after deregistration the memory may be freed).
+TEST_F(HostilePeer, ARepeatedReadAfterDeregistrationIsRefused) {
+    std::memset(mb.data(), 0x42, 64);
+    request(op::read_request, 100, va_b(0), b.mr.rkey, 64);
+    auto first = answers();
+    ASSERT_EQ(first.size(), 1u);
+    EXPECT_EQ(first[0].opcode, op::read_response_only);
+    ASSERT_TRUE(pair->b->pd().deregister(b.mr));
+    request(op::read_request, 100, va_b(0), b.mr.rkey, 64);
+    auto again = answers();
+    for (const Answer& x : again) EXPECT_NE(x.opcode, op::read_response_only) << "the duplicate was answered with data";
+    ASSERT_FALSE(again.empty());
+    EXPECT_TRUE(again.front().nak()) << "opcode " << int(again.front().opcode);
+}
+
+// A duplicate READ must name what the original did (the same key, within its range): one
+// naming another region is an invalid request.
+TEST_F(HostilePeer, ADuplicateReadOfOtherMemoryIsRefused) {
+    request(op::read_request, 100, va_b(0), b.mr.rkey, 64);
+    ASSERT_EQ(answers().size(), 1u);
+    request(op::read_request, 100, reinterpret_cast<uint64_t>(other.data()), other_mr.rkey, 64);
+    auto ans = answers();
+    ASSERT_FALSE(ans.empty());
+    EXPECT_TRUE(ans.front().nak() && ans.front().syndrome == aeth::kNakInvalidRequest)
+        << "opcode " << int(ans.front().opcode) << " syndrome " << int(ans.front().syndrome);
+}
+
+// A 4 MiB READ meets B's send buffers all in use; the key revoked while its responses wait
+// stops them.
+TEST_F(HostilePeer, ReadResponsesNotYetSentStopAfterDeregistration) {
+    pair->dev_b.hold_sends = true;   // B's send buffers run out: responses wait
+    request(op::read_request, 100, va_b(0), b.mr.rkey, uint32_t(kMemB), 0, 0, 1);
+    const size_t sent = answers().size();
+    ASSERT_GT(sent, 0u);
+    ASSERT_LT(sent, kMemB / 1024) << "the test needs responses still to send";
+    ASSERT_TRUE(pair->b->pd().deregister(b.mr));
+    pair->dev_b.release_sends();
+    size_t more = 0;
+    for (int i = 0; i < 50; ++i) {
+        b.port->progress();
+        for (const Answer& ans : answers()) more += ans.opcode != op::acknowledge;
+    }
+    EXPECT_EQ(more, 0u) << "READ responses went out after the key was revoked";
+}
+
+// DMA lengths over 2^31 are invalid requests (9.4.3: the DMA length is at most 2^31), whatever
+// the memory: refused before any bounds arithmetic.
+TEST_F(HostilePeer, ADmaLengthOver2GiBIsAnInvalidRequest) {
+    request(op::read_request, 100, va_b(0), b.mr.rkey, 0x80000001u);
+    auto ans = answers();
+    ASSERT_FALSE(ans.empty());
+    EXPECT_TRUE(ans.front().nak() && ans.front().syndrome == aeth::kNakInvalidRequest)
+        << "opcode " << int(ans.front().opcode) << " syndrome " << int(ans.front().syndrome);
+}
+
+}  // namespace
+}  // namespace vfab::rdma::test
