@@ -24,6 +24,7 @@ Result<MemoryRegion> ProtectionDomain::register_device_memory(std::shared_ptr<vf
     if (len == 0 || offset >= r.size() || len > r.size() - offset)
         return Error{EINVAL, str_cat("device memory registration: ", len, " bytes from ", offset, " do not fit region ",
                                      bar, " (", r.size(), " bytes)")};
+    WriterGuard writer(*this);
     std::lock_guard lock(mu_);
     auto mr = register_locked(const_cast<uint8_t*>(r.base()) + offset, len, access);
     if (!mr) return mr;

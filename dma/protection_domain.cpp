@@ -95,6 +95,7 @@ void ProtectionDomain::unmap_user(const PageRange& pages) {
 }
 
 Result<MemoryRegion> ProtectionDomain::register_memory(void* addr, uint64_t len, Access access) {
+    WriterGuard writer(*this);
     std::lock_guard lock(mu_);
     return register_locked(addr, len, access);
 }
@@ -130,6 +131,7 @@ Result<MemoryRegion> ProtectionDomain::register_locked(void* addr, uint64_t len,
 }
 
 Result<void> ProtectionDomain::set_access(MemoryRegion& mr, Access access) {
+    WriterGuard writer(*this);
     std::lock_guard lock(mu_);
     const MrStatus s = table_.set_access(mr.lkey, access);
     if (s != MrStatus::ok)
@@ -140,6 +142,7 @@ Result<void> ProtectionDomain::set_access(MemoryRegion& mr, Access access) {
 }
 
 Result<void> ProtectionDomain::deregister(const MemoryRegion& mr) {
+    WriterGuard writer(*this);
     std::lock_guard lock(mu_);
     MrStatus s = table_.remove(mr.lkey);
     if (s != MrStatus::ok)
@@ -153,16 +156,19 @@ Result<void> ProtectionDomain::deregister(const MemoryRegion& mr) {
 }
 
 Result<uint32_t> ProtectionDomain::alloc_mr(uint64_t max_len, uint32_t max_blocks) {
+    WriterGuard writer(*this);
     std::lock_guard lock(mu_);
     return table_.alloc_unbound(max_len, max_blocks);
 }
 
 Result<uint32_t> ProtectionDomain::alloc_mw(WindowType type) {
+    WriterGuard writer(*this);
     std::lock_guard lock(mu_);
     return table_.alloc_window(type);
 }
 
 Result<void> ProtectionDomain::dealloc(uint32_t key) {
+    WriterGuard writer(*this);
     std::lock_guard lock(mu_);
     const MrStatus s = table_.remove_allocated(key);
     if (s == MrStatus::invalid_state)

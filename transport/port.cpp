@@ -583,6 +583,7 @@ Result<void> PortImpl::start_progress_thread(const ProgressThreadOptions& opts) 
     if (thread_.joinable()) return Error{EBUSY, "the port's progress thread already runs"};
     if (opts.cpu >= 0 && opts.cpu >= CPU_SETSIZE) return Error{EINVAL, str_cat("progress thread: no CPU ", opts.cpu)};
     threaded_.store(true, std::memory_order_release);
+    link_->pd().set_writer_lock(&mu_);   // registrations wait for the thread's copies
     stop_.store(false);
     thread_ = std::thread([this, opts] { progress_loop(opts); });
     return {};
@@ -593,6 +594,7 @@ void PortImpl::stop_progress_thread() {
     stop_.store(true);
     wake();   // sleeping or about to: it looks at stop_ next
     thread_.join();
+    link_->pd().set_writer_lock(nullptr);
     threaded_.store(false, std::memory_order_release);
 }
 

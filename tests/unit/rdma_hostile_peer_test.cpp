@@ -3,6 +3,7 @@
 // read off the wire. Revoking a key must take effect for every packet that arrives after it —
 // the rest of a multi-packet WRITE, a repeated READ, READ responses not yet sent — and DMA
 // lengths over 2^31 are refused (IB spec 9.4.3, 9.7.5.1.2, C9-88 and 10.6.7).
+#include <chrono>
 #include <cstring>
 
 #include "../../transport/packet.hpp"
@@ -157,6 +158,44 @@ TEST_F(HostilePeer, ADmaLengthOver2GiBIsAnInvalidRequest) {
     ASSERT_FALSE(ans.empty());
     EXPECT_TRUE(ans.front().nak() && ans.front().syndrome == aeth::kNakInvalidRequest)
         << "opcode " << int(ans.front().opcode) << " syndrome " << int(ans.front().syndrome);
+}
+
+// The application deregisters and frees memory a peer is writing while B's progress thread
+// runs the responder: deregister() waits for the copy under way (the port's lock is the key
+// table's writer lock), and no packet after it lands. ASan sees a write to the freed buffer
+// otherwise.
+TEST(KeyTable, DeregistrationWaitsForTheProgressThreadsCopy) {
+    RdmaPair pair;
+    std::vector<uint8_t> ma(1 << 16, 0x3c), mb(4096);
+    Side a = make_side(*pair.a, QpType::rc, ma), b = make_side(*pair.b, QpType::rc, mb);
+    connect_rc(a, b, 1, 2);
+    connect_rc(b, a, 2, 1);
+    ASSERT_TRUE(pair.b->start_progress_thread(-1));
+    constexpr uint32_t kLen = 1 << 16;
+    int refused = 0;
+    for (uint32_t i = 0; i < 200; ++i) {
+        auto buf = std::make_unique<uint8_t[]>(kLen);
+        auto mr = pair.b->pd().register_memory(buf.get(), kLen, dma::Access(kAllRemote));
+        ASSERT_TRUE(mr) << mr.error().message;
+        Sge s{reinterpret_cast<uint64_t>(ma.data()), kLen, a.mr.lkey};
+        SendWr w = wr_of(WrOpcode::rdma_write, i, &s);
+        w.remote_addr = reinterpret_cast<uint64_t>(buf.get());
+        w.rkey = mr->rkey;
+        ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+        for (uint32_t k = 0; k < i % 16; ++k) a.port->progress();   // some packets on their way
+        ASSERT_TRUE(pair.b->pd().deregister(*mr));
+        buf.reset();   // freed: nothing may write here any more
+        Wc wc;
+        for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+             a.cq->poll(std::span(&wc, 1)) == 0 && std::chrono::steady_clock::now() < end;) {
+        }
+        if (wc.status != WcStatus::success) {
+            ++refused;
+            reconnect_rc(a, b, 1000 * i, 1000 * i + 500);
+        }
+    }
+    pair.b->stop_progress_thread();
+    GTEST_LOG_(INFO) << refused << " of 200 WRITEs refused part-way";
 }
 
 }  // namespace

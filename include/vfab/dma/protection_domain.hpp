@@ -12,9 +12,12 @@
 // (reference-counted). Keys are index << 8 | an 8-bit consumer key (MrTable).
 //
 // Control calls (create_arena, register_memory, deregister) are thread-safe. translate() is
-// the fast path: lock-free, and must not race the deregistration of the same key.
+// the fast path: lock-free, and must not race the deregistration of the same key — a consumer
+// that translates on a thread of its own (an RDMA port's progress thread) names the lock it
+// translates under with set_writer_lock(), and the calls that change keys take it too.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -100,6 +103,13 @@ public:
     // locked: change registrations through the domain, which keeps its mappings in step.
     MrTable& table() { return table_; }
 
+    // A lock that the calls changing keys from outside the fast path (register_*, deregister,
+    // set_access, alloc_mr, alloc_mw, dealloc) take before the domain's own, so that they wait
+    // for a thread translating and copying under it: after deregister() returns, nothing
+    // touches the memory. nullptr: none. An RDMA port sets its lock while its progress thread
+    // runs. The memory-management verbs below do not take it (the transport calls them under it).
+    void set_writer_lock(std::mutex* m) noexcept { writer_lock_.store(m, std::memory_order_release); }
+
     // The memory-management verbs below are serialised with registration (the RDMA transport's
     // work requests and a peer's SEND_WITH_INV come here from the queue pair's thread).
     // An MR with no memory, invalid until fast_register() (ibv_alloc_mr), of at most `max_len`
@@ -151,6 +161,22 @@ private:
     void unmap_user(const PageRange& pages);
     const DmaArena* arena_holding(const void* addr, uint64_t len) const;
 
+    // set_writer_lock()'s lock, held (when set) for the life of a control call.
+    class WriterGuard {
+    public:
+        explicit WriterGuard(const ProtectionDomain& pd) : m_(pd.writer_lock_.load(std::memory_order_acquire)) {
+            if (m_) m_->lock();
+        }
+        ~WriterGuard() {
+            if (m_) m_->unlock();
+        }
+        WriterGuard(const WriterGuard&) = delete;
+        WriterGuard& operator=(const WriterGuard&) = delete;
+
+    private:
+        std::mutex* m_;
+    };
+    std::atomic<std::mutex*> writer_lock_{nullptr};
     mutable std::mutex mu_;
     std::shared_ptr<vfio::AddressSpace> ctx_;
     std::optional<IovaAllocator> iovas_;          // none in no-IOMMU mode: IOVA = physical
