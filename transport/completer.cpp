@@ -1,7 +1,8 @@
 // The completer: acknowledgements, NAKs, read responses and atomic acknowledgements end send
 // WRs in order (IB spec 9.7.5.1 - 9.7.5.2); lost packets are sent again from the first one
 // missing (go-back-N) after a NAK, an implied NAK or the local ACK timeout; RNR NAKs wait the
-// timer of table 45; retry_cnt and rnr_retry bound the attempts (7: for ever).
+// timer of table 45; retry_cnt and rnr_retry bound the attempts (rnr_retry 7: for ever; retry_cnt
+// 7 is seven, IB spec 9.7.6.1.3 — rxe retries for ever there).
 #include <cstring>
 
 #include "engine.hpp"
@@ -98,6 +99,7 @@ void QpImpl::acked_through(uint32_t psn) noexcept {
     }
     if (psn_diff(next, una_) > 0) {
         una_ = next;
+        retries_left_ = attr_.retry_cnt;   // forward progress: the transport retries count afresh
         if (sq_next_ != sq_tail_) ready();   // the send window opened
     }
 }
@@ -135,7 +137,7 @@ void QpImpl::retry_on_response(uint32_t psn) noexcept {
 
 // Go back to `psn` and send everything from there again.
 void QpImpl::retry_from(uint32_t psn, bool count) noexcept {
-    if (count && attr_.retry_cnt != 7) {
+    if (count) {
         if (retries_left_ == 0) {
             fail_head(WcStatus::retry_exc_err, 0);
             return;
@@ -219,6 +221,8 @@ void QpImpl::on_aeth(const Packet& p) noexcept {
         port_.note_deadline(rnr_deadline_);
         return;
     case aeth::kNak:
+        // A fatal NAK for a PSN already acknowledged is a stale copy: it ends nothing.
+        if (syn != aeth::kNakPsnSeqError && psn_diff(p.psn, una_) < 0) return;
         acked_through(before);
         if (complete_through(before)) return;
         if (syn == aeth::kNakPsnSeqError) retry_on_response(p.psn);

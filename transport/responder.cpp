@@ -278,6 +278,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
                               p.solicited);
         }
     } else if (i.has(is_read)) {
+        if (attr_.max_dest_rd_atomic == 0) return respond_error(p, aeth::kNakInvalidRequest);   // no resources (rxe)
         if (!granted(attr_.qp_access_flags, dma::Access::remote_read))
             return respond_error(p, aeth::kNakRemoteAccessError);
         if (p.dma_len > kMaxDmaLength) return respond_error(p, aeth::kNakInvalidRequest);
@@ -300,6 +301,7 @@ void QpImpl::on_request(const Packet& p) noexcept {
         if (!send_read_responses()) ready();
         return;
     } else if (i.has(is_atomic)) {
+        if (attr_.max_dest_rd_atomic == 0) return respond_error(p, aeth::kNakInvalidRequest);
         if (!granted(attr_.qp_access_flags, dma::Access::remote_atomic))
             return respond_error(p, aeth::kNakRemoteAccessError);
         if (p.va & 7) return respond_error(p, aeth::kNakInvalidRequest);   // atomics are 8-byte aligned (9.4.5)
@@ -371,7 +373,7 @@ void QpImpl::on_duplicate(const Packet& p) noexcept {
             }
         return;
     }
-    if (p.ack_req) send_ack(aeth::kAckNoCredits, psn_add(epsn_, kPsnMask));
+    send_ack(aeth::kAckNoCredits, psn_add(epsn_, kPsnMask));   // asked or not (C9-105: the first ACK may be lost)
 }
 
 // A UD datagram (9.8.4): the Q_Key must match; it lands after a 40-byte GRH whose last 20

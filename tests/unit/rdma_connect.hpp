@@ -47,7 +47,7 @@ inline Side make_side(rdma::Port& port, rdma::QpType type, std::vector<uint8_t>&
 }
 
 // INIT -> RTR towards `peer`: it receives from it, and sends nothing yet.
-inline void connect_rc_rtr(Side& me, const Side& peer, uint32_t peer_psn, uint32_t mtu = 3) {
+inline void connect_rc_rtr(Side& me, const Side& peer, uint32_t peer_psn, uint32_t mtu = 3, uint8_t max_dest_rd_atomic = 4) {
     QpAttr a;
     a.qp_state = QpState::init;
     a.qp_access_flags = kAllRemote;
@@ -56,7 +56,7 @@ inline void connect_rc_rtr(Side& me, const Side& peer, uint32_t peer_psn, uint32
     a.path_mtu = mtu;
     a.dest_qp_num = peer.qp->qp_num();
     a.rq_psn = peer_psn;
-    a.max_dest_rd_atomic = 4;
+    a.max_dest_rd_atomic = max_dest_rd_atomic;
     a.min_rnr_timer = 1;
     a.ah_attr.dgid = peer.port->gid();
     auto r = me.qp->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |

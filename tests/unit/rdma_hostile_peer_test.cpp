@@ -34,7 +34,12 @@ protected:
         mb.assign(kMemB, 0x55);
         a = make_side(*pair->a, QpType::rc, ma);   // only its number: port A never runs
         b = make_side(*pair->b, QpType::rc, mb);
-        connect_rc(b, a, 200, 100);   // B expects PSN 100 from A
+        connect_rc(b, a, 200, 100);   // B expects PSN 100 from A, sends from 200
+        // A's address answered, as A's port would (it never runs here).
+        uint8_t arp[64] = {};
+        const uint32_t n = write_arp(arp, kArpReply, kMacA, kIpA, kMacB, kIpB);
+        pair->wire.inject(1, arp, n);
+        b.port->progress();
         // A second region, to name in a duplicate that does not match its original.
         other.assign(4096, 0x77);
         other_mr = *pair->b->pd().register_memory(other.data(), other.size(), dma::Access(kAllRemote));
@@ -42,7 +47,7 @@ protected:
     // A request from A to B's queue pair (payload `len` bytes of `fill`), at PSN `psn`.
     // B's port then runs `rounds` times.
     void request(uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t dma_len, uint32_t len = 0,
-                 uint8_t fill = 0xEE, int rounds = 4) {
+                 uint8_t fill = 0xEE, int rounds = 4, bool ack_req = true, uint8_t syndrome = 0) {
         PacketHeader h;
         h.dst_mac = kMacB;
         h.src_mac = kMacA;
@@ -50,7 +55,8 @@ protected:
         h.dst_ip = kIpB;
         h.src_port = 0xC001;
         h.opcode = opcode;
-        h.ack_req = true;
+        h.ack_req = ack_req;
+        h.syndrome = syndrome;
         h.dest_qp = b.qp->qp_num();
         h.psn = psn;
         h.va = va;
@@ -158,6 +164,74 @@ TEST_F(HostilePeer, ADmaLengthOver2GiBIsAnInvalidRequest) {
     ASSERT_FALSE(ans.empty());
     EXPECT_TRUE(ans.front().nak() && ans.front().syndrome == aeth::kNakInvalidRequest)
         << "opcode " << int(ans.front().opcode) << " syndrome " << int(ans.front().syndrome);
+}
+
+// A duplicate SEND or WRITE is acknowledged again whether or not it asks (C9-105: the ACK of
+// the original may be what was lost).
+TEST_F(HostilePeer, ADuplicateWriteIsAcknowledgedEvenUnasked) {
+    request(op::write_only, 100, va_b(0), b.mr.rkey, 64, 64);
+    ASSERT_EQ(answers().size(), 1u);
+    request(op::write_only, 100, va_b(0), b.mr.rkey, 64, 64, 0xEE, 4, false);
+    auto ans = answers();
+    ASSERT_EQ(ans.size(), 1u) << "no ACK for the duplicate";
+    EXPECT_EQ(ans[0].opcode, op::acknowledge);
+    EXPECT_EQ(ans[0].psn, 100u);
+}
+
+// A responder with no READ/atomic resources (max_dest_rd_atomic 0) refuses a READ as an invalid
+// request (as rxe does) instead of answering it.
+TEST(HostilePeerResources, AReadWithoutResponderResourcesIsAnInvalidRequest) {
+    RdmaPair pair;
+    std::vector<uint8_t> ma(4096), mb(4096);
+    Side a = make_side(*pair.a, QpType::rc, ma), b = make_side(*pair.b, QpType::rc, mb);
+    connect_rc_rtr(b, a, 100, 3, 0);
+    connect_rc(a, b, 100, 200);
+    Sge s{reinterpret_cast<uint64_t>(ma.data()), 64, a.mr.lkey};
+    SendWr w = wr_of(WrOpcode::rdma_read, 1, &s);
+    w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
+    w.rkey = b.mr.rkey;
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    auto tx = wait_wc(a, b, 1);
+    ASSERT_EQ(tx.size(), 1u);
+    EXPECT_EQ(tx[0].status, WcStatus::rem_inv_req_err) << to_string(tx[0].status);
+}
+
+// B as requester: a fatal NAK whose PSN is older than anything outstanding (a stale copy) is
+// ignored; the WR outstanding completes with the ACK that follows.
+TEST_F(HostilePeer, AStaleFatalNakIsIgnored) {
+    // B sends from PSN 200 (SetUp)
+    Sge s{reinterpret_cast<uint64_t>(mb.data()), 64, b.mr.lkey};
+    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    ASSERT_TRUE(b.qp->post_send(std::span(&w, 1)));
+    request(op::acknowledge, 200, 0, 0, 0, 0, 0, 4, false, aeth::kAckNoCredits);
+    Wc wc;
+    ASSERT_EQ(b.cq->poll(std::span(&wc, 1)), 1);
+    EXPECT_EQ(wc.status, WcStatus::success);
+    w.wr_id = 2;
+    ASSERT_TRUE(b.qp->post_send(std::span(&w, 1)));   // PSN 201
+    request(op::acknowledge, 199, 0, 0, 0, 0, 0, 4, false, aeth::kNakRemoteAccessError);
+    EXPECT_EQ(b.cq->poll(std::span(&wc, 1)), 0) << "the stale NAK failed WR " << wc.wr_id << ": " << to_string(wc.status);
+    EXPECT_EQ(b.qp->state(), QpState::rts);
+    request(op::acknowledge, 201, 0, 0, 0, 0, 0, 4, false, aeth::kAckNoCredits);
+    ASSERT_EQ(b.cq->poll(std::span(&wc, 1)), 1);
+    EXPECT_EQ(wc.wr_id, 2u);
+    EXPECT_EQ(wc.status, WcStatus::success);
+}
+
+// retry_cnt 7 is seven retries (IB spec 9.7.6.1.3 and table 97: only rnr_retry 7 means for
+// ever): a peer that never answers ends the WR with retry_exc_err.
+TEST_F(HostilePeer, RetryCount7IsFinite) {
+    // SetUp: timeout 8 (1 ms), retry_cnt 7
+    Sge s{reinterpret_cast<uint64_t>(mb.data()), 64, b.mr.lkey};
+    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    ASSERT_TRUE(b.qp->post_send(std::span(&w, 1)));
+    Wc wc;
+    int n = 0;
+    for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         (n = b.cq->poll(std::span(&wc, 1))) == 0 && std::chrono::steady_clock::now() < end;)
+        (void)answers();
+    ASSERT_EQ(n, 1) << "still retrying after 10 s";
+    EXPECT_EQ(wc.status, WcStatus::retry_exc_err);
 }
 
 // The application deregisters and frees memory a peer is writing while B's progress thread

@@ -250,8 +250,10 @@ TEST_P(LossTest, EveryOperationOnceInOrderWithItsData) {
     }
     Side a = make_side(*pair.a, QpType::rc, ma);
     Side b = make_side(*pair.b, QpType::rc, mb);
-    connect_rc(a, b, 0xFFFF00, 0x000100, c.path_mtu, /*timeout=*/6);   // 262 us; PSNs that wrap
-    connect_rc(b, a, 0x000100, 0xFFFF00, c.path_mtu, 6);
+    // ACK timeout 8 (1 ms): short, yet not so short that a slow round of this loop (ASan, a
+    // busy host) times out seven times in a row — retry_cnt 7 is seven retries. PSNs that wrap.
+    connect_rc(a, b, 0xFFFF00, 0x000100, c.path_mtu, /*timeout=*/8);
+    connect_rc(b, a, 0x000100, 0xFFFF00, c.path_mtu, 8);
     pair.wire.faults = c.faults;
 
     const uint64_t n = std::max<uint64_t>(loss_ops() / c.ops_divisor, 1);

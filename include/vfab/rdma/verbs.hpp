@@ -246,7 +246,7 @@ struct QpAttr {
     uint8_t max_dest_rd_atomic = 1;  // ... and accepts as responder
     uint8_t min_rnr_timer = 12;      // code of table 45 sent in RNR NAKs (12 = 0.64 ms)
     uint8_t timeout = 14;            // 4.096 us * 2^timeout (14 = 67 ms); 0 = no timer
-    uint8_t retry_cnt = 7;           // 7 = retry for ever (as rxe)
+    uint8_t retry_cnt = 7;           // retries without progress (7 is seven: IB spec 9.7.6.1.3; rxe's is for ever)
     uint8_t rnr_retry = 7;           // 7 = retry for ever (IB spec)
 };
 
