@@ -258,7 +258,9 @@ private:
     void recv_key_revoked(const Packet& p) noexcept;
     bool send_ack(uint8_t syndrome, uint32_t psn) noexcept;
     bool send_atomic_ack(const Resource& r) noexcept;
-    bool send_read_responses() noexcept;
+    bool send_read_responses() noexcept;   // then a pending ACK that waited behind them
+    bool send_pending_ack() noexcept;      // the ACK that waited (ack_pending_); false: still no buffer
+    bool write_ack() noexcept;
     Resource* new_resource() noexcept;
     void ready() noexcept;
 
@@ -340,6 +342,7 @@ private:
     }
     // An ACK or NAK that found no tx buffer, sent on the next pump.
     bool ack_pending_ = false;
+    bool ack_first_ = false;       // it goes before the READ responses pending (it came before them)
     uint8_t ack_syndrome_ = 0;
     uint32_t ack_psn_ = 0;
 };

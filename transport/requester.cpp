@@ -147,10 +147,9 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
 
 void QpImpl::pump() noexcept {
     if (destroyed) return;
-    if (ack_pending_) {
-        ack_pending_ = false;
-        if (!send_ack(ack_syndrome_, ack_psn_)) return;
-    }
+    // A pending ACK goes first unless READ responses before it wait (send_read_responses then
+    // sends it after them); in the error state they never will.
+    if (ack_pending_ && (!res_sending_ || state_ == QpState::error) && !send_pending_ack()) return;
     if (state_ == QpState::error || state_ == QpState::reset) return;
     if (!send_read_responses()) {
         ready();

@@ -35,15 +35,37 @@ void QpImpl::complete_recv(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t
     recv_cq()->push(wc, se);
 }
 
+// Responses leave in PSN order (9.7.5.1.1): an ACK or NAK for a request after a READ whose
+// responses still wait for send buffers waits behind them (send_read_responses sends it after
+// the last); one that found no buffer goes before the responses of a READ that comes later. An
+// ACK is cumulative, so one pending is replaced by the next. A NAK that ends the connection
+// goes at once: the responses still waiting will never be sent.
 bool QpImpl::send_ack(uint8_t syndrome, uint32_t psn) noexcept {
-    uint8_t* buf = port_.tx_buffer();
-    if (!buf) {
-        ack_pending_ = true;
-        ack_syndrome_ = syndrome;
-        ack_psn_ = psn;
+    const bool fatal = (syndrome & aeth::kTypeMask) == aeth::kNak && syndrome != aeth::kNakPsnSeqError;
+    ack_syndrome_ = syndrome;
+    ack_psn_ = psn;
+    if ((!res_sending_ || fatal) && write_ack()) return true;
+    ack_first_ = res_sending_ == 0;
+    ack_pending_ = true;
+    ready();
+    return false;
+}
+
+bool QpImpl::send_pending_ack() noexcept {
+    if (!write_ack()) {
         ready();
         return false;
     }
+    ack_pending_ = false;
+    return true;
+}
+
+// The ACK or NAK in ack_syndrome_ / ack_psn_ on the wire; false when no send buffer is free.
+bool QpImpl::write_ack() noexcept {
+    uint8_t* buf = port_.tx_buffer();
+    if (!buf) return false;
+    const uint8_t syndrome = ack_syndrome_;
+    const uint32_t psn = ack_psn_;
     PacketHeader h;
     fill_common(h);
     h.opcode = op::acknowledge;
@@ -143,7 +165,8 @@ bool QpImpl::send_atomic_ack(const Resource& r) noexcept {
 
 // Read responses still to send, oldest READ first (9.7.4.1.4); false when out of buffers.
 bool QpImpl::send_read_responses() noexcept {
-    if (!res_sending_) return true;
+    if (ack_pending_ && ack_first_ && !send_pending_ack()) return false;
+    if (!res_sending_) return !ack_pending_ || send_pending_ack();
     const uint32_t n = res_window();
     for (uint32_t k = 0; k < n; ++k) {
         Resource& r = res_[(res_next_ + k) % n];
@@ -184,7 +207,7 @@ bool QpImpl::send_read_responses() noexcept {
             if (last) set_sending(r, false);
         }
     }
-    return true;
+    return !ack_pending_ || send_pending_ack();
 }
 
 void QpImpl::on_request(const Packet& p) noexcept {

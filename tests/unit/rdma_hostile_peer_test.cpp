@@ -234,6 +234,32 @@ TEST_F(HostilePeer, RetryCount7IsFinite) {
     EXPECT_EQ(wc.status, WcStatus::retry_exc_err);
 }
 
+// Responses leave in PSN order (9.7.5.1.1) when send buffers run short: the ACK of a SEND that
+// follows a long READ goes after the READ's responses, not before them.
+TEST_F(HostilePeer, ResponsesLeaveInPsnOrderWhenBuffersRunShort) {
+    Sge r{reinterpret_cast<uint64_t>(mb.data()), 4096, b.mr.lkey};
+    RecvWr rw{1, &r, 1, 0};
+    ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
+    pair->dev_b.hold_sends = true;   // B's send buffers run out during the READ's responses
+    constexpr uint32_t kReadPkts = 1024;   // 1 MiB at MTU 1024
+    request(op::read_request, 100, va_b(0), b.mr.rkey, kReadPkts * 1024, 0, 0, 1);
+    request(op::send_only, 100 + kReadPkts, 0, 0, 0, 64, 0x44, 1);
+    pair->dev_b.release_sends();
+    std::vector<Answer> all;
+    for (int i = 0; i < 200 && (all.empty() || all.back().opcode != op::acknowledge); ++i) {
+        b.port->progress();
+        for (Answer& x : answers()) all.push_back(std::move(x));
+    }
+    ASSERT_FALSE(all.empty());
+    uint32_t last = 99;
+    for (const Answer& x : all) {
+        ASSERT_GE(psn_diff(x.psn, last), 0) << "PSN " << x.psn << " (opcode " << int(x.opcode) << ") after " << last;
+        last = x.psn;
+    }
+    EXPECT_EQ(all.back().opcode, op::acknowledge);
+    EXPECT_EQ(all.back().psn, 100 + kReadPkts);
+}
+
 // The application deregisters and frees memory a peer is writing while B's progress thread
 // runs the responder: deregister() waits for the copy under way (the port's lock is the key
 // table's writer lock), and no packet after it lands. ASan sees a write to the freed buffer
