@@ -230,8 +230,10 @@ void QpImpl::on_request(const Packet& p) noexcept {
     if ((in_send_ && !(i.has(is_send) && !first)) || (in_write_ && !(i.has(is_write) && !first)) ||
         (!in_send_ && i.has(is_send) && !first) || (!in_write_ && i.has(is_write) && !first))
         return reject(p, aeth::kNakInvalidRequest);
-    // FIRST and MIDDLE carry exactly the path MTU, LAST and ONLY at most that (9.7.4.1.3).
-    if (i.has(has_payload) && (p.payload_len > mtu_ || (!last && p.payload_len != mtu_)))
+    // FIRST and MIDDLE carry exactly the path MTU, LAST and ONLY at most that (9.7.4.1.3); a
+    // LAST at least one byte (its message would have ended a packet earlier; rxe checks it too).
+    if (i.has(has_payload) &&
+        (p.payload_len > mtu_ || (!last && p.payload_len != mtu_) || (last && !first && p.payload_len == 0)))
         return reject(p, aeth::kNakInvalidRequest);
 
     if (i.has(is_send)) {

@@ -234,6 +234,18 @@ TEST_F(HostilePeer, RetryCount7IsFinite) {
     EXPECT_EQ(wc.status, WcStatus::retry_exc_err);
 }
 
+// A LAST packet carries at least one byte (a message a multiple of the MTU ends with a full
+// packet; rxe refuses an empty LAST too): an empty one is an invalid request.
+TEST_F(HostilePeer, AnEmptyLastPacketIsAnInvalidRequest) {
+    request(op::write_first, 100, va_b(0), b.mr.rkey, 1024, 1024, 0x11);
+    (void)answers();
+    request(op::write_last, 101, 0, 0, 0, 0);
+    auto ans = answers();
+    ASSERT_FALSE(ans.empty());
+    EXPECT_TRUE(ans.front().nak() && ans.front().syndrome == aeth::kNakInvalidRequest)
+        << "opcode " << int(ans.front().opcode) << " syndrome " << int(ans.front().syndrome);
+}
+
 // Responses leave in PSN order (9.7.5.1.1) when send buffers run short: the ACK of a SEND that
 // follows a long READ goes after the READ's responses, not before them.
 TEST_F(HostilePeer, ResponsesLeaveInPsnOrderWhenBuffersRunShort) {
