@@ -3,8 +3,8 @@
 // of every opcode with random fields, then bytes flipped, frames cut short or grown, and the IPv4
 // checksum and ICRC made right again half of the time so that the mutations reach the transport
 // itself. Nothing may crash (the ASan build runs this), and nothing may be written outside
-// registered memory: the unregistered guard pages around the buffers, and a memory region without
-// remote rights, stay as they were. The parser also gets each frame in a buffer of exactly its
+// registered memory: the unregistered guard pages around the buffers, a memory region without
+// remote rights, and the main region while it is deregistered now and then, stay as they were. The parser also gets each frame in a buffer of exactly its
 // size, so that ASan sees any read past its end.
 //
 // VFAB_RDMA_FUZZ_FRAMES (default 30000) and VFAB_RDMA_FUZZ_SEED change the run.
@@ -344,7 +344,8 @@ TEST_F(FuzzTest, MutatedFramesNeitherCrashNorWriteOutsideRegisteredMemory) {
     b_next_psn = b_sq_psn;
     // What B answers tells the PSN it expects: the fuzzer's requests follow it.
     pair.a->set_rx_drop_hook(follow_responder, &req_psn);
-    uint64_t reconnects = 0;
+    uint64_t reconnects = 0, revocations = 0;
+    std::vector<uint8_t> revoked_copy;
     const uint64_t roce_before = pair.b->stats().rx_roce;
     for (uint64_t i = 0; i < frames; ++i) {
         if (brc.qp->state() == QpState::error || arc.qp->state() == QpState::error) {
@@ -371,6 +372,19 @@ TEST_F(FuzzTest, MutatedFramesNeitherCrashNorWriteOutsideRegisteredMemory) {
             fz.frame(brc.qp->qp_num(), bud.qp->qp_num(), mr1.rkey, mr2.rkey, reinterpret_cast<uint64_t>(mem_b.data() + kMr1),
                      reinterpret_cast<uint64_t>(mem_b.data() + kMr2), req_psn, b_next_psn);
         ASSERT_NO_FATAL_FAILURE(parse_exactly(f));
+        // Revocations interleaved with the traffic: now and then MR1 is deregistered for 500
+        // frames (the fuzzer still names its old key; B's receives and READ destinations are
+        // in it) and none of its bytes may change meanwhile; then it is registered again.
+        if (i % 3000 == 1500) {
+            ASSERT_TRUE(pair.b->pd().deregister(mr1));
+            revoked_copy.assign(mem_b.begin() + kMr1, mem_b.begin() + kMr1 + kMr1Len);
+            ++revocations;
+        } else if (i % 3000 == 2000) {
+            ASSERT_TRUE(std::equal(revoked_copy.begin(), revoked_copy.end(), mem_b.begin() + kMr1))
+                << "MR1 changed while deregistered, by frame " << i << " or before";
+            mr1 = *pair.b->pd().register_memory(mem_b.data() + kMr1, kMr1Len, dma::Access(kAllRemote));
+            brc.mr = bud.mr = mr1;
+        }
         pair.wire.inject(1, f.data(), uint32_t(f.size()));
         pair.b->progress();
         pair.a->progress();
@@ -393,6 +407,7 @@ TEST_F(FuzzTest, MutatedFramesNeitherCrashNorWriteOutsideRegisteredMemory) {
     EXPECT_GT(s.rx_icrc_errors, 0u);
     EXPECT_GT(s.naks_sent, 0u);
     EXPECT_GT(reconnects, 0u);
+    EXPECT_GT(revocations, 0u);
     RecordProperty("reconnects", int(reconnects));
 }
 
