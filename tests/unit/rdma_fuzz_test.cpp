@@ -103,9 +103,19 @@ public:
                    : v < 75 ? mr1_va - 1 - rng_() % 64                    // just before
                    : v < 85 ? mr2_va + rng_() % kMr2Len
                             : (uint64_t(rng_()) << 32 | rng_());
-            if (info.has(has_atomic_eth) && pct() < 70) h.va &= ~uint64_t(7);
             const uint32_t k = pct();
             h.rkey = k < 60 ? mr1_rkey : k < 80 ? mr2_rkey : k < 90 ? mr1_rkey ^ 1 : uint32_t(rng_());
+            if (sparse_len_ && !planned && pct() < 12) {
+                // The zero-based MR of more than 4 GiB over one aliased megabyte: addresses
+                // around 2^32, anywhere, at its end and past it, across its 1 MiB blocks.
+                h.rkey = pct() < 90 ? sparse_rkey_ : sparse_rkey_ ^ 1;
+                const uint32_t w = pct();
+                h.va = w < 40   ? (uint64_t{1} << 32) - 4096 + rng_() % 8192
+                       : w < 70 ? rng_() % sparse_len_
+                       : w < 85 ? sparse_len_ - rng_() % 4096
+                                : sparse_len_ + rng_() % 4096;
+            }
+            if (info.has(has_atomic_eth) && pct() < 70) h.va &= ~uint64_t(7);
             h.dma_len = planned ? plan_len_ : pct() < 85 ? rng_() % 4096 : uint32_t(rng_());
             const bool write_only = h.opcode == op::write_only || h.opcode == op::write_only_imm;
             h.swap_add = rng_();
@@ -143,6 +153,8 @@ public:
 
     uint32_t pct() { return rng_() % 100; }
     std::mt19937_64& rng() { return rng_; }
+    // A zero-based MR of `len` bytes under `rkey` that frames aim at too.
+    void set_sparse(uint32_t rkey, uint64_t len) { sparse_rkey_ = rkey, sparse_len_ = len; }
 
 private:
     static constexpr uint8_t kOpcodes[] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C,
@@ -182,6 +194,8 @@ private:
     }
 
     std::mt19937_64 rng_;
+    uint32_t sparse_rkey_ = 0;
+    uint64_t sparse_len_ = 0;
     uint32_t plan_left_ = 0, plan_psn_ = 0, plan_len_ = 0;   // a multi-packet message under way
     bool plan_write_ = false;
 };
@@ -215,6 +229,17 @@ protected:
         auto& pd_b = pair.b->pd();
         mr1 = *pd_b.register_memory(mem_b.data() + kMr1, kMr1Len, dma::Access(kAllRemote));
         mr2 = *pd_b.register_memory(mem_b.data() + kMr2, kMr2Len, dma::Access::local_write);
+        // MR3: zero-based, 4 GiB and a block, every 1 MiB block the same megabyte of
+        // `sparse` (between guards), so that offsets past 2^32 are reached for real.
+        sparse.assign(kSparseBlock + 2 * kGuard, kGuardByte);
+        sparse_mr = *pd_b.register_memory(sparse.data() + kGuard, kSparseBlock, dma::Access::local_write);
+        auto key = pd_b.alloc_mr(kSparseLen, kSparseBlocks);
+        ASSERT_TRUE(key) << key.error().message;
+        std::vector<uint64_t> blocks(kSparseBlocks, reinterpret_cast<uint64_t>(sparse.data() + kGuard));
+        ASSERT_EQ(pd_b.fast_register_blocks(*key, *key, blocks.data(), kSparseBlocks, kSparseBlock, 0, kSparseLen, 0,
+                                            dma::Access(kAllRemote) | dma::Access::zero_based),
+                  dma::MrStatus::ok);
+        sparse_rkey = *key;
         arc = make_side(*pair.a, QpType::rc, mem_a);
         aud = make_side(*pair.a, QpType::ud, mem_a2);
         brc.port = bud.port = pair.b.get();
@@ -307,6 +332,10 @@ protected:
         ASSERT_EQ(guard(kMr1 + kMr1Len, kGuard), 0u) << "written between MR1 and MR2";
         ASSERT_EQ(guard(kMr2 + kMr2Len, kGuard), 0u) << "written after MR2";
         for (size_t i = kMr2; i < kMr2 + kMr2Len; ++i) ASSERT_EQ(mem_b[i], kMr2Byte) << "MR2 (no remote rights) byte " << i;
+        for (size_t i = 0; i < kGuard; ++i) {
+            ASSERT_EQ(sparse[i], kGuardByte) << "written before the sparse MR's megabyte";
+            ASSERT_EQ(sparse[kGuard + kSparseBlock + i], kGuardByte) << "written after the sparse MR's megabyte";
+        }
     }
 
     // A's drop hook, dropping nothing: B's ACKs, NAKs and read responses move the PSN of the
@@ -328,7 +357,12 @@ protected:
 
     RdmaPair pair;
     std::vector<uint8_t> mem_b, mem_a, mem_a2 = std::vector<uint8_t>(4096);
-    dma::MemoryRegion mr1, mr2;
+    dma::MemoryRegion mr1, mr2, sparse_mr;
+    static constexpr uint64_t kSparseBlock = 1 << 20;
+    static constexpr uint32_t kSparseBlocks = 4097;
+    static constexpr uint64_t kSparseLen = kSparseBlock * kSparseBlocks;   // 4 GiB + 1 MiB
+    std::vector<uint8_t> sparse;
+    uint32_t sparse_rkey = 0;
     Side arc, aud, brc, bud;
     std::mt19937_64 fuzz_rng{env_or("VFAB_RDMA_FUZZ_SEED", 0x5eed)};
     uint32_t req_psn = 0x100, b_sq_psn = 0, b_next_psn = 0;
@@ -341,6 +375,7 @@ TEST_F(FuzzTest, MutatedFramesNeitherCrashNorWriteOutsideRegisteredMemory) {
     const uint64_t seed = env_or("VFAB_RDMA_FUZZ_SEED", 0x5eed);
     SCOPED_TRACE(testing::Message() << "VFAB_RDMA_FUZZ_SEED=" << seed);
     Fuzzer fz(seed);
+    fz.set_sparse(sparse_rkey, kSparseLen);
     b_next_psn = b_sq_psn;
     // What B answers tells the PSN it expects: the fuzzer's requests follow it.
     pair.a->set_rx_drop_hook(follow_responder, &req_psn);
@@ -408,6 +443,8 @@ TEST_F(FuzzTest, MutatedFramesNeitherCrashNorWriteOutsideRegisteredMemory) {
     EXPECT_GT(s.naks_sent, 0u);
     EXPECT_GT(reconnects, 0u);
     EXPECT_GT(revocations, 0u);
+    EXPECT_TRUE(std::any_of(sparse.begin() + kGuard, sparse.begin() + kGuard + kSparseBlock, [](uint8_t x) { return x != kGuardByte; }))
+        << "no WRITE reached the sparse MR";
     RecordProperty("reconnects", int(reconnects));
 }
 
