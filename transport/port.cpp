@@ -1,9 +1,6 @@
 // The RDMA port: one raw queue pair of the device, its receive and send buffers, the demux of
 // received frames (ARP, RoCEv2 to a queue pair, the rest counted and dropped), ARP for the
 // port's address and its peers', and the timers.
-#include <poll.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -575,87 +572,6 @@ DeviceCaps PortImpl::query_device() const {
     if (link_->pd().maps_device_memory()) c.vfab_caps |= vfab_cap_p2p_memory;
     c.max_path_mtu = active_mtu_;
     return c;
-}
-
-// ---- the opt-in progress thread ------------------------------------------------------------------------
-
-Result<void> PortImpl::start_progress_thread(const ProgressThreadOptions& opts) {
-    if (thread_.joinable()) return Error{EBUSY, "the port's progress thread already runs"};
-    if (opts.cpu >= 0 && opts.cpu >= CPU_SETSIZE) return Error{EINVAL, str_cat("progress thread: no CPU ", opts.cpu)};
-    threaded_.store(true, std::memory_order_release);
-    link_->pd().set_writer_lock(&mu_);   // registrations wait for the thread's copies
-    stop_.store(false);
-    thread_ = std::thread([this, opts] { progress_loop(opts); });
-    return {};
-}
-
-void PortImpl::stop_progress_thread() {
-    if (!thread_.joinable()) return;
-    stop_.store(true);
-    wake();   // sleeping or about to: it looks at stop_ next
-    thread_.join();
-    link_->pd().set_writer_lock(nullptr);
-    threaded_.store(false, std::memory_order_release);
-}
-
-void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
-    if (opts.cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(opts.cpu, &set);
-        (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    }
-    // Idle time on the precise clock (the coarse one would round the limit up to ticks of
-    // several milliseconds), read every kIdleClockRounds idle rounds: under an emulator the
-    // precise clock may be a device register (port.cpp, coarse_now_ns).
-    constexpr uint32_t kIdleClockRounds = 8;
-    const uint64_t idle_limit = uint64_t(opts.sleep_after_us) * 1000u;
-    uint64_t idle_since = 0;
-    uint32_t idle_rounds = 0;
-    while (!stop_.load(std::memory_order_relaxed)) {
-        int n;
-        {
-            std::lock_guard lock(mu_);
-            n = run();
-        }
-        if (n) {
-            idle_since = idle_rounds = 0;
-            continue;
-        }
-        sched_yield();
-        if (!idle_limit || idle_rounds++ % kIdleClockRounds != 0) continue;
-        const uint64_t now = now_ns();
-        if (!idle_since) idle_since = now;
-        if (now - idle_since < idle_limit) continue;
-        sleep_until_work();
-        idle_since = idle_rounds = 0;
-    }
-}
-
-// The idle progress thread's sleep: the device's receive interrupt and the timer armed, then a
-// last look (a frame may have come before the interrupt was armed), then poll(2) until a frame,
-// the next deadline, or kick() from an application call that queued work or an earlier deadline.
-void PortImpl::sleep_until_work() noexcept {
-    constexpr int kMaxSleepMs = 200;   // a safety net only: every wake-up source above is armed
-    {
-        std::lock_guard lock(mu_);
-        if (!ready_.empty() || !loopback_.empty()) return;
-        if (!link_->arm_recv()) return;   // no interrupt to wait for: keep polling
-        arm_timer();
-        if (run() != 0) return;
-        sleep_deadline_ = next_deadline_ ? next_deadline_ : ~uint64_t(0);
-        sleeping_.store(true, std::memory_order_relaxed);
-    }
-    pollfd fds[3] = {{link_->recv_channel_fd(), POLLIN, 0}, {timer_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
-    (void)::poll(fds, 3, kMaxSleepMs);
-    std::lock_guard lock(mu_);
-    sleeping_.store(false, std::memory_order_relaxed);
-    sleep_deadline_ = 0;
-    uint64_t drain = 0;
-    (void)!::read(wake_fd_.get(), &drain, sizeof drain);
-    (void)!::read(timer_fd_.get(), &drain, sizeof drain);
-    link_->take_recv_events();
-    maybe_check_link();
 }
 
 }  // namespace detail
