@@ -208,26 +208,12 @@ PostResult RawPacketQp::post_send(std::span<const SendWr> wrs) noexcept {
         wc.opcode = WcOpcode::send;
         wc.qp_num = qpn_;
         wc.byte_len = uint32_t(total);
-        uint32_t at = 0;
-        for (uint32_t s = 0; s < wr.num_sge; ++s) {
-            const Sge& sge = wr.sg_list[s];
-            if (inl) {
-                std::memcpy(buf + at, reinterpret_cast<const void*>(sge.addr), sge.length);
-            } else {
-                const dma::Translation t = port_.mrs().translate_span(sge.lkey, sge.addr, sge.length, dma::Access::none);
-                if (t.status != dma::MrStatus::ok) {
-                    wc.status = WcStatus::loc_prot_err;
-                    break;
-                }
-                copy_from(Segment::of(t, sge.length), 0, buf + at, sge.length);
-            }
-            at += sge.length;
-        }
+        if (!gather_frame(port_.mrs(), wr.sg_list, wr.num_sge, inl, buf)) wc.status = WcStatus::loc_prot_err;
         if (wc.status == WcStatus::success) {
             // A multicast or broadcast frame reaches the port's own flows too, as a NIC loops
             // multicast back to its other queues; it goes on the wire all the same.
-            if (buf[0] & 1) port_.steer(buf, at);
-            port_.tx_queue(buf, at);
+            if (buf[0] & 1) port_.steer(buf, wc.byte_len);
+            port_.tx_queue(buf, wc.byte_len);
         } else {
             port_.tx_release(buf);
         }

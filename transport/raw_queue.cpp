@@ -78,6 +78,21 @@ bool RawQp::deliver(const uint8_t* frame, uint32_t len) noexcept {
     return true;
 }
 
+bool gather_frame(dma::MrTable& mrs, const Sge* sgl, uint32_t n, bool inline_data, uint8_t* to) noexcept {
+    for (uint32_t s = 0; s < n; ++s) {
+        const Sge& sge = sgl[s];
+        if (inline_data) {
+            std::memcpy(to, reinterpret_cast<const void*>(sge.addr), sge.length);
+        } else {
+            const dma::Translation t = mrs.translate_span(sge.lkey, sge.addr, sge.length, dma::Access::none);
+            if (t.status != dma::MrStatus::ok) return false;
+            copy_from(Segment::of(t, sge.length), 0, to, sge.length);
+        }
+        to += sge.length;
+    }
+    return true;
+}
+
 // Each frame is gathered into one of the port's send buffers and leaves with the port's frames.
 PostResult RawQp::post_send(std::span<const vfab::SendWr> wrs) noexcept {
     PortImpl::Guard g(port_);
@@ -91,21 +106,11 @@ PostResult RawQp::post_send(std::span<const vfab::SendWr> wrs) noexcept {
         uint8_t* buf = port_.tx_buffer();
         if (!buf) return {ENOMEM, i};
         Completion c{wr.wr_id, vfab::WcStatus::success, vfab::WcOpcode::send, 0, uint32_t(total), 0, 0};
-        uint32_t at = 0;
-        for (uint32_t s = 0; s < wr.num_sge && c.status == vfab::WcStatus::success; ++s) {
-            const Sge& sge = wr.sg_list[s];
-            const dma::Translation t = port_.mrs().translate_span(sge.lkey, sge.addr, sge.length, dma::Access::none);
-            if (t.status != dma::MrStatus::ok) {
-                c.status = vfab::WcStatus::local_protection_error;
-            } else {
-                copy_from(Segment::of(t, sge.length), 0, buf + at, sge.length);
-                at += sge.length;
-            }
-        }
+        if (!gather_frame(port_.mrs(), wr.sg_list, wr.num_sge, false, buf)) c.status = vfab::WcStatus::local_protection_error;
         if (c.status == vfab::WcStatus::success) {
-            port_.tx_queue(buf, at);
+            port_.tx_queue(buf, uint32_t(total));
             ++stats_.tx_packets;
-            stats_.tx_bytes += at;
+            stats_.tx_bytes += total;
         } else {
             port_.tx_release(buf);
         }

@@ -17,6 +17,11 @@ class PortImpl;
 
 inline constexpr uint32_t kRawMaxSge = 8;   // SGEs of a raw send
 
+// A raw frame's bytes gathered into `to` from `n` SGEs, under their lkeys (local access) or, for
+// inline data, from their addresses as they are; false, with `to` partly written, when a key
+// does not translate. Both raw queues' sends (RawQp, RawPacketQp).
+bool gather_frame(dma::MrTable& mrs, const Sge* sgl, uint32_t n, bool inline_data, uint8_t* to) noexcept;
+
 class RawCq final : public vfab::CompletionQueue {
 public:
     RawCq(PortImpl& port, uint32_t depth);

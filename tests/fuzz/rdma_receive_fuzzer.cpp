@@ -17,21 +17,17 @@
 #include <cstring>
 #include <string>
 
-#include "../../transport/packet.hpp"
-#include "rdma_fake_link.hpp"
-#include "vfab/rdma/icrc.hpp"
+#include "rdma_frames.hpp"
 
 namespace vfab::rdma::fuzz {
 namespace {
 
 using namespace wire;
 
-constexpr uint32_t kIpA = 0x0a000001, kIpB = 0x0a000002;
 constexpr uint32_t kQkey = 0x11111111, kPsn = 0x100;
 constexpr size_t kGuard = 4096, kMr1 = kGuard, kMr1Len = 64 * 1024;
 constexpr size_t kMr2 = kMr1 + kMr1Len + kGuard, kMr2Len = 16 * 1024, kMemLen = kMr2 + kMr2Len + kGuard;
 constexpr uint8_t kGuardByte = 0xA5, kMr2Byte = 0x5A;
-const uint8_t kMacA[6] = {0x02, 0, 0, 0, 0, 1}, kMacB[6] = {0x02, 0, 0, 0, 0, 2};
 constexpr uint32_t kRecvBuf = 2048, kRecvDepth = 8;
 
 constexpr uint32_t kAllRemote = uint32_t(dma::Access::local_write | dma::Access::remote_write |
@@ -39,7 +35,7 @@ constexpr uint32_t kAllRemote = uint32_t(dma::Access::local_write | dma::Access:
 
 // The two ports, made once for the process (libFuzzer calls the target millions of times).
 struct World {
-    test::RdmaPair pair;
+    vfab::test::RdmaPair pair;
     std::vector<uint8_t> mem_b = std::vector<uint8_t>(kMemLen, kGuardByte);
     uint32_t mr1_key = 0;
     dma::MemoryRegion backing, mr2;
@@ -127,25 +123,10 @@ World& world() {
     return *w;
 }
 
-// The IPv4 checksum and the ICRC right for what the headers say, where the frame holds them.
-void fix_up(std::vector<uint8_t>& f) {
-    if (f.size() < kEthHeader + kIpv4Header) return;
-    uint8_t* ip = f.data() + kEthHeader;
-    store16(ip + 10, 0);
-    store16(ip + 10, ipv4_checksum(ip));
-    const uint32_t ip_len = load16(ip + 2);
-    if (ip_len >= kIpv4Header + kUdpHeader + kBth + kIcrc && kEthHeader + ip_len <= f.size())
-        store_icrc(ip + ip_len - kIcrc, icrc_ipv4(ip, ip_len - kIcrc));
-}
-
 // A request from A to B's RC (or UD) queue pair, as the seed corpus holds them.
 std::vector<uint8_t> request(uint8_t opcode, uint32_t psn, uint64_t va, uint32_t len, uint32_t dma_len, bool to_ud = false) {
     World& w = world();
     PacketHeader h;
-    h.dst_mac = kMacB;
-    h.src_mac = kMacA;
-    h.src_ip = kIpA;
-    h.dst_ip = kIpB;
     h.src_port = 0xC001;
     h.opcode = opcode;
     h.ack_req = true;
@@ -158,11 +139,8 @@ std::vector<uint8_t> request(uint8_t opcode, uint32_t psn, uint64_t va, uint32_t
     h.qkey = kQkey;
     h.src_qp = w.peer->qp_num();
     h.inv_rkey = w.mr1_key;
-    std::vector<uint8_t> f(kEthHeader + 128 + len + 8);
-    uint8_t* p = write_headers(f.data(), h, len);
-    std::memset(p, 0x42, len);
-    f.resize(finish_frame(f.data(), len));
-    return f;
+    const std::vector<uint8_t> payload(len, 0x42);
+    return test::frame_a_to_b(h, payload.data(), len);
 }
 
 void write_seeds(const char* dir) {
@@ -224,7 +202,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         std::vector<uint8_t> f(data + at, data + at + len);
         at += len;
-        fix_up(f);
+        vfab::rdma::test::fix_checksums(f);
         w.pair.wire.inject(1, f.data(), uint32_t(f.size()));
         for (int i = 0; i < 2; ++i) w.pair.b->progress();
     }

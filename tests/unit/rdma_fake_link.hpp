@@ -23,6 +23,10 @@
 
 namespace vfab::test {
 
+// RdmaPair's two ends: device 0 (port A) and device 1 (port B), their MACs and IPv4 addresses.
+inline constexpr uint8_t kMacA[6] = {0x02, 0, 0, 0, 0, 1}, kMacB[6] = {0x02, 0, 0, 0, 0, 2};
+inline constexpr uint32_t kIpA = 0x0a000001, kIpB = 0x0a000002;   // 10.0.0.1, 10.0.0.2
+
 class NullIommu final : public vfio::IommuContext {
 public:
     NullIommu() : IommuContext(vfio::IommuBackend::legacy, vfio::Sys::real()) {
@@ -175,8 +179,7 @@ public:
         attr_.max_cq = 2;
         attr_.max_qp = 1;
         attr_.recv_buffer_size = mtu + 14;
-        const uint8_t mac[6] = {0x02, 0, 0, 0, 0, uint8_t(side + 1)};
-        std::memcpy(attr_.mac, mac, 6);
+        std::memcpy(attr_.mac, side == 0 ? kMacA : kMacB, 6);
         pd_ = std::move(*dma::ProtectionDomain::create(std::make_shared<NullIommu>()));
     }
     const DeviceAttr& attr() const override { return attr_; }
@@ -270,8 +273,8 @@ struct RdmaPair {
     std::unique_ptr<rdma::Port> a, b;
     explicit RdmaPair(uint32_t mtu = 1500) : dev_a(wire, 0, mtu), dev_b(wire, 1, mtu) {
         rdma::PortConfig ca, cb;
-        ca.ipv4 = 0x0a000001;
-        cb.ipv4 = 0x0a000002;
+        ca.ipv4 = kIpA;
+        cb.ipv4 = kIpB;
         ca.arp_timeout_ms = cb.arp_timeout_ms = 20;
         a = std::move(*rdma::Port::create(dev_a, ca));
         b = std::move(*rdma::Port::create(dev_b, cb));

@@ -11,9 +11,8 @@
 #include <cstdlib>
 #include <random>
 
-#include "../../transport/packet.hpp"
 #include "rdma_connect.hpp"
-#include "vfab/rdma/icrc.hpp"
+#include "rdma_frames.hpp"
 
 namespace vfab::rdma::test {
 namespace {
@@ -25,7 +24,6 @@ uint64_t env_or(const char* name, uint64_t dflt) {
     return e && *e ? std::strtoull(e, nullptr, 0) : dflt;
 }
 
-constexpr uint32_t kIpA = 0x0a000001, kIpB = 0x0a000002;
 constexpr uint32_t kQkey = 0x11111111;
 
 // B's memory: guard | MR1 (every right) | guard | MR2 (local write only) | guard.
@@ -51,9 +49,8 @@ public:
         const uint32_t kind = pct();
         if (kind < 75) {
             PacketHeader h;
-            const uint8_t mac_a[6] = {0x02, 0, 0, 0, 0, 1}, mac_b[6] = {0x02, 0, 0, 0, 0, 2};
-            h.dst_mac = mac_b;
-            h.src_mac = mac_a;
+            h.dst_mac = kMacB;
+            h.src_mac = kMacA;
             h.src_ip = pct() < 90 ? kIpA : uint32_t(rng_());
             h.dst_ip = pct() < 97 ? kIpB : uint32_t(rng_());
             h.src_port = uint16_t(0xC000 | rng_());
@@ -186,11 +183,7 @@ private:
             store16(ip + 2, uint16_t(f.size() - kEthHeader));
             store16(ip + kIpv4Header + 4, uint16_t(f.size() - kEthHeader - kIpv4Header));
         }
-        store16(ip + 10, 0);
-        store16(ip + 10, ipv4_checksum(ip));
-        const uint32_t ip_len = load16(ip + 2);
-        if (ip_len >= kIpv4Header + kUdpHeader + kBth + kIcrc && kEthHeader + ip_len <= f.size())
-            store_icrc(ip + ip_len - kIcrc, icrc_ipv4(ip, ip_len - kIcrc));
+        fix_checksums(f);
     }
 
     std::mt19937_64 rng_;

@@ -6,16 +6,13 @@
 #include <chrono>
 #include <cstring>
 
-#include "../../transport/packet.hpp"
 #include "rdma_connect.hpp"
+#include "rdma_frames.hpp"
 
 namespace vfab::rdma::test {
 namespace {
 
 using namespace wire;
-
-constexpr uint32_t kIpA = 0x0a000001, kIpB = 0x0a000002;
-const uint8_t kMacA[6] = {0x02, 0, 0, 0, 0, 1}, kMacB[6] = {0x02, 0, 0, 0, 0, 2};
 
 // What B answered: an opcode, its PSN, the AETH syndrome and the payload.
 struct Answer {
@@ -49,10 +46,6 @@ protected:
     void request(uint8_t opcode, uint32_t psn, uint64_t va, uint32_t rkey, uint32_t dma_len, uint32_t len = 0,
                  uint8_t fill = 0xEE, int rounds = 4, bool ack_req = true, uint8_t syndrome = 0) {
         PacketHeader h;
-        h.dst_mac = kMacB;
-        h.src_mac = kMacA;
-        h.src_ip = kIpA;
-        h.dst_ip = kIpB;
         h.src_port = 0xC001;
         h.opcode = opcode;
         h.ack_req = ack_req;
@@ -62,10 +55,8 @@ protected:
         h.va = va;
         h.rkey = rkey;
         h.dma_len = dma_len;
-        std::vector<uint8_t> f(kEthHeader + 128 + len + 8);
-        uint8_t* payload = write_headers(f.data(), h, len);
-        std::memset(payload, fill, len);
-        f.resize(finish_frame(f.data(), len));
+        const std::vector<uint8_t> payload(len, fill);
+        const std::vector<uint8_t> f = frame_a_to_b(h, payload.data(), len);
         pair->wire.inject(1, f.data(), uint32_t(f.size()));
         for (int i = 0; i < rounds; ++i) b.port->progress();
     }

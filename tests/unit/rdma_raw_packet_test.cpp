@@ -7,7 +7,8 @@
 namespace vfab::rdma::test {
 namespace {
 
-const uint8_t kMacA[6] = {0x02, 0, 0, 0, 0, 1}, kMacB[6] = {0x02, 0, 0, 0, 0, 2};
+using vfab::test::kMacA;
+using vfab::test::kMacB;
 
 // An Ethernet/IPv4/UDP frame of `len` bytes from B to `dst` with UDP destination port `port`.
 std::vector<uint8_t> udp_frame(const uint8_t* dst, uint16_t port, uint32_t len = 200, uint8_t fill = 0x5a) {

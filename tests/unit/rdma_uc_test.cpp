@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "../../transport/packet.hpp"
 #include "rdma_connect.hpp"
+#include "rdma_frames.hpp"
 
 namespace vfab::rdma::test {
 namespace {
@@ -24,7 +24,6 @@ constexpr uint32_t kInitMask = attr_state | attr_pkey_index | attr_port | attr_a
 constexpr uint32_t kRtrMask = attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn;
 constexpr uint32_t kRtsMask = attr_state | attr_sq_psn;
 constexpr size_t kBthOff = kRoceHeadroom;
-constexpr uint8_t kMacA[6] = {0x02, 0, 0, 0, 0, 1}, kMacB[6] = {0x02, 0, 0, 0, 0, 2};
 
 std::string error_of(const Result<void>& r) { return r ? std::string("(no error)") : r.error().message; }
 
@@ -519,20 +518,13 @@ protected:
     // A frame from A's address to B's queue pair `qpn`: `opcode` is the full BTH opcode.
     std::vector<uint8_t> frame(uint8_t opcode, uint32_t psn, uint32_t qpn, const uint8_t* data, uint32_t len,
                                uint32_t imm_be = 0) {
-        std::vector<uint8_t> f(2048);
         PacketHeader h;
-        h.dst_mac = kMacB;
-        h.src_mac = kMacA;
-        h.src_ip = pair.a->gid().ipv4();
-        h.dst_ip = pair.b->gid().ipv4();
         h.src_port = 0xd7df;
         h.opcode = opcode;
         h.dest_qp = qpn;
         h.psn = psn;
         h.imm_be = imm_be;
-        std::memcpy(write_headers(f.data(), h, len), data, len);
-        f.resize(finish_frame(f.data(), len));
-        return f;
+        return frame_a_to_b(h, data, len);
     }
     void inject(const std::vector<uint8_t>& f) { pair.wire.inject(1, f.data(), uint32_t(f.size())); }
 };
