@@ -417,6 +417,8 @@ public:
     int timer_fd() const noexcept { return timer_fd_.get(); }
     void arm_timer() noexcept;
     void raise(const AsyncEvent& e) noexcept;
+    // A frame to the raw-packet queue pair whose flow takes it (raw_packet.cpp); false: none.
+    bool steer(const uint8_t* f, uint32_t len) noexcept;
     // A CQ overran: at the end of this run() (not inside the completer or responder that
     // pushed), cq_error is raised and its queue pairs go to error (fail_overrun_cqs).
     void cq_overran(CqImpl* cq) { overran_cqs_.push_back(cq); }
@@ -492,11 +494,6 @@ private:
     uint32_t live_flows_ = 0, sniffers_ = 0;
     Result<Qp*> create_raw_packet_qp(const QpInitAttr& a);
     void sniff(const uint8_t* f, uint32_t len) noexcept;   // a copy to each sniffer
-
-public:
-    bool steer(const uint8_t* f, uint32_t len) noexcept;   // to the flow that takes it; false: none
-
-private:
     std::vector<CqImpl*> overran_cqs_;
     void fail_overrun_cqs() noexcept;
     // The link's state as last read (port_active / port_error when it changes) and when to
