@@ -9,35 +9,35 @@
 
 namespace vfab::rdma::detail {
 
-PostResult QpImpl::post_memory_wr(const SendWr& wr, bool type1_bind) noexcept {
-    if (type_ != QpType::rc) return {EINVAL, 0};
-    if (sq_tail_ - sq_head_ == sq_.size()) return {ENOMEM, 0};
-    SendWqe& w = new_wqe(wr);   // REG_MR's list is read now, not kept
-    ++sq_tail_;
-    if (state_ == QpState::error) {
-        flush();
+PostResult Requester::post_memory_wr(const SendWr& wr, bool type1_bind) noexcept {
+    if (c_.type != QpType::rc) return {EINVAL, 0};
+    if (sq.full()) return {ENOMEM, 0};
+    SendWqe& w = sq.prepare(wr, c_.sq_sig_all || (wr.send_flags & wr_signaled));   // REG_MR's list is read now, not kept
+    ++sq.tail;
+    if (c_.state == QpState::error) {
+        qp_.flush();
         return {0, 1};
     }
     const bool deferred = wr.opcode == WrOpcode::local_inv && (wr.send_flags & wr_fence);
     if (!deferred) {
         execute_memory_wr(w, wr, type1_bind);
         if (w.status != WcStatus::success) {
-            to_error();
+            qp_.to_error();
             return {0, 1};
         }
     }
-    ready();   // the send queue moves past it in order (pump)
+    qp_.ready();   // the send queue moves past it in order (pump)
     return {0, 1};
 }
 
-void QpImpl::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind) noexcept {
+void Requester::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind) noexcept {
     w.started = true;   // in place: retransmissions walk past it
     w.done = true;
-    dma::ProtectionDomain& pd = port_.pd();
+    dma::ProtectionDomain& pd = c_.port.pd();
     dma::MrStatus st = dma::MrStatus::ok;
     switch (wr.opcode) {
     case WrOpcode::local_inv:
-        st = pd.invalidate(wr.imm_data, qpn_);
+        st = pd.invalidate(wr.imm_data, c_.qpn);
         if (st != dma::MrStatus::ok) w.status = WcStatus::loc_qp_op_err;
         break;
     case WrOpcode::bind_mw:
@@ -46,7 +46,7 @@ void QpImpl::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind) no
             st = dma::MrStatus::invalid_state;
         else
             st = pd.bind_window(wr.bind.mr_key, wr.mem_key, wr.new_key, wr.bind.addr, wr.bind.length,
-                                dma::Access(wr.bind.access), type1_bind ? 0 : qpn_);
+                                dma::Access(wr.bind.access), type1_bind ? 0 : c_.qpn);
         if (st != dma::MrStatus::ok) w.status = WcStatus::mw_bind_err;
         break;
     case WrOpcode::reg_mr: fast_register(w, wr); return;
@@ -58,7 +58,7 @@ void QpImpl::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind) no
 // Blocks that follow each other make one run of memory, whatever their number; scattered ones
 // are kept in the MR's block map, at most the max_blocks it was allocated with
 // (kVendorErrTooManyBlocks). Every byte the MR covers must lie in memory the domain maps.
-void QpImpl::fast_register(SendWqe& w, const SendWr& wr) noexcept {
+void Requester::fast_register(SendWqe& w, const SendWr& wr) noexcept {
     const RegMrInfo* r = wr.reg;
     auto fail = [&](uint32_t why) {
         w.status = WcStatus::loc_qp_op_err;
@@ -70,7 +70,7 @@ void QpImpl::fast_register(SendWqe& w, const SendWr& wr) noexcept {
     const uint32_t used = uint32_t((r->first_offset + r->length + r->block_size - 1) / r->block_size);
     uint32_t i = 1;
     while (i < used && r->blocks[i] == r->blocks[0] + uint64_t(i) * r->block_size) ++i;
-    dma::ProtectionDomain& pd = port_.pd();
+    dma::ProtectionDomain& pd = c_.port.pd();
     const auto access = dma::Access(r->access);
     dma::MrStatus st;
     if (i == used) {   // one run
@@ -86,11 +86,11 @@ void QpImpl::fast_register(SendWqe& w, const SendWr& wr) noexcept {
 }
 
 Result<uint32_t> QpImpl::bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64_t wr_id, uint32_t send_flags) {
-    PortImpl::Guard g(port_);
+    auto g = c_.port.guard();
     if (destroyed) return Error{ENODEV, "bind_mw: the queue pair was destroyed"};
-    if (state_ != QpState::rts && state_ != QpState::error)
-        return Error{EINVAL, str_cat("bind_mw: the queue pair is in ", to_string(state_), "; bind windows in RTS")};
-    if (port_.pd().table().window_type(mw_key) != dma::WindowType::type1)
+    if (c_.state != QpState::rts && c_.state != QpState::error)
+        return Error{EINVAL, str_cat("bind_mw: the queue pair is in ", to_string(c_.state), "; bind windows in RTS")};
+    if (c_.port.pd().table().window_type(mw_key) != dma::WindowType::type1)
         return Error{EINVAL, "bind_mw binds a current type 1 window key; bind a type 2 window with a BIND_MW work request"};
     SendWr w;
     w.wr_id = wr_id;
@@ -99,9 +99,9 @@ Result<uint32_t> QpImpl::bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64
     w.mem_key = mw_key;
     w.new_key = next_key(mw_key);
     w.bind = info;
-    const PostResult r = post_memory_wr(w, true);
+    const PostResult r = req_.post_memory_wr(w, true);
     pump();
-    port_.tx_flush();
+    c_.port.tx_flush();
     if (!r) return Error{r.error, r.error == ENOMEM ? "bind_mw: the send queue is full" : "bind_mw: not on this queue pair"};
     return w.new_key;
 }

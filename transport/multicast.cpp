@@ -19,20 +19,20 @@ Result<uint32_t> group_of(const Gid& gid, const char* verb) {
 }  // namespace
 
 Result<void> QpImpl::attach_mcast(const Gid& gid, uint16_t) {
-    PortImpl::Guard g(port_);
+    auto g = c_.port.guard();
     if (destroyed) return Error{ENODEV, "attach_mcast: the queue pair was destroyed"};
-    if (type_ != QpType::ud) return Error{EINVAL, "attach_mcast: only UD queue pairs join multicast groups"};
+    if (c_.type != QpType::ud) return Error{EINVAL, "attach_mcast: only UD queue pairs join multicast groups"};
     auto ip = group_of(gid, "attach_mcast");
     if (!ip) return ip.take_error();
-    return port_.join(this, *ip);
+    return c_.port.join(this, *ip);
 }
 
 Result<void> QpImpl::detach_mcast(const Gid& gid, uint16_t) {
-    PortImpl::Guard g(port_);
+    auto g = c_.port.guard();
     if (destroyed) return Error{ENODEV, "detach_mcast: the queue pair was destroyed"};
     auto ip = group_of(gid, "detach_mcast");
     if (!ip) return ip.take_error();
-    return port_.leave(this, *ip);
+    return c_.port.leave(this, *ip);
 }
 
 // The device's filter for `groups` (their Ethernet addresses, once each), before the port's
@@ -88,17 +88,6 @@ void PortImpl::leave_all(QpImpl* qp) noexcept {
     for (McastGroup& g : mcast_) std::erase(g.qps, qp);
     std::erase_if(mcast_, [](const McastGroup& g) { return g.qps.empty(); });
     if (mcast_.size() != before) (void)update_multicast_filter(mcast_);
-}
-
-void PortImpl::deliver_multicast(const Packet& p, const QpImpl* sender) noexcept {
-    auto g = find_group(p.dst_ip);
-    if (g == mcast_.end() || p.dest_qp != kMulticastQpn || !p.info.has(has_deth)) {
-        if (!sender) ++stats_.rx_dropped;   // a group no one here is in (the filter hashes)
-        return;
-    }
-    if (!sender) ++stats_.rx_roce;
-    for (QpImpl* qp : g->qps)
-        if (!qp->destroyed && !(qp == sender && qp->blocks_self_mcast())) qp->on_packet(p);
 }
 
 }  // namespace vfab::rdma::detail

@@ -1,6 +1,5 @@
-// The RDMA port: one raw queue pair of the device, its receive and send buffers, the demux of
-// received frames (ARP, RoCEv2 to a queue pair, the rest counted and dropped), ARP for the
-// port's address and its peers', and the timers.
+// The RDMA port: one raw queue pair of the device, its receive and send buffers, ARP for the
+// port's address and its peers', and the timers. Received frames go to demux.cpp.
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -257,7 +256,7 @@ void PortImpl::fail_overrun_cqs() noexcept {
         e.cq = cq;
         raise(e);
         for (auto& qp : qps_)
-            if (qp && !qp->destroyed && (qp->scq_ == cq || qp->recv_cq() == cq)) qp->cq_overran();
+            if (qp && !qp->destroyed && qp->uses(cq)) qp->cq_overran();
         for (auto& qp : raw_qps_)
             if (!qp->destroyed && qp->uses(cq)) qp->cq_overran();
     }
@@ -328,40 +327,6 @@ void PortImpl::arm_timer() noexcept {
         its.it_value.tv_nsec = long(next_deadline_ % 1000000000u);
     }
     (void)timerfd_settime(timer_fd_.get(), TFD_TIMER_ABSTIME, &its, nullptr);
-}
-
-void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
-    ++stats_.rx_frames;
-    if (drop_ && drop_(drop_ctx_, f, len)) return;
-    if (sniffers_) sniff(f, len);
-    Packet p;
-    switch (parse_frame(f, len, cfg_.ipv4, p)) {
-    case ParseResult::arp:
-        on_arp(f, len);
-        to_raw(f, len);   // the application's raw traffic may speak ARP too
-        return;
-    case ParseResult::other:
-        ++stats_.rx_other;
-        to_raw(f, len);
-        return;
-    case ParseResult::bad_icrc: ++stats_.rx_icrc_errors; ++stats_.rx_dropped; return;
-    case ParseResult::malformed: ++stats_.rx_dropped; return;
-    case ParseResult::roce: break;
-    }
-    if (p.opcode == op::cnp) return;
-    if (is_ipv4_multicast(p.dst_ip)) return deliver_multicast(p, nullptr);
-    const uint32_t index = p.dest_qp - kFirstQpn;
-    if (p.dest_qp < kFirstQpn || index >= qps_.size() || !qps_[index] || qps_[index]->destroyed) {
-        ++stats_.rx_dropped;
-        return;
-    }
-    ++stats_.rx_roce;
-    qps_[index]->on_packet(p);
-}
-
-void PortImpl::to_raw(const uint8_t* f, uint32_t len) noexcept {
-    if (live_flows_ && steer(f, len)) return;
-    if (app_raw_qp_) ++(app_raw_qp_->deliver(f, len) ? stats_.rx_raw : stats_.rx_raw_missed);
 }
 
 Result<Port::RawQueue> PortImpl::raw_queue(uint32_t depth) {

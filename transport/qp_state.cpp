@@ -1,6 +1,5 @@
 // Queue pairs: creation, the state machine of ibv_modify_qp (IB spec 10.3.1, 11.2.5.2 table 91),
-// the receive queue, the error state with its flush, and the dispatch of received packets.
-#include <bit>
+// the error state with its flush, and the work the port asks of a queue pair.
 #include <cstring>
 
 #include "engine.hpp"
@@ -9,53 +8,53 @@ namespace vfab::rdma::detail {
 
 using namespace wire;
 
+QpContext::QpContext(PortImpl& port, uint32_t qpn, const QpInitAttr& a)
+    : port(port), type(a.qp_type), qpn(qpn), scq(static_cast<CqImpl*>(a.send_cq)), rcq(static_cast<CqImpl*>(a.recv_cq)),
+      cap(a.cap), sq_sig_all(a.sq_sig_all), create_flags(a.create_flags),
+      src_port(uint16_t(kRoceSourcePortBase | (qpn & 0x3FFF))) {}
+
+void QpContext::fill_common(PacketHeader& h) const noexcept {
+    h.dst_mac = peer.mac;
+    h.src_mac = port.mac();
+    h.src_ip = port.ipv4();
+    h.dst_ip = peer.ip;
+    h.src_port = src_port;
+    h.ttl = attr.ah_attr.hop_limit ? attr.ah_attr.hop_limit : port.ttl();
+    h.tos = attr.ah_attr.traffic_class;
+    h.dest_qp = attr.dest_qp_num;
+    h.xrc = is_xrc();
+    h.uc = type == QpType::uc;
+}
+
 QpImpl::QpImpl(PortImpl& port, uint32_t qpn, const QpInitAttr& a)
-    : port_(port), type_(a.qp_type), qpn_(qpn), scq_(static_cast<CqImpl*>(a.send_cq)),
-      rcq_(static_cast<CqImpl*>(a.recv_cq)), cap_(a.cap), sq_sig_all_(a.sq_sig_all), create_flags_(a.create_flags),
-      srq_(static_cast<SrqImpl*>(a.srq)), xrcd_(static_cast<XrcdImpl*>(a.xrcd)) {}
+    : c_(port, qpn, a), rq_(*this, c_, static_cast<SrqImpl*>(a.srq), static_cast<XrcdImpl*>(a.xrcd)), req_(*this, c_),
+      comp_(*this, c_, req_.sq), resp_(*this, c_, rq_) {}
 
 Result<void> QpImpl::init() {
-    const uint32_t sq = std::bit_ceil(cap_.max_send_wr), rq = cap_.max_recv_wr;
-    sq_.resize(sq);
-    sq_segs_.resize(size_t(sq) * (cap_.max_send_sge + 1));
-    inline_.resize(size_t(sq) * cap_.max_inline_data);
-    sq_mask_ = sq - 1;
-    if (srq_) {
-        rq_ = &srq_->rq;
-        ++srq_->users;
-    } else if (is_xrc()) {   // no receive queue: an XRC receiver takes each message's SRQ
-        own_rq_.init(1, 1);
-        rq_ = &own_rq_;
-    } else {
-        own_rq_.init(rq, cap_.max_recv_sge);
-        rq_ = &own_rq_;
-    }
-    res_.resize(kMaxRdAtomic);
-    src_port_ = uint16_t(kRoceSourcePortBase | (qpn_ & 0x3FFF));
-    if (scq_) ++scq_->users;
-    if (rcq_) ++rcq_->users;
-    if (xrcd_) ++xrcd_->users;
+    req_.init();
+    rq_.init();
+    resp_.init();
+    if (c_.scq) ++c_.scq->users;
+    if (c_.rcq) ++c_.rcq->users;
     return {};
 }
 
 Result<void> QpImpl::destroy() {
-    PortImpl::Guard g(port_);
+    auto g = c_.port.guard();
     if (destroyed) return Error{ENODEV, "queue pair already destroyed"};
     destroyed = true;
-    state_ = QpState::reset;
-    port_.leave_all(this);
-    return_recv();
-    if (scq_) --scq_->users;
-    if (rcq_) --rcq_->users;
-    if (srq_ && type_ != QpType::xrc_recv) --srq_->users;
-    if (xrcd_) --xrcd_->users;
+    c_.state = QpState::reset;
+    c_.port.leave_all(this);
+    rq_.detach();
+    if (c_.scq) --c_.scq->users;
+    if (c_.rcq) --c_.rcq->users;
     return {};
 }
 
 QpAttr QpImpl::query() const {
-    PortImpl::Guard g(port_);
-    QpAttr a = attr_;
-    a.qp_state = state_;
+    auto g = const_cast<QpPort&>(c_.port).guard();
+    QpAttr a = c_.attr;
+    a.qp_state = c_.state;
     return a;
 }
 
@@ -63,21 +62,21 @@ QpAttr QpImpl::query() const {
 
 Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
     if (destroyed) return Error{ENODEV, "modify_qp: the queue pair was destroyed"};
-    const QpState to = mask & attr_state ? a.qp_state : state_;
-    if ((mask & attr_cur_state) && a.qp_state != state_ && !(mask & attr_state))
-        return Error{EINVAL, str_cat("modify_qp: the queue pair is in ", to_string(state_), ", not as cur_qp_state says")};
+    const QpState to = mask & attr_state ? a.qp_state : c_.state;
+    if ((mask & attr_cur_state) && a.qp_state != c_.state && !(mask & attr_state))
+        return Error{EINVAL, str_cat("modify_qp: the queue pair is in ", to_string(c_.state), ", not as cur_qp_state says")};
     auto need = [&](uint32_t bits, const char* names) -> Result<void> {
         if ((mask & bits) != bits)
-            return Error{EINVAL, str_cat("modify_qp ", to_string(state_), " -> ", to_string(to), ": ", names,
+            return Error{EINVAL, str_cat("modify_qp ", to_string(c_.state), " -> ", to_string(to), ": ", names,
                                          " must be given (IB spec table 91)")};
         return {};
     };
-    const bool rc = connected();
+    const bool rc = c_.connected();
     if (mask & attr_path_mtu) {
         if (mtu_bytes(a.path_mtu) == 0) return Error{EINVAL, "modify_qp: path_mtu must be 1 (256) to 5 (4096)"};
-        if (a.path_mtu > port_.active_mtu())
+        if (a.path_mtu > c_.port.active_mtu())
             return Error{EINVAL, str_cat("modify_qp: path MTU ", mtu_bytes(a.path_mtu), " is more than the link carries (",
-                                         mtu_bytes(port_.active_mtu()), "): use the port's active_mtu()")};
+                                         mtu_bytes(c_.port.active_mtu()), "): use the port's active_mtu()")};
     }
     if ((mask & attr_av) && !a.ah_attr.dgid.is_ipv4())
         return Error{EINVAL, "modify_qp: the destination GID must be IPv4-mapped (::ffff:a.b.c.d); IPv6 is not carried yet"};
@@ -85,13 +84,13 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
     if ((mask & attr_retry_cnt) && a.retry_cnt > 7) return Error{EINVAL, "modify_qp: retry_cnt is 0 to 7"};
     if ((mask & attr_rnr_retry) && a.rnr_retry > 7) return Error{EINVAL, "modify_qp: rnr_retry is 0 to 7"};
     if ((mask & attr_min_rnr_timer) && a.min_rnr_timer > 31) return Error{EINVAL, "modify_qp: min_rnr_timer is 0 to 31"};
-    if ((mask & attr_max_dest_rd_atomic) && a.max_dest_rd_atomic > res_.size())
-        return Error{EINVAL, str_cat("modify_qp: max_dest_rd_atomic is at most ", res_.size())};
+    if ((mask & attr_max_dest_rd_atomic) && a.max_dest_rd_atomic > resp_.max_resources())
+        return Error{EINVAL, str_cat("modify_qp: max_dest_rd_atomic is at most ", resp_.max_resources())};
     if ((mask & attr_max_qp_rd_atomic) && a.max_rd_atomic > kMaxRdAtomic)
         return Error{EINVAL, str_cat("modify_qp: max_rd_atomic is at most ", kMaxRdAtomic)};
     if (!(mask & attr_state)) return {};
     if (to == QpState::reset || to == QpState::error) return {};
-    switch (state_) {
+    switch (c_.state) {
     case QpState::reset:
         if (to != QpState::init) break;
         return rc ? need(attr_pkey_index | attr_port | attr_access_flags, "pkey_index, port and qp_access_flags")
@@ -102,7 +101,7 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
     case QpState::init:
         if (to == QpState::init) return {};
         if (to != QpState::rtr) break;
-        if (type_ == QpType::xrc_send || type_ == QpType::uc)
+        if (c_.type == QpType::xrc_send || c_.type == QpType::uc)
             return need(attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn, "ah_attr, path_mtu, dest_qp_num and rq_psn");
         return rc ? need(attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn | attr_max_dest_rd_atomic |
                              attr_min_rnr_timer,
@@ -110,8 +109,8 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
                   : Result<void>{};
     case QpState::rtr:
         if (to != QpState::rts) break;
-        if (type_ == QpType::xrc_recv) return need(attr_sq_psn | attr_timeout, "sq_psn and timeout");
-        return reliable() ? need(attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry | attr_max_qp_rd_atomic,
+        if (c_.type == QpType::xrc_recv) return need(attr_sq_psn | attr_timeout, "sq_psn and timeout");
+        return c_.reliable() ? need(attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry | attr_max_qp_rd_atomic,
                                  "sq_psn, timeout, retry_cnt, rnr_retry and max_rd_atomic")
                           : need(attr_sq_psn, "sq_psn");
     case QpState::rts:
@@ -121,28 +120,29 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
         break;
     case QpState::error: break;
     }
-    return Error{EINVAL, str_cat("modify_qp: ", to_string(state_), " -> ", to_string(to),
+    return Error{EINVAL, str_cat("modify_qp: ", to_string(c_.state), " -> ", to_string(to),
                                  " is not a transition of the QP state machine (IB spec 10.3.1)")};
 }
 
 Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
-    PortImpl::Guard g(port_);
+    auto g = c_.port.guard();
     if (auto r = check_modify(a, mask); !r) return r;
-    if (mask & attr_access_flags) attr_.qp_access_flags = a.qp_access_flags;
-    if (mask & attr_pkey_index) attr_.pkey_index = a.pkey_index;
-    if (mask & attr_port) attr_.port_num = a.port_num;
-    if (mask & attr_qkey) attr_.qkey = a.qkey;
-    if (mask & attr_av) attr_.ah_attr = a.ah_attr;
-    if (mask & attr_path_mtu) attr_.path_mtu = a.path_mtu;
-    if (mask & attr_timeout) attr_.timeout = a.timeout;
-    if (mask & attr_retry_cnt) attr_.retry_cnt = a.retry_cnt;
-    if (mask & attr_rnr_retry) attr_.rnr_retry = a.rnr_retry;
-    if (mask & attr_rq_psn) attr_.rq_psn = a.rq_psn & kPsnMask;
-    if (mask & attr_sq_psn) attr_.sq_psn = a.sq_psn & kPsnMask;
-    if (mask & attr_max_qp_rd_atomic) attr_.max_rd_atomic = a.max_rd_atomic;
-    if (mask & attr_max_dest_rd_atomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    if (mask & attr_min_rnr_timer) attr_.min_rnr_timer = a.min_rnr_timer;
-    if (mask & attr_dest_qpn) attr_.dest_qp_num = a.dest_qp_num & kQpnMask;
+    QpAttr& at = c_.attr;
+    if (mask & attr_access_flags) at.qp_access_flags = a.qp_access_flags;
+    if (mask & attr_pkey_index) at.pkey_index = a.pkey_index;
+    if (mask & attr_port) at.port_num = a.port_num;
+    if (mask & attr_qkey) at.qkey = a.qkey;
+    if (mask & attr_av) at.ah_attr = a.ah_attr;
+    if (mask & attr_path_mtu) at.path_mtu = a.path_mtu;
+    if (mask & attr_timeout) at.timeout = a.timeout;
+    if (mask & attr_retry_cnt) at.retry_cnt = a.retry_cnt;
+    if (mask & attr_rnr_retry) at.rnr_retry = a.rnr_retry;
+    if (mask & attr_rq_psn) at.rq_psn = a.rq_psn & kPsnMask;
+    if (mask & attr_sq_psn) at.sq_psn = a.sq_psn & kPsnMask;
+    if (mask & attr_max_qp_rd_atomic) at.max_rd_atomic = a.max_rd_atomic;
+    if (mask & attr_max_dest_rd_atomic) at.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    if (mask & attr_min_rnr_timer) at.min_rnr_timer = a.min_rnr_timer;
+    if (mask & attr_dest_qpn) at.dest_qp_num = a.dest_qp_num & kQpnMask;
     if (!(mask & attr_state)) return {};
 
     const QpState to = a.qp_state;
@@ -151,179 +151,115 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
         return {};
     }
     if (to == QpState::reset) {
-        sq_head_ = sq_next_ = sq_tail_ = 0;
-        return_recv();
-        if (!srq_) own_rq_.reset();
-        last_wqe_raised_ = comm_est_raised_ = false;
-        rd_atomic_ = pkts_unacked_ = 0;
-        retry_deadline_ = rnr_deadline_ = 0;
-        in_send_ = in_write_ = nak_seq_sent_ = uc_discard_ = ack_pending_ = peer_known_ = waiting_arp_ = retry_started_ = false;
-        for (auto& r : res_) r = Resource{};
-        res_sending_ = 0;
-        state_ = QpState::reset;
+        reset();
         return {};
     }
-    if (to == QpState::rtr && state_ == QpState::init) {
-        mtu_ = mtu_bytes(connected() ? attr_.path_mtu : port_.active_mtu());
-        epsn_ = attr_.rq_psn;
-        msn_ = 0;
-        if (connected()) {
-            peer_ip_ = attr_.ah_attr.dgid.ipv4();
+    if (to == QpState::rtr && c_.state == QpState::init) {
+        c_.mtu = mtu_bytes(c_.connected() ? at.path_mtu : c_.port.active_mtu());
+        resp_.start(at.rq_psn);
+        if (c_.connected()) {
+            c_.peer.ip = at.ah_attr.dgid.ipv4();
             bool failed = false;
-            peer_known_ = port_.resolve(peer_ip_, peer_mac_, failed);   // ARP now, before the first send
+            c_.peer.known = c_.port.resolve(c_.peer.ip, c_.peer.mac, failed);   // ARP now, before the first send
         }
     }
-    if (to == QpState::rts && state_ == QpState::rtr) {
-        next_psn_ = una_ = attr_.sq_psn;
-        retries_left_ = attr_.retry_cnt;
-        rnr_left_ = attr_.rnr_retry;
+    if (to == QpState::rts && c_.state == QpState::rtr) {
+        req_.start(at.sq_psn);
+        comp_.start(at.sq_psn);
     }
-    state_ = to;
-    if (state_ == QpState::rts) ready();
+    c_.state = to;
+    if (c_.state == QpState::rts) ready();
     return {};
+}
+
+// Every role back to what it was when made (the receive WR in use goes back to its queue).
+void QpImpl::reset() noexcept {
+    req_.reset();
+    comp_.reset();
+    resp_.reset();
+    rq_.reset();
+    c_.peer = {};
+    c_.state = QpState::reset;
 }
 
 // ---- the error state ------------------------------------------------------------------------------
 
 void QpImpl::to_error() noexcept {
-    state_ = QpState::error;
-    retry_deadline_ = rnr_deadline_ = 0;
-    in_send_ = in_write_ = false;
+    c_.state = QpState::error;
+    comp_.stop_timers();
+    resp_.stop();
     flush();
 }
 
 // Every WR still queued completes with WR_FLUSH_ERR (the first failed one already has its status).
 void QpImpl::flush() noexcept {
-    for (; sq_head_ != sq_tail_; ++sq_head_) {
-        SendWqe& w = sq_[sq_head_ & sq_mask_];
-        if (!w.done) w.status = WcStatus::wr_flush_err;
-        complete_send(w);
-    }
-    sq_next_ = sq_tail_;
-    rd_atomic_ = 0;
-    // The WR a message was filling; with its own receive queue every posted one. An SRQ's stay
-    // for its other queue pairs (10.2.9.5): this one says it takes no more.
-    auto flush_recv = [&] {
-        const uint64_t wr_id = rq_->wqe(cur_recv_).wr_id;
-        rq_->release(cur_recv_);
-        cur_recv_ = RecvQueue::kNone;
-        recv_error(wr_id, WcStatus::wr_flush_err);
-    };
-    if (cur_recv_ != RecvQueue::kNone) flush_recv();
-    if (type_ == QpType::xrc_recv) return;   // its SRQs' other WRs stay for the domain's other QPs
-    if (srq_) {
-        if (!last_wqe_raised_) {
-            last_wqe_raised_ = true;
-            raise_event(AsyncEventType::qp_last_wqe_reached);
-        }
-        return;
-    }
-    while ((cur_recv_ = rq_->take()) != RecvQueue::kNone) flush_recv();
+    comp_.flush();
+    rq_.flush();
 }
 
 void QpImpl::raise_event(AsyncEventType type) noexcept {
-    if (type == AsyncEventType::comm_est) comm_est_raised_ = true;
     AsyncEvent e;
     e.type = type;
     e.qp = this;
-    port_.raise(e);
+    c_.port.raise(e);
 }
 
 // A CQ of this queue pair lost a completion (it overran): no completion can say so, hence the
 // affiliated asynchronous error (IB spec 11.6.3.1, "local work queue catastrophic error"), and
 // the queue pair stops (as rxe's responder does on a full CQ).
 void QpImpl::cq_overran() noexcept {
-    if (state_ == QpState::error || state_ == QpState::reset) return;
+    if (c_.state == QpState::error || c_.state == QpState::reset) return;
     raise_event(AsyncEventType::qp_fatal);
     to_error();
 }
 
-void QpImpl::recv_error(uint64_t wr_id, WcStatus st) noexcept {
-    Wc wc;
-    wc.wr_id = wr_id;
-    wc.status = st;
-    wc.opcode = WcOpcode::recv;
-    wc.qp_num = qpn_;
-    recv_cq()->push(wc, false);
-}
+// ---- posting and the port's calls ----------------------------------------------------------------
 
-bool QpImpl::take_recv() noexcept {
-    if (cur_recv_ != RecvQueue::kNone) return true;
-    cur_recv_ = rq_->take();
-    if (cur_recv_ == RecvQueue::kNone) return false;
-    if (srq_) srq_->taken();
-    return true;
+PostResult QpImpl::post_send(std::span<const SendWr> wrs) noexcept {
+    auto g = c_.port.guard();
+    if (destroyed) return {ENODEV, 0};
+    uint32_t i = 0;
+    PostResult r{0, 0};
+    for (; i < wrs.size(); ++i)
+        if (r = req_.post(wrs[i]); !r) break;
+    r.posted = i;
+    pump();   // the first packets leave now, in the caller's call
+    c_.port.tx_flush();
+    return r;
 }
-
-void QpImpl::return_recv() noexcept {
-    if (cur_recv_ == RecvQueue::kNone) return;
-    if (srq_) rq_->put_back(cur_recv_);
-    else rq_->release(cur_recv_);
-    cur_recv_ = RecvQueue::kNone;
-}
-
-// ---- the receive queue -------------------------------------------------------------------------------
 
 PostResult QpImpl::post_recv(std::span<const RecvWr> wrs) noexcept {
-    PortImpl::Guard g(port_);
+    auto g = c_.port.guard();
     if (destroyed) return {ENODEV, 0};
-    if (state_ == QpState::reset || srq_ || is_xrc()) return {EINVAL, 0};   // with an SRQ: Srq::post_recv
+    // With an SRQ: Srq::post_recv; an XRC queue pair has no receive queue.
+    if (c_.state == QpState::reset || rq_.has_srq() || c_.is_xrc()) return {EINVAL, 0};
     uint32_t i = 0;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
-        const RecvQueue::Post r = rq_->post(wr, port_.mrs());
+        const RecvQueue::Post r = rq_.post(wr);
         if (r == RecvQueue::Post::too_many_sge) return {EINVAL, i};
         if (r == RecvQueue::Post::full) return {ENOMEM, i};
-        if (state_ == QpState::error) {
+        if (c_.state == QpState::error) {
             if (r == RecvQueue::Post::ok) flush();
-            else recv_error(wr.wr_id, WcStatus::wr_flush_err);
+            else rq_.error(wr.wr_id, WcStatus::wr_flush_err);
         } else if (r == RecvQueue::Post::bad_key) {
             // A bad key fails the WR and, as verbs has it, the queue pair (10.8.3.1).
-            recv_error(wr.wr_id, WcStatus::loc_prot_err);
+            rq_.error(wr.wr_id, WcStatus::loc_prot_err);
             to_error();
         }
     }
     return {0, i};
 }
 
-// ---- received packets and timers -------------------------------------------------------------------------
-
-void QpImpl::on_packet(const Packet& p) noexcept {
-    if (state_ == QpState::reset || state_ == QpState::init || state_ == QpState::error) return;
-    if (type_ == QpType::ud) {
-        if (p.info.has(has_deth)) on_ud_send(p);
-        return;
-    }
-    if (p.info.has(has_deth)) return;   // a UD opcode to a connected queue pair
-    // RC, UC and XRC opcodes do not mix: each queue pair takes its own transport's (as rxe).
-    if (p.xrc != is_xrc() || p.uc != (type_ == QpType::uc)) return;
-    if (type_ == QpType::xrc_send && p.info.has(is_request)) return;   // a sender only sends
-    if (type_ == QpType::xrc_recv && !p.info.has(is_request)) return;  // a receiver only receives
-    if (p.src_ip != peer_ip_) return;   // RC: only the connected peer (as rxe checks the GIDs)
-    if (!peer_known_) {   // its ARP answer may still be on its way: answer where the request came from
-        std::memcpy(peer_mac_, p.src_mac, 6);
-        peer_known_ = true;
-    }
-    if (p.info.has(is_request)) {
-        if (state_ == QpState::rtr && !comm_est_raised_) raise_event(AsyncEventType::comm_est);
-        on_request(p);
-    } else {
-        on_response(p);
-    }
+void QpImpl::pump() noexcept {
+    if (destroyed || !resp_.pump()) return;
+    if (c_.state != QpState::rts || comp_.rnr_waiting()) return;
+    req_.pump();
 }
 
 uint64_t QpImpl::deadline() const noexcept {
-    if (state_ == QpState::error || state_ == QpState::reset) return 0;
-    if (rnr_deadline_ && (!retry_deadline_ || rnr_deadline_ < retry_deadline_)) return rnr_deadline_;
-    return retry_deadline_;
+    if (c_.state == QpState::error || c_.state == QpState::reset) return 0;
+    return comp_.deadline();
 }
-
-void QpImpl::on_arp_change() noexcept {
-    if (!waiting_arp_) return;
-    waiting_arp_ = false;
-    ready();
-}
-
-void QpImpl::ready() noexcept { port_.mark_ready(this); }
 
 }  // namespace vfab::rdma::detail

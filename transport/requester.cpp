@@ -4,6 +4,7 @@
 // WRITEs under its own opcodes, asks for no acknowledgement and completes a WR once its last
 // packet is handed to the link.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "engine.hpp"
@@ -36,40 +37,33 @@ uint8_t message_opcode(WrOpcode op, bool first, bool last) {
 
 // ---- posting ------------------------------------------------------------------------------------
 
-PostResult QpImpl::post_send(std::span<const SendWr> wrs) noexcept {
-    PortImpl::Guard g(port_);
-    if (destroyed) return {ENODEV, 0};
-    uint32_t i = 0;
-    for (; i < wrs.size(); ++i)
-        if (PostResult r = post_send_one(wrs[i]); !r) {
-            r.posted = i;
-            pump();
-            port_.tx_flush();
-            return r;
-        }
-    pump();   // the first packets leave now, in the caller's call
-    port_.tx_flush();
-    return {0, i};
+void SendQueue::init(uint32_t depth, uint32_t max_sge, uint32_t max_inline) {
+    const uint32_t n = std::bit_ceil(depth);
+    segs_per_wqe_ = max_sge + 1;
+    max_inline_ = max_inline;
+    wqes_.resize(n);
+    segs_.resize(size_t(n) * segs_per_wqe_);
+    inline_.resize(size_t(n) * max_inline);
+    mask_ = n - 1;
 }
 
-// The send queue's next slot, made ready for `wr` (not yet counted: the caller advances sq_tail_).
-// The WR's pointers are dropped: what they point to is read during the post only.
-SendWqe& QpImpl::new_wqe(const SendWr& wr) noexcept {
-    const uint32_t slot = sq_tail_ & sq_mask_;
-    SendWqe& w = sq_[slot];
+SendWqe& SendQueue::prepare(const SendWr& wr, bool signaled) noexcept {
+    const uint32_t slot = tail & mask_;
+    SendWqe& w = wqes_[slot];
     w = SendWqe{};
     w.wr = wr;
     w.wr.sg_list = nullptr;
     w.wr.reg = nullptr;
-    w.seg0 = slot * (cap_.max_send_sge + 1);
-    w.signaled = sq_sig_all_ || (wr.send_flags & wr_signaled);
+    w.seg0 = slot * segs_per_wqe_;
+    w.signaled = signaled;
     return w;
 }
 
-PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
-    if (state_ == QpState::reset || state_ == QpState::init || state_ == QpState::rtr) return {EINVAL, 0};
-    if (type_ == QpType::xrc_recv) return {EINVAL, 0};   // an XRC receiver has no send queue
-    const bool ud = type_ == QpType::ud;
+PostResult Requester::post(const SendWr& wr) noexcept {
+    const QpState state = c_.state;
+    if (state == QpState::reset || state == QpState::init || state == QpState::rtr) return {EINVAL, 0};
+    if (c_.type == QpType::xrc_recv) return {EINVAL, 0};   // an XRC receiver has no send queue
+    const bool ud = c_.type == QpType::ud;
     switch (wr.opcode) {
     case WrOpcode::send:
     case WrOpcode::send_with_imm: break;
@@ -81,11 +75,11 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     case WrOpcode::atomic_cmp_and_swp:
     case WrOpcode::atomic_fetch_and_add:
     case WrOpcode::send_with_inv:
-        if (ud || type_ == QpType::uc) return {EINVAL, 0};
+        if (ud || c_.type == QpType::uc) return {EINVAL, 0};
         break;
     case WrOpcode::masked_atomic_cmp_and_swp:   // RC only: their opcodes have no XRC form
     case WrOpcode::masked_atomic_fetch_and_add:
-        if (type_ != QpType::rc) return {EINVAL, 0};
+        if (c_.type != QpType::rc) return {EINVAL, 0};
         break;
     case WrOpcode::local_inv:
     case WrOpcode::bind_mw:
@@ -94,19 +88,18 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
     }
     const bool inl = wr.send_flags & wr_inline;
     if (inl && (is_read_or_atomic(wr.opcode))) return {EINVAL, 0};
-    if (!inl && wr.num_sge > cap_.max_send_sge) return {EINVAL, 0};
+    if (!inl && wr.num_sge > c_.cap.max_send_sge) return {EINVAL, 0};
     if (ud && (!wr.ah || static_cast<const AhImpl*>(wr.ah)->destroyed)) return {EINVAL, 0};   // none, or destroyed
-    if (sq_tail_ - sq_head_ == sq_.size()) return {ENOMEM, 0};
+    if (sq.full()) return {ENOMEM, 0};
 
-    const uint32_t slot = sq_tail_ & sq_mask_;
-    SendWqe& w = new_wqe(wr);
-    Segment* seg = &sq_segs_[w.seg0];
+    SendWqe& w = sq.prepare(wr, c_.sq_sig_all || (wr.send_flags & wr_signaled));
+    Segment* seg = sq.segments(w);
     bool bad = false;
     if (inl) {
         uint64_t total = 0;
         for (uint32_t s = 0; s < wr.num_sge; ++s) total += wr.sg_list[s].length;
-        if (total > cap_.max_inline_data) return {EINVAL, 0};
-        uint8_t* to = &inline_[size_t(slot) * cap_.max_inline_data];
+        if (total > c_.cap.max_inline_data) return {EINVAL, 0};
+        uint8_t* to = sq.inline_data(sq.tail);
         for (uint32_t s = 0; s < wr.num_sge; ++s) {
             std::memcpy(to + w.length, reinterpret_cast<const void*>(wr.sg_list[s].addr), wr.sg_list[s].length);
             w.length += wr.sg_list[s].length;
@@ -118,7 +111,7 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
         uint64_t total = 0;
         for (uint32_t s = 0; s < wr.num_sge; ++s) {
             const Sge& sge = wr.sg_list[s];
-            const dma::Translation t = port_.mrs().translate_span(sge.lkey, sge.addr, sge.length, need);
+            const dma::Translation t = c_.port.mrs().translate_span(sge.lkey, sge.addr, sge.length, need);
             bad |= t.status != dma::MrStatus::ok;
             seg[s] = Segment::of(t, sge.length);
             total += sge.length;
@@ -127,137 +120,123 @@ PostResult QpImpl::post_send_one(const SendWr& wr) noexcept {
         w.length = uint32_t(total);
         w.nseg = wr.num_sge;
     }
-    ++sq_tail_;
-    if (state_ == QpState::error) {
-        flush();
+    ++sq.tail;
+    if (state == QpState::error) {
+        qp_.flush();
         return {0, 1};
     }
-    if (bad || (is_atomic_wr(wr.opcode) && w.length < 8) || (ud && w.length > mtu_)) {
+    if (bad || (is_atomic_wr(wr.opcode) && w.length < 8) || (ud && w.length > c_.mtu)) {
         // Local errors end the WR and, as verbs has it, the queue pair.
         w.done = true;
         w.status = bad ? WcStatus::loc_prot_err : WcStatus::loc_len_err;
-        to_error();
+        qp_.to_error();
         return {0, 1};
     }
-    ready();
+    qp_.ready();
     return {0, 1};
 }
 
 // ---- sending ------------------------------------------------------------------------------------
 
-void QpImpl::pump() noexcept {
-    if (destroyed) return;
-    // A pending ACK goes first unless READ responses before it wait (send_read_responses then
-    // sends it after them); in the error state they never will.
-    if (ack_pending_ && (!res_sending_ || state_ == QpState::error) && !send_pending_ack()) return;
-    if (state_ == QpState::error || state_ == QpState::reset) return;
-    if (!send_read_responses()) {
-        ready();
-        return;
-    }
-    if (state_ != QpState::rts || rnr_deadline_) return;
-    while (sq_next_ != sq_tail_ && state_ == QpState::rts) {
-        SendWqe& w = sq_[sq_next_ & sq_mask_];
-        if (type_ == QpType::ud) {
+void Requester::pump() noexcept {
+    while (sq.next != sq.tail && c_.state == QpState::rts) {
+        SendWqe& w = sq.at(sq.next);
+        if (c_.type == QpType::ud) {
             if (!send_ud_packet(w)) return;
-            ++sq_next_;
-            retire();
+            ++sq.next;
+            qp_.comp_.retire();
             continue;
         }
         if (is_memory_wr(w.wr.opcode)) {
             if (!w.started) {   // a fenced LOCAL_INV: once the earlier READs and atomics are done
-                if (rd_atomic_ > 0) return;
+                if (sq.rd_atomic > 0) return;
                 execute_memory_wr(w, w.wr, false);
                 if (w.status != WcStatus::success) {
-                    to_error();
+                    qp_.to_error();
                     return;
                 }
             }
-            ++sq_next_;
-            retire();
+            ++sq.next;
+            qp_.comp_.retire();
             continue;
         }
-        if (!peer_known_ && !resolve_peer()) return;   // packets need the peer's MAC; memory WRs do not
+        if (!c_.peer.known && !resolve_peer()) return;   // packets need the peer's MAC; memory WRs do not
+        const uint32_t mtu = c_.mtu;
         if (!w.started) {
             const bool rd = is_read_or_atomic(w.wr.opcode);
-            if (rd && rd_atomic_ >= std::max<uint32_t>(1, attr_.max_rd_atomic)) return;   // a completion readies us
-            if ((w.wr.send_flags & wr_fence) && rd_atomic_ > 0) return;
+            if (rd && sq.rd_atomic >= std::max<uint32_t>(1, c_.attr.max_rd_atomic)) return;   // a completion readies us
+            if ((w.wr.send_flags & wr_fence) && sq.rd_atomic > 0) return;
             w.started = true;
-            w.first_psn = next_psn_;
+            w.first_psn = s_.next_psn;
             w.npkts = w.wr.opcode == WrOpcode::rdma_read || !is_read_or_atomic(w.wr.opcode)
-                          ? std::max<uint32_t>(1, (w.length + mtu_ - 1) / mtu_)
+                          ? std::max<uint32_t>(1, (w.length + mtu - 1) / mtu)
                           : 1;
-            if (rd) ++rd_atomic_;
+            if (rd) ++sq.rd_atomic;
         }
-        if (reliable() && psn_diff(next_psn_, una_) >= kMaxUnackedPsns) return;   // an acknowledgement readies us
+        if (c_.reliable() && psn_diff(s_.next_psn, qp_.comp_.una()) >= kMaxUnackedPsns) return;   // an ACK readies us
         // A READ asks for its next part once every response of the last part is in: the responder
         // keeps one resource per request, max_dest_rd_atomic of them, and two parts of one READ
         // with atomics behind would push out the first part's, which its lost responses need.
-        if (w.wr.opcode == WrOpcode::rdma_read && psn_diff(next_psn_, psn_add(w.first_psn, w.read_pkts)) > 0) return;
+        if (w.wr.opcode == WrOpcode::rdma_read && psn_diff(s_.next_psn, psn_add(w.first_psn, w.read_pkts)) > 0) return;
         if (!send_rc_packet(w)) {
-            ready();
+            qp_.ready();
             return;
         }
-        if (psn_diff(next_psn_, w.first_psn) < int32_t(w.npkts)) continue;
-        ++sq_next_;
-        if (!reliable()) {   // UC: no acknowledgement will come (9.8)
+        if (psn_diff(s_.next_psn, w.first_psn) < int32_t(w.npkts)) continue;
+        ++sq.next;
+        if (!c_.reliable()) {   // UC: no acknowledgement will come (9.8)
             w.done = true;
-            retire();
+            qp_.comp_.retire();
         }
     }
 }
 
-bool QpImpl::resolve_peer() noexcept {
+void Requester::on_arp_change() noexcept {
+    if (!s_.waiting_arp) return;
+    s_.waiting_arp = false;
+    qp_.ready();
+}
+
+void Requester::rewind(uint32_t index, uint32_t psn) noexcept {
+    sq.next = index;
+    s_.next_psn = psn;
+    s_.pkts_unacked = 0;
+}
+
+bool Requester::resolve_peer() noexcept {
     bool failed = false;
-    peer_known_ = port_.resolve(peer_ip_, peer_mac_, failed);
-    if (peer_known_) return true;
+    c_.peer.known = c_.port.resolve(c_.peer.ip, c_.peer.mac, failed);
+    if (c_.peer.known) return true;
     if (failed) {
-        fail_head(WcStatus::retry_exc_err, kVendorErrArpUnresolved);
+        qp_.comp_.fail_head(WcStatus::retry_exc_err, kVendorErrArpUnresolved);
         return false;
     }
-    waiting_arp_ = true;
+    s_.waiting_arp = true;
     return false;
 }
 
-void QpImpl::fill_common(PacketHeader& h) const noexcept {
-    h.dst_mac = peer_mac_;
-    h.src_mac = port_.mac();
-    h.src_ip = port_.ipv4();
-    h.dst_ip = peer_ip_;
-    h.src_port = src_port_;
-    h.ttl = attr_.ah_attr.hop_limit ? attr_.ah_attr.hop_limit : port_.ttl();
-    h.tos = attr_.ah_attr.traffic_class;
-    h.dest_qp = attr_.dest_qp_num;
-    h.xrc = is_xrc();
-    h.uc = type_ == QpType::uc;
-}
-
-void QpImpl::gather(const SendWqe& w, uint32_t offset, uint8_t* to, uint32_t len) const noexcept {
-    copy_from_segments(&sq_segs_[w.seg0], w.nseg, offset, to, len);
-}
-
-bool QpImpl::send_rc_packet(SendWqe& w) noexcept {
-    uint8_t* buf = port_.tx_buffer();
+bool Requester::send_rc_packet(SendWqe& w) noexcept {
+    uint8_t* buf = c_.port.tx_buffer();
     if (!buf) return false;
     PacketHeader h;
-    fill_common(h);
+    c_.fill_common(h);
     h.xrc_srqn = w.wr.remote_srqn;   // XRC: every request names the target's SRQ (9.3.8)
-    const uint32_t psn = next_psn_;
+    const uint32_t psn = s_.next_psn;
     const uint32_t idx = uint32_t(psn_diff(psn, w.first_psn));
-    const uint32_t offset = idx * mtu_;
+    const uint32_t offset = idx * c_.mtu;
     h.psn = psn;
     uint32_t payload = 0;
     switch (w.wr.opcode) {
     case WrOpcode::rdma_read: {
         // A long READ goes as several requests of at most a send window of responses each:
         // the responder sends them back to back, and a receive ring takes a window, not 1 MiB.
-        const uint32_t chunk = std::min(w.length - offset, uint32_t(kMaxUnackedPsns) * mtu_);
+        const uint32_t chunk = std::min(w.length - offset, uint32_t(kMaxUnackedPsns) * c_.mtu);
         h.opcode = op::read_request;
         h.va = w.wr.remote_addr + offset;
         h.rkey = w.wr.rkey;
         h.dma_len = chunk;
         h.ack_req = true;
-        next_psn_ = psn_add(psn, std::max<uint32_t>(1, (chunk + mtu_ - 1) / mtu_));
+        s_.next_psn = psn_add(psn, std::max<uint32_t>(1, (chunk + c_.mtu - 1) / c_.mtu));
         break;
     }
     case WrOpcode::atomic_cmp_and_swp:
@@ -275,12 +254,12 @@ bool QpImpl::send_rc_packet(SendWqe& w) noexcept {
         h.swap_mask = masked && cas ? w.wr.swap_mask : 0;
         h.compare_mask = masked ? w.wr.compare_add_mask : 0;
         h.ack_req = true;
-        next_psn_ = psn_add(psn, 1);
+        s_.next_psn = psn_add(psn, 1);
         break;
     }
     default: {
         const bool first = idx == 0, last = idx + 1 == w.npkts;
-        payload = std::min(mtu_, w.length - offset);
+        payload = std::min(c_.mtu, w.length - offset);
         h.opcode = message_opcode(w.wr.opcode, first, last);
         if (first && (w.wr.opcode == WrOpcode::rdma_write || w.wr.opcode == WrOpcode::rdma_write_with_imm)) {
             h.va = w.wr.remote_addr;
@@ -292,26 +271,26 @@ bool QpImpl::send_rc_packet(SendWqe& w) noexcept {
         h.solicited = last && (w.wr.send_flags & wr_solicited);
         // AckReq on a message's last packet, every kAckReqInterval packets, and on the one that
         // fills the send window (else nothing would ever open it). UC asks for none, as rxe.
-        h.ack_req = reliable() && (last || ++pkts_unacked_ >= kAckReqInterval ||
-                                   psn_diff(psn_add(psn, 1), una_) >= kMaxUnackedPsns);
-        if (h.ack_req) pkts_unacked_ = 0;
-        next_psn_ = psn_add(psn, 1);
+        h.ack_req = c_.reliable() && (last || ++s_.pkts_unacked >= kAckReqInterval ||
+                                   psn_diff(psn_add(psn, 1), qp_.comp_.una()) >= kMaxUnackedPsns);
+        if (h.ack_req) s_.pkts_unacked = 0;
+        s_.next_psn = psn_add(psn, 1);
     }
     }
     uint8_t* data = write_headers(buf, h, payload);
-    gather(w, offset, data, payload);
-    port_.tx_queue(buf, finish_frame(buf, payload));
-    if (!retry_deadline_ && reliable()) arm_retry(now_ns());
+    copy_from_segments(sq.segments(w), w.nseg, offset, data, payload);
+    c_.port.tx_queue(buf, finish_frame(buf, payload));
+    if (c_.reliable() && !qp_.comp_.retry_armed()) qp_.comp_.arm_retry(now_ns());
     return true;
 }
 
-bool QpImpl::send_ud_packet(SendWqe& w) noexcept {
+bool Requester::send_ud_packet(SendWqe& w) noexcept {
     const AhAttr& ah = w.wr.ah->attr();
     uint8_t mac[6];
     bool failed = false;
-    if (!port_.resolve(ah.dgid.ipv4(), mac, failed)) {
+    if (!c_.port.resolve(ah.dgid.ipv4(), mac, failed)) {
         if (!failed) {
-            waiting_arp_ = true;
+            s_.waiting_arp = true;
             return false;
         }
         w.status = WcStatus::retry_exc_err;   // the destination never answered ARP
@@ -319,43 +298,37 @@ bool QpImpl::send_ud_packet(SendWqe& w) noexcept {
         w.done = true;
         return true;
     }
-    uint8_t* buf = port_.tx_buffer();
+    uint8_t* buf = c_.port.tx_buffer();
     if (!buf) {
-        ready();
+        qp_.ready();
         return false;
     }
     PacketHeader h;
     h.dst_mac = mac;
-    h.src_mac = port_.mac();
-    h.src_ip = port_.ipv4();
+    h.src_mac = c_.port.mac();
+    h.src_ip = c_.port.ipv4();
     h.dst_ip = ah.dgid.ipv4();
-    h.src_port = src_port_;
-    h.ttl = ah.hop_limit ? ah.hop_limit : port_.ttl();
+    h.src_port = c_.src_port;
+    h.ttl = ah.hop_limit ? ah.hop_limit : c_.port.ttl();
     h.tos = ah.traffic_class;
     h.opcode = w.wr.opcode == WrOpcode::send_with_imm ? op::ud_send_only_imm : op::ud_send_only;
     h.solicited = w.wr.send_flags & wr_solicited;
     h.dest_qp = w.wr.remote_qpn;
-    h.psn = next_psn_;
-    next_psn_ = psn_add(next_psn_, 1);
-    h.qkey = (w.wr.remote_qkey & kControlledQkey) ? attr_.qkey : w.wr.remote_qkey;
-    h.src_qp = qpn_;
+    h.psn = s_.next_psn;
+    s_.next_psn = psn_add(s_.next_psn, 1);
+    h.qkey = (w.wr.remote_qkey & kControlledQkey) ? c_.attr.qkey : w.wr.remote_qkey;
+    h.src_qp = c_.qpn;
     h.imm_be = w.wr.imm_data;
     uint8_t* data = write_headers(buf, h, w.length);
-    gather(w, 0, data, w.length);
+    copy_from_segments(sq.segments(w), w.nseg, 0, data, w.length);
     const uint32_t len = finish_frame(buf, w.length);
     if (is_ipv4_multicast(h.dst_ip)) {   // the NIC sends it away: this port's members get it here
         Packet p;
-        if (parse_frame(buf, len, port_.ipv4(), p) == ParseResult::roce) port_.deliver_multicast(p, this);
+        if (parse_frame(buf, len, c_.port.ipv4(), p) == ParseResult::roce) c_.port.loop_multicast(p, &qp_);
     }
-    port_.tx_queue(buf, len);
+    c_.port.tx_queue(buf, len);
     w.done = true;
     return true;
-}
-
-void QpImpl::arm_retry(uint64_t now) noexcept {
-    const uint64_t t = reliable() ? ack_timeout_ns(attr_.timeout) : 0;
-    retry_deadline_ = t ? now + t : 0;   // timeout 0: no timer (IB spec 9.7.6.1.3); UC never retries
-    port_.note_deadline(retry_deadline_);
 }
 
 }  // namespace vfab::rdma::detail

@@ -44,8 +44,8 @@ SrqImpl* PortImpl::find_srq(uint32_t srqn) noexcept {
 
 // The XRC SRQ a message's first packet names: of this queue pair's domain, or none (the
 // caller NAKs it, 9.7.5.2.x: an invalid request).
-bool QpImpl::select_xrc_srq(const Packet& p) noexcept {
-    SrqImpl* s = port_.find_srq(p.xrc_srqn);
+bool QpRecvQueue::select_xrc_srq(const Packet& p) noexcept {
+    SrqImpl* s = c_.port.find_srq(p.xrc_srqn);
     if (!s || s->xrcd != xrcd_) return false;
     srq_ = s;
     rq_ = &s->rq;
