@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "engine.hpp"
+#include "headers.hpp"
 #include "vfab/rdma/wire.hpp"
 
 namespace vfab::rdma {
@@ -169,11 +170,13 @@ Crc32 icrc_begin_ipv4(const uint8_t* ipv4) noexcept {
     std::memset(masked, 0xFF, 8);   // the dummy LRH
     uint8_t* h = masked + 8;
     std::memcpy(h, ipv4, kHeaders);
-    h[1] = 0xFF;                              // IPv4 TOS (DSCP, ECN)
-    h[8] = 0xFF;                              // TTL
-    h[10] = h[11] = 0xFF;                     // header checksum
-    h[wire::kIpv4Header + 6] = h[wire::kIpv4Header + 7] = 0xFF;   // UDP checksum
-    h[wire::kIpv4Header + wire::kUdpHeader + 4] = 0xFF;            // BTH: FECN, BECN, reserved
+    // The fields a router may change, masked with ones (A17.3.3).
+    auto& ip = *hdr::at<hdr::Ipv4>(h);
+    ip.tos = 0xFF;   // DSCP, ECN
+    ip.ttl = 0xFF;
+    ip.checksum.set(0xFFFF);
+    hdr::at<hdr::Udp>(h + sizeof(hdr::Ipv4))->checksum.set(0xFFFF);
+    hdr::at<hdr::Bth>(h + sizeof(hdr::Ipv4) + sizeof(hdr::Udp))->fecn_becn_resv = 0xFF;
     Crc32 c;
     c.update(masked, sizeof masked);
     return c;

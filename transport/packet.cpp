@@ -3,18 +3,16 @@
 
 #include <cstring>
 
+#include "headers.hpp"
 #include "vfab/rdma/icrc.hpp"
 
 namespace vfab::rdma {
 
 using namespace wire;
+using namespace hdr;
 
 namespace {
 
-constexpr size_t kIpOff = kEthHeader;
-constexpr size_t kUdpOff = kIpOff + kIpv4Header;
-constexpr size_t kBthOff = kUdpOff + kUdpHeader;
-constexpr size_t kExtOff = kBthOff + kBth;
 constexpr uint8_t kBroadcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 
 uint32_t pad_of(uint32_t payload_len) noexcept { return (4 - (payload_len & 3)) & 3; }
@@ -29,39 +27,40 @@ uint16_t ipv4_checksum(const uint8_t* h) noexcept {
 }
 
 uint32_t frame_size(uint8_t opcode, uint32_t payload_len) noexcept {
-    return uint32_t(kExtOff + ext_header_size(op_info(opcode)) + payload_len + pad_of(payload_len) + kIcrc);
+    return uint32_t(kExtAt + ext_header_size(op_info(opcode)) + payload_len + pad_of(payload_len) + kIcrc);
 }
 
 ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packet& p) noexcept {
     if (len < kEthHeader) return ParseResult::other;
-    const uint16_t type = load16(f + 12);
+    const uint16_t type = at<Eth>(f)->type.get();
     if (type == kEtherTypeArp) return ParseResult::arp;
-    if (type != kEtherTypeIpv4 || len < kBthOff) return ParseResult::other;
-    const uint8_t* ip = f + kIpOff;
+    if (type != kEtherTypeIpv4 || len < kBthAt) return ParseResult::other;
+    const Ipv4& ip = *at<Ipv4>(f + kIpAt);
     // Version 4 with options, fragments, or not UDP: not RoCEv2 as rxe sends it.
-    const uint32_t dst = load32(ip + 16);
-    if (ip[0] != 0x45 || ip[9] != kIpProtoUdp || (dst != local_ip && !is_ipv4_multicast(dst))) return ParseResult::other;
-    const uint8_t* udp = f + kUdpOff;
-    if (load16(udp + 2) != kRoceUdpPort) return ParseResult::other;
-    if ((load16(ip + 6) & 0x3FFF) != 0) return ParseResult::malformed;   // MF or a fragment offset
-    const uint32_t ip_len = load16(ip + 2);
+    const uint32_t dst = ip.dst.get();
+    if (ip.version_ihl != 0x45 || ip.protocol != kIpProtoUdp || (dst != local_ip && !is_ipv4_multicast(dst)))
+        return ParseResult::other;
+    const Udp& udp = *at<Udp>(f + kUdpAt);
+    if (udp.dst_port.get() != kRoceUdpPort) return ParseResult::other;
+    if (ip.flags_fragment.get() & Ipv4::kFragmentMask) return ParseResult::malformed;
+    const uint32_t ip_len = ip.total_length.get();
     if (ip_len + kEthHeader > len || ip_len < kIpv4Header + kUdpHeader + kBth + kIcrc) return ParseResult::malformed;
-    if (ipv4_checksum(ip) != 0) return ParseResult::malformed;
-    const uint32_t udp_len = load16(udp + 4);
+    if (ipv4_checksum(f + kIpAt) != 0) return ParseResult::malformed;
+    const uint32_t udp_len = udp.length.get();
     if (udp_len != ip_len - kIpv4Header) return ParseResult::malformed;
 
-    const uint8_t* bth = f + kBthOff;
-    p.opcode = bth[0];
+    const Bth& bth = *at<Bth>(f + kBthAt);
+    p.opcode = bth.opcode;
     p.info = op_info(p.opcode);
     if (!p.info.valid()) return ParseResult::malformed;
-    if ((bth[1] & 0x0F) != 0) return ParseResult::malformed;   // TVer must be 0
-    p.solicited = bth[1] & kBthSolicited;
-    p.pad = (bth[1] >> 4) & 3;
-    p.pkey = load16(bth + 2);
+    if (bth.tver() != 0) return ParseResult::malformed;
+    p.solicited = bth.se_m_pad_tver & kBthSolicited;
+    p.pad = bth.pad();
+    p.pkey = bth.pkey.get();
     if ((p.pkey & 0x7FFF) != (kDefaultPkey & 0x7FFF)) return ParseResult::malformed;
-    p.dest_qp = load24(bth + 5);
-    p.ack_req = bth[8] & kBthAckReq;
-    p.psn = load24(bth + 9);
+    p.dest_qp = bth.dest_qp.get();
+    p.ack_req = bth.ack_req & kBthAckReq;
+    p.psn = bth.psn.get();
     p.xrc = p.info.has(is_xrc);
     p.uc = p.info.has(is_uc);
     if (p.xrc || p.uc) p.opcode &= 0x1F;   // the transport compares RC's opcodes; `xrc`/`uc` say which it was
@@ -72,30 +71,68 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
     p.payload_len = udp_len - fixed - p.pad;
     if (!p.info.has(has_payload) && (p.payload_len != 0 || p.pad != 0)) return ParseResult::malformed;
 
-    const uint8_t* end = ip + ip_len;
-    if (icrc_ipv4(ip, ip_len - kIcrc) != load_icrc(end - kIcrc)) return ParseResult::bad_icrc;
+    const uint8_t* end = f + kIpAt + ip_len;
+    if (icrc_ipv4(f + kIpAt, ip_len - kIcrc) != load_icrc(end - kIcrc)) return ParseResult::bad_icrc;
 
-    const uint8_t* x = f + kExtOff;
-    if (p.info.has(has_deth)) { p.qkey = load32(x); p.src_qp = load24(x + 5); x += kDeth; }
-    if (p.info.has(has_xrceth)) { p.xrc_srqn = load24(x + 1); x += kXrcEth; }
-    if (p.info.has(has_reth)) { p.va = load64(x); p.rkey = load32(x + 8); p.dma_len = load32(x + 12); x += kReth; }
-    if (p.info.has(has_atomic_eth) || p.info.has(has_masked_atomic_eth)) {   // the masked one: AtomicETH + 2 masks
-        p.va = load64(x); p.rkey = load32(x + 8); p.swap_add = load64(x + 12); p.compare = load64(x + 20);
-        if (p.info.has(has_masked_atomic_eth)) { p.swap_mask = load64(x + 28); p.compare_mask = load64(x + 36); }
-        x += p.info.has(has_masked_atomic_eth) ? kMaskedAtomicEth : kAtomicEth;
+    const uint8_t* x = f + kExtAt;
+    if (p.info.has(has_deth)) {
+        const Deth& d = *at<Deth>(x);
+        p.qkey = d.qkey.get();
+        p.src_qp = d.src_qp.get();
+        x += sizeof d;
     }
-    if (p.info.has(has_aeth)) { p.syndrome = x[0]; p.msn = load24(x + 1); x += kAeth; }
-    if (p.info.has(has_atomic_ack_eth)) { p.atomic_orig = load64(x); x += kAtomicAckEth; }
-    if (p.info.has(has_immdt)) { std::memcpy(&p.imm_be, x, 4); x += kImmDt; }
-    if (p.info.has(has_ieth)) { p.inv_rkey = load32(x); x += kIeth; }
+    if (p.info.has(has_xrceth)) {
+        p.xrc_srqn = at<XrcEth>(x)->srqn.get();
+        x += sizeof(XrcEth);
+    }
+    if (p.info.has(has_reth)) {
+        const Reth& r = *at<Reth>(x);
+        p.va = r.va.get();
+        p.rkey = r.rkey.get();
+        p.dma_len = r.dma_len.get();
+        x += sizeof r;
+    }
+    if (p.info.has(has_atomic_eth) || p.info.has(has_masked_atomic_eth)) {
+        const AtomicEth& a = *at<AtomicEth>(x);
+        p.va = a.va.get();
+        p.rkey = a.rkey.get();
+        p.swap_add = a.swap_add.get();
+        p.compare = a.compare.get();
+        if (p.info.has(has_masked_atomic_eth)) {
+            const MaskedAtomicEth& m = *at<MaskedAtomicEth>(x);
+            p.swap_mask = m.swap_mask.get();
+            p.compare_mask = m.compare_mask.get();
+            x += sizeof m;
+        } else {
+            x += sizeof a;
+        }
+    }
+    if (p.info.has(has_aeth)) {
+        const Aeth& a = *at<Aeth>(x);
+        p.syndrome = a.syndrome;
+        p.msn = a.msn.get();
+        x += sizeof a;
+    }
+    if (p.info.has(has_atomic_ack_eth)) {
+        p.atomic_orig = at<AtomicAckEth>(x)->orig.get();
+        x += sizeof(AtomicAckEth);
+    }
+    if (p.info.has(has_immdt)) {
+        std::memcpy(&p.imm_be, at<ImmDt>(x)->b, sizeof(ImmDt));
+        x += sizeof(ImmDt);
+    }
+    if (p.info.has(has_ieth)) {
+        p.inv_rkey = at<Ieth>(x)->rkey.get();
+        x += sizeof(Ieth);
+    }
 
     p.frame = f;
     p.frame_len = len;
-    p.src_mac = f + 6;
-    p.ipv4 = ip;
-    p.src_ip = load32(ip + 12);
-    p.dst_ip = load32(ip + 16);
-    p.src_port = load16(udp);
+    p.src_mac = at<Eth>(f)->src;
+    p.ipv4 = f + kIpAt;
+    p.src_ip = ip.src.get();
+    p.dst_ip = dst;
+    p.src_port = udp.src_port.get();
     p.payload = x;
     return ParseResult::roce;
 }
@@ -110,58 +147,100 @@ uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) 
     const uint32_t pad = pad_of(payload_len);
     const uint32_t udp_len = uint32_t(kUdpHeader + kBth + ext + payload_len + pad + kIcrc);
 
-    std::memcpy(f, h.dst_mac, 6);
-    std::memcpy(f + 6, h.src_mac, 6);
-    store16(f + 12, kEtherTypeIpv4);
+    Eth& eth = *at<Eth>(f);
+    std::memcpy(eth.dst, h.dst_mac, 6);
+    std::memcpy(eth.src, h.src_mac, 6);
+    eth.type.set(kEtherTypeIpv4);
 
-    uint8_t* ip = f + kIpOff;
-    ip[0] = 0x45;
-    ip[1] = h.tos;
-    store16(ip + 2, uint16_t(kIpv4Header + udp_len));
-    store16(ip + 4, 0);        // identification: unused, DF is set
-    store16(ip + 6, 0x4000);   // DF
-    ip[8] = h.ttl;
-    ip[9] = kIpProtoUdp;
-    store16(ip + 10, 0);
-    store32(ip + 12, h.src_ip);
-    store32(ip + 16, h.dst_ip);
-    store16(ip + 10, ipv4_checksum(ip));
+    Ipv4& ip = *at<Ipv4>(f + kIpAt);
+    ip.version_ihl = 0x45;
+    ip.tos = h.tos;
+    ip.total_length.set(uint16_t(kIpv4Header + udp_len));
+    ip.id.set(0);   // unused: DF is set
+    ip.flags_fragment.set(Ipv4::kDontFragment);
+    ip.ttl = h.ttl;
+    ip.protocol = kIpProtoUdp;
+    ip.checksum.set(0);
+    ip.src.set(h.src_ip);
+    ip.dst.set(h.dst_ip);
+    ip.checksum.set(ipv4_checksum(f + kIpAt));
 
-    uint8_t* udp = f + kUdpOff;
-    store16(udp, h.src_port);
-    store16(udp + 2, kRoceUdpPort);
-    store16(udp + 4, uint16_t(udp_len));
-    store16(udp + 6, 0);   // no UDP checksum: the ICRC covers the packet (A17.3.1)
+    Udp& udp = *at<Udp>(f + kUdpAt);
+    udp.src_port.set(h.src_port);
+    udp.dst_port.set(kRoceUdpPort);
+    udp.length.set(uint16_t(udp_len));
+    udp.checksum.set(0);   // none: the ICRC covers the packet (A17.3.1)
 
-    uint8_t* bth = f + kBthOff;
-    bth[0] = opcode;
-    bth[1] = uint8_t((h.solicited ? kBthSolicited : 0) | pad << 4);
-    store16(bth + 2, kDefaultPkey);
-    bth[4] = 0;
-    store24(bth + 5, h.dest_qp & kQpnMask);
-    bth[8] = h.ack_req ? kBthAckReq : 0;
-    store24(bth + 9, h.psn & kPsnMask);
+    Bth& bth = *at<Bth>(f + kBthAt);
+    bth.opcode = opcode;
+    bth.se_m_pad_tver = uint8_t((h.solicited ? kBthSolicited : 0) | pad << 4);
+    bth.pkey.set(kDefaultPkey);
+    bth.fecn_becn_resv = 0;
+    bth.dest_qp.set(h.dest_qp & kQpnMask);
+    bth.ack_req = h.ack_req ? kBthAckReq : 0;
+    bth.psn.set(h.psn & kPsnMask);
 
-    uint8_t* x = f + kExtOff;
-    if (info.has(has_deth)) { store32(x, h.qkey); x[4] = 0; store24(x + 5, h.src_qp); x += kDeth; }
-    if (info.has(has_xrceth)) { x[0] = 0; store24(x + 1, h.xrc_srqn); x += kXrcEth; }
-    if (info.has(has_reth)) { store64(x, h.va); store32(x + 8, h.rkey); store32(x + 12, h.dma_len); x += kReth; }
-    if (info.has(has_atomic_eth) || info.has(has_masked_atomic_eth)) {
-        store64(x, h.va); store32(x + 8, h.rkey); store64(x + 12, h.swap_add); store64(x + 20, h.compare);
-        if (info.has(has_masked_atomic_eth)) { store64(x + 28, h.swap_mask); store64(x + 36, h.compare_mask); }
-        x += info.has(has_masked_atomic_eth) ? kMaskedAtomicEth : kAtomicEth;
+    uint8_t* x = f + kExtAt;
+    if (info.has(has_deth)) {
+        Deth& d = *at<Deth>(x);
+        d.qkey.set(h.qkey);
+        d.resv = 0;
+        d.src_qp.set(h.src_qp);
+        x += sizeof d;
     }
-    if (info.has(has_aeth)) { x[0] = h.syndrome; store24(x + 1, h.msn); x += kAeth; }
-    if (info.has(has_atomic_ack_eth)) { store64(x, h.atomic_orig); x += kAtomicAckEth; }
-    if (info.has(has_immdt)) { std::memcpy(x, &h.imm_be, 4); x += kImmDt; }
-    if (info.has(has_ieth)) { store32(x, h.inv_rkey); x += kIeth; }
+    if (info.has(has_xrceth)) {
+        XrcEth& e = *at<XrcEth>(x);
+        e.resv = 0;
+        e.srqn.set(h.xrc_srqn);
+        x += sizeof e;
+    }
+    if (info.has(has_reth)) {
+        Reth& r = *at<Reth>(x);
+        r.va.set(h.va);
+        r.rkey.set(h.rkey);
+        r.dma_len.set(h.dma_len);
+        x += sizeof r;
+    }
+    if (info.has(has_atomic_eth) || info.has(has_masked_atomic_eth)) {
+        AtomicEth& a = *at<AtomicEth>(x);
+        a.va.set(h.va);
+        a.rkey.set(h.rkey);
+        a.swap_add.set(h.swap_add);
+        a.compare.set(h.compare);
+        if (info.has(has_masked_atomic_eth)) {
+            MaskedAtomicEth& m = *at<MaskedAtomicEth>(x);
+            m.swap_mask.set(h.swap_mask);
+            m.compare_mask.set(h.compare_mask);
+            x += sizeof m;
+        } else {
+            x += sizeof a;
+        }
+    }
+    if (info.has(has_aeth)) {
+        Aeth& a = *at<Aeth>(x);
+        a.syndrome = h.syndrome;
+        a.msn.set(h.msn);
+        x += sizeof a;
+    }
+    if (info.has(has_atomic_ack_eth)) {
+        at<AtomicAckEth>(x)->orig.set(h.atomic_orig);
+        x += sizeof(AtomicAckEth);
+    }
+    if (info.has(has_immdt)) {
+        std::memcpy(at<ImmDt>(x)->b, &h.imm_be, sizeof(ImmDt));
+        x += sizeof(ImmDt);
+    }
+    if (info.has(has_ieth)) {
+        at<Ieth>(x)->rkey.set(h.inv_rkey);
+        x += sizeof(Ieth);
+    }
     return x;
 }
 
 uint32_t finish_frame(uint8_t* f, uint32_t payload_len) noexcept {
-    const uint8_t* ip = f + kIpOff;
-    const uint32_t ip_len = load16(ip + 2);
-    uint8_t* icrc_at = f + kIpOff + ip_len - kIcrc;
+    const uint8_t* ip = f + kIpAt;
+    const uint32_t ip_len = at<Ipv4>(ip)->total_length.get();
+    uint8_t* icrc_at = f + kIpAt + ip_len - kIcrc;
     const uint32_t pad = pad_of(payload_len);
     std::memset(icrc_at - pad, 0, pad);
     store_icrc(icrc_at, icrc_ipv4(ip, ip_len - kIcrc));
@@ -169,14 +248,14 @@ uint32_t finish_frame(uint8_t* f, uint32_t payload_len) noexcept {
 }
 
 bool parse_arp(const uint8_t* f, uint32_t len, ArpPacket& out) noexcept {
-    if (len < kEthHeader + kArpPacket || load16(f + 12) != kEtherTypeArp) return false;
-    const uint8_t* a = f + kEthHeader;
+    if (len < kEthHeader + kArpPacket || at<Eth>(f)->type.get() != kEtherTypeArp) return false;
+    const Arp& a = *at<Arp>(f + kEthHeader);
     // Ethernet hardware (1), IPv4 protocol, 6- and 4-byte addresses.
-    if (load16(a) != 1 || load16(a + 2) != kEtherTypeIpv4 || a[4] != 6 || a[5] != 4) return false;
-    out.op = load16(a + 6);
-    out.sender_mac = a + 8;
-    out.sender_ip = load32(a + 14);
-    out.target_ip = load32(a + 24);
+    if (a.hw_type.get() != 1 || a.proto_type.get() != kEtherTypeIpv4 || a.hw_len != 6 || a.proto_len != 4) return false;
+    out.op = a.op.get();
+    out.sender_mac = a.sender_mac;
+    out.sender_ip = a.sender_ip.get();
+    out.target_ip = a.target_ip.get();
     return true;
 }
 
@@ -184,19 +263,20 @@ uint32_t write_arp(uint8_t* f, uint16_t op, const uint8_t* src_mac, uint32_t src
                    uint32_t dst_ip) noexcept {
     constexpr uint32_t kMinFrame = 60;
     std::memset(f, 0, kMinFrame);
-    std::memcpy(f, dst_mac ? dst_mac : kBroadcast, 6);
-    std::memcpy(f + 6, src_mac, 6);
-    store16(f + 12, kEtherTypeArp);
-    uint8_t* a = f + kEthHeader;
-    store16(a, 1);
-    store16(a + 2, kEtherTypeIpv4);
-    a[4] = 6;
-    a[5] = 4;
-    store16(a + 6, op);
-    std::memcpy(a + 8, src_mac, 6);
-    store32(a + 14, src_ip);
-    if (dst_mac) std::memcpy(a + 18, dst_mac, 6);   // a request leaves the target MAC zero
-    store32(a + 24, dst_ip);
+    Eth& eth = *at<Eth>(f);
+    std::memcpy(eth.dst, dst_mac ? dst_mac : kBroadcast, 6);
+    std::memcpy(eth.src, src_mac, 6);
+    eth.type.set(kEtherTypeArp);
+    Arp& a = *at<Arp>(f + kEthHeader);
+    a.hw_type.set(1);
+    a.proto_type.set(kEtherTypeIpv4);
+    a.hw_len = 6;
+    a.proto_len = 4;
+    a.op.set(op);
+    std::memcpy(a.sender_mac, src_mac, 6);
+    a.sender_ip.set(src_ip);
+    if (dst_mac) std::memcpy(a.target_mac, dst_mac, 6);   // a request leaves the target MAC zero
+    a.target_ip.set(dst_ip);
     return kMinFrame;
 }
 

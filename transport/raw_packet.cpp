@@ -5,19 +5,13 @@
 #include <cstring>
 
 #include "engine.hpp"
+#include "headers.hpp"
 #include "limits.hpp"
 #include "vfab/log.hpp"
 
 namespace vfab::rdma::detail {
 
 namespace {
-
-uint16_t be16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
-uint32_t be32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
-
-constexpr uint16_t kEtherTypeVlan = 0x8100;   // IEEE 802.1Q
-constexpr uint16_t kEtherTypeIpv4 = 0x0800;
-constexpr uint8_t kIpProtoTcp = 6, kIpProtoUdp = 17;
 
 template <class T>
 bool field_matches(T frame, T value, T mask) { return (frame & mask) == (value & mask); }
@@ -33,30 +27,35 @@ bool any(const uint8_t* mask) { return std::any_of(mask, mask + 6, [](uint8_t b)
 // Ethernet II (IEEE 802.3 clause 3), one 802.1Q tag at most, IPv4 (RFC 791), and the ports
 // that open TCP (RFC 793) and UDP (RFC 768) headers.
 FrameKeys FrameKeys::of(const uint8_t* f, uint32_t len) noexcept {
+    using namespace wire;
     FrameKeys k;
-    k.dst_mac = f;
-    k.src_mac = f + 6;
-    uint32_t at = 12;
-    k.ether_type = be16(f + at);
-    if (k.ether_type == kEtherTypeVlan && len >= 18) {
+    const hdr::Eth& eth = *hdr::at<hdr::Eth>(f);
+    k.dst_mac = eth.dst;
+    k.src_mac = eth.src;
+    k.ether_type = eth.type.get();
+    uint32_t l3 = sizeof(hdr::Eth);
+    if (k.ether_type == kEtherTypeVlan && len >= sizeof(hdr::Eth) + 4) {
+        const hdr::Vlan& v = *hdr::at<hdr::Vlan>(f + 12);   // in place of the ethertype
         k.has_vlan = true;
-        k.vlan_tag = be16(f + 14);
-        k.ether_type = be16(f + 16);
-        at = 16;
+        k.vlan_tag = v.tci.get();
+        k.ether_type = v.type.get();
+        l3 += 4;
     }
-    const uint32_t l3 = at + 2;
-    if (k.ether_type != kEtherTypeIpv4 || len < l3 + 20 || (f[l3] >> 4) != 4) return k;
-    const uint32_t ihl = uint32_t(f[l3] & 0xf) * 4;
-    if (ihl < 20 || len < l3 + ihl) return k;
+    if (k.ether_type != kEtherTypeIpv4 || len < l3 + sizeof(hdr::Ipv4)) return k;
+    const hdr::Ipv4& ip = *hdr::at<hdr::Ipv4>(f + l3);
+    const uint32_t ihl = uint32_t(ip.version_ihl & 0xf) * 4;
+    if ((ip.version_ihl >> 4) != 4 || ihl < sizeof(hdr::Ipv4) || len < l3 + ihl) return k;
     k.ipv4 = true;
-    k.ip_proto = f[l3 + 9];
-    k.src_ip = be32(f + l3 + 12);
-    k.dst_ip = be32(f + l3 + 16);
-    const bool later_fragment = (be16(f + l3 + 6) & 0x1fff) != 0;
+    k.ip_proto = ip.protocol;
+    k.src_ip = ip.src.get();
+    k.dst_ip = ip.dst.get();
+    const bool later_fragment = (ip.flags_fragment.get() & 0x1fff) != 0;
+    // TCP's and UDP's headers both open with the two ports.
     if ((k.ip_proto == kIpProtoTcp || k.ip_proto == kIpProtoUdp) && !later_fragment && len >= l3 + ihl + 4) {
+        const hdr::Udp& ports = *hdr::at<hdr::Udp>(f + l3 + ihl);
         k.has_ports = true;
-        k.src_port = be16(f + l3 + ihl);
-        k.dst_port = be16(f + l3 + ihl + 2);
+        k.src_port = ports.src_port.get();
+        k.dst_port = ports.dst_port.get();
     }
     return k;
 }

@@ -42,7 +42,9 @@ inline void store64(uint8_t* p, uint64_t v) noexcept { store32(p, uint32_t(v >> 
 inline constexpr size_t kEthHeader = 14;
 inline constexpr uint16_t kEtherTypeIpv4 = 0x0800;
 inline constexpr uint16_t kEtherTypeArp = 0x0806;
+inline constexpr uint16_t kEtherTypeVlan = 0x8100;       // IEEE 802.1Q
 inline constexpr size_t kIpv4Header = 20;            // IHL 5: RoCEv2 sends no IP options
+inline constexpr uint8_t kIpProtoTcp = 6;
 inline constexpr uint8_t kIpProtoUdp = 17;
 inline constexpr size_t kUdpHeader = 8;
 inline constexpr uint16_t kRoceUdpPort = 4791;       // Annex A17.2.1: the RoCEv2 destination port
