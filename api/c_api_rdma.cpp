@@ -24,24 +24,24 @@ SAME_FIELD(vfab_rdma_wc, rdma::Wc, status, status);
 SAME_FIELD(vfab_rdma_wc, rdma::Wc, imm_data, imm_data);
 SAME_FIELD(vfab_rdma_wc, rdma::Wc, wc_flags, wc_flags);
 SAME_FIELD(vfab_rdma_wc, rdma::Wc, dlid_path_bits, dlid_path_bits);
-static_assert(sizeof(vfab_rdma_send_wr) == sizeof(rdma::SendWr));
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, opcode, opcode);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_addr, remote_addr);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, swap, swap);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, compare_add_mask, compare_add_mask);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, swap_mask, swap_mask);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, ah, ah);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_qkey, remote_qkey);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, remote_srqn, remote_srqn);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, mem_key, mem_key);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, reg, reg);
-SAME_FIELD(vfab_rdma_send_wr, rdma::SendWr, bind, bind);
+static_assert(sizeof(vfab_rdma_send_wr) == sizeof(rdma::RdmaSendWr));
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, opcode, opcode);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, remote_addr, remote_addr);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, swap, swap);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, compare_add_mask, compare_add_mask);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, swap_mask, swap_mask);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, ah, ah);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, remote_qkey, remote_qkey);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, remote_srqn, remote_srqn);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, mem_key, mem_key);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, reg, reg);
+SAME_FIELD(vfab_rdma_send_wr, rdma::RdmaSendWr, bind, bind);
 static_assert(sizeof(vfab_rdma_reg_mr_info) == sizeof(rdma::RegMrInfo));
 SAME_FIELD(vfab_rdma_reg_mr_info, rdma::RegMrInfo, access, access);
 SAME_FIELD(vfab_rdma_reg_mr_info, rdma::RegMrInfo, iova, iova);
 static_assert(sizeof(vfab_rdma_mw_bind_info) == sizeof(rdma::MwBindInfo));
 SAME_FIELD(vfab_rdma_mw_bind_info, rdma::MwBindInfo, length, length);
-static_assert(VFAB_RDMA_WR_REG_MR == uint32_t(rdma::WrOpcode::reg_mr) && VFAB_RDMA_WC_REG_MR == uint32_t(rdma::WcOpcode::reg_mr));
+static_assert(VFAB_RDMA_WR_REG_MR == uint32_t(rdma::WrOpcode::reg_mr) && VFAB_RDMA_WC_REG_MR == uint32_t(rdma::RdmaWcOpcode::reg_mr));
 static_assert(sizeof(vfab_rdma_ah_attr) == sizeof(rdma::AhAttr));
 SAME_FIELD(vfab_rdma_ah_attr, rdma::AhAttr, flow_label, flow_label);
 static_assert(sizeof(vfab_rdma_flow_rule) == sizeof(rdma::FlowRule));
@@ -96,8 +96,8 @@ static_assert(same_value(VFAB_RDMA_CAP_REG_MR_WR, rdma::vfab_cap_reg_mr_wr) &&
               same_value(VFAB_RDMA_QP_CREATE_BLOCK_SELF_MCAST_LB, rdma::qp_create_block_self_mcast_lb));
 static_assert(same_value(VFAB_RDMA_WR_MASKED_ATOMIC_CMP_AND_SWP, rdma::WrOpcode::masked_atomic_cmp_and_swp) &&
               same_value(VFAB_RDMA_WR_MASKED_ATOMIC_FETCH_AND_ADD, rdma::WrOpcode::masked_atomic_fetch_and_add) &&
-              same_value(VFAB_RDMA_WC_MASKED_COMP_SWAP, rdma::WcOpcode::masked_comp_swap) &&
-              same_value(VFAB_RDMA_WC_MASKED_FETCH_ADD, rdma::WcOpcode::masked_fetch_add));
+              same_value(VFAB_RDMA_WC_MASKED_COMP_SWAP, rdma::RdmaWcOpcode::masked_comp_swap) &&
+              same_value(VFAB_RDMA_WC_MASKED_FETCH_ADD, rdma::RdmaWcOpcode::masked_fetch_add));
 #undef SAME_FIELD
 
 rdma::Cq* cq_of(vfab_rdma_cq* cq) { return reinterpret_cast<rdma::Cq*>(cq); }
@@ -196,7 +196,7 @@ uint64_t vfab_rdma_cq_overruns(const vfab_rdma_cq* cq) {
 
 vfab_rdma_qp* vfab_rdma_create_qp(vfab_rdma_port* port, const vfab_rdma_qp_init_attr* a) {
     if (!port || !a) return null_result<vfab_rdma_qp>(null_arg("vfab_rdma_create_qp", port ? "attr" : "port"));
-    rdma::QpInitAttr ia;
+    rdma::RdmaQpInitAttr ia;
     ia.qp_type = rdma::QpType(a->qp_type);
     ia.send_cq = cq_of(a->send_cq);
     ia.recv_cq = cq_of(a->recv_cq);
@@ -237,7 +237,7 @@ uint32_t vfab_rdma_qp_num(const vfab_rdma_qp* qp) { return qp ? qp_of(qp)->qp_nu
 int vfab_rdma_post_send(vfab_rdma_qp* qp, const vfab_rdma_send_wr* wrs, uint32_t n, uint32_t* posted) {
     if (!qp || (!wrs && n)) [[unlikely]]
         return EINVAL;
-    const PostResult r = qp_of(qp)->post_send({reinterpret_cast<const rdma::SendWr*>(wrs), n});
+    const PostResult r = qp_of(qp)->post_send({reinterpret_cast<const rdma::RdmaSendWr*>(wrs), n});
     if (posted) *posted = r.posted;
     return r.error;
 }

@@ -73,7 +73,7 @@ public:
         auto cq = e->port_->create_cq(4096);
         if (!cq) return fail(err, cq.error().message);
         e->cq_ = *cq;
-        vr::QpInitAttr ia;
+        vr::RdmaQpInitAttr ia;
         ia.qp_type = vr::QpType::rc;
         ia.send_cq = ia.recv_cq = e->cq_;
         ia.cap.max_send_wr = 1024;
@@ -89,7 +89,7 @@ public:
         if (!mr) return fail(err, "register_memory: " + mr.error().message);
         e->mr_ = *mr;
         vr::QpAttr a;
-        a.qp_state = vr::QpState::init;
+        a.qp_state = vr::RdmaQpState::init;
         a.qp_access_flags = kAllRemote;
         if (auto r = e->qp_->modify(a, vr::attr_state | vr::attr_pkey_index | vr::attr_port | vr::attr_access_flags); !r)
             return fail(err, "INIT: " + r.error().message);
@@ -115,7 +115,7 @@ public:
 
     std::string connect(const Info& peer) {
         vr::QpAttr a;
-        a.qp_state = vr::QpState::rtr;
+        a.qp_state = vr::RdmaQpState::rtr;
         a.path_mtu = std::min<uint32_t>(port_->active_mtu(), 3);   // 1024, as rxe on a 1500-byte link
         a.dest_qp_num = peer.qpn;
         a.rq_psn = peer.psn;
@@ -127,7 +127,7 @@ public:
                                         vr::attr_max_dest_rd_atomic | vr::attr_min_rnr_timer);
             !r)
             return "RTR: " + r.error().message;
-        a.qp_state = vr::QpState::rts;
+        a.qp_state = vr::RdmaQpState::rts;
         a.sq_psn = psn_;
         a.timeout = 14;
         a.retry_cnt = 7;
@@ -145,7 +145,7 @@ public:
     bool post(Op op, uint64_t wr_id, uint32_t local_off, uint32_t len, uint64_t raddr, uint32_t rkey, bool signaled,
               uint64_t add) {
         vfab::Sge s{reinterpret_cast<uint64_t>(buf_ + local_off), len, mr_.lkey};
-        vr::SendWr w;
+        vr::RdmaSendWr w;
         w.wr_id = wr_id;
         w.sg_list = &s;
         w.num_sge = 1;
@@ -169,7 +169,7 @@ public:
             for (uint64_t off = 0; off < len_; off += 4096) blocks_.push_back(reinterpret_cast<uint64_t>(buf_) + off);
         }
         vr::RegMrInfo info{blocks_.data(), uint32_t(blocks_.size()), 4096, 0, kAllRemote, len, reinterpret_cast<uint64_t>(buf_)};
-        vr::SendWr w[2];
+        vr::RdmaSendWr w[2];
         w[0].opcode = vr::WrOpcode::reg_mr;
         w[0].mem_key = fast_key_;
         w[0].new_key = fast_key_ = vr::next_key(fast_key_);
@@ -182,7 +182,7 @@ public:
         vr::Wc wc;
         int n = 0;
         for (int spins = 0; n == 0 && spins < 1000000; ++spins) n = cq_->poll(std::span(&wc, 1));
-        return n == 1 && wc.status == vr::WcStatus::success;
+        return n == 1 && wc.status == vr::RdmaWcStatus::success;
     }
     bool post_recv(uint64_t wr_id, uint32_t local_off, uint32_t len) {
         vfab::Sge s{reinterpret_cast<uint64_t>(buf_ + local_off), len, mr_.lkey};
@@ -196,8 +196,8 @@ public:
         const int k = cq_->poll(std::span(wc, size_t(std::min(n, 64))));
         for (int i = 0; i < k; ++i) {
             out[i].wr_id = wc[i].wr_id;
-            out[i].ok = wc[i].status == vr::WcStatus::success;
-            out[i].recv = wc[i].opcode == vr::WcOpcode::recv || wc[i].opcode == vr::WcOpcode::recv_rdma_with_imm;
+            out[i].ok = wc[i].status == vr::RdmaWcStatus::success;
+            out[i].recv = wc[i].opcode == vr::RdmaWcOpcode::recv || wc[i].opcode == vr::RdmaWcOpcode::recv_rdma_with_imm;
             if (!out[i].ok) out[i].status = vr::to_string(wc[i].status);
         }
         return k;

@@ -71,7 +71,7 @@ void make_side(Side& s, Port& port, size_t bytes) {
     auto cq = port.create_cq(4096);
     if (!cq) die(cq.error().message);
     s.cq = *cq;
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.qp_type = QpType::rc;
     ia.send_cq = ia.recv_cq = s.cq;
     ia.cap.max_send_wr = 1024;
@@ -88,10 +88,10 @@ void make_side(Side& s, Port& port, size_t bytes) {
 // INIT -> RTR -> RTS towards `peer`, as an application does it.
 void connect(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn) {
     QpAttr a;
-    a.qp_state = QpState::init;
+    a.qp_state = RdmaQpState::init;
     a.qp_access_flags = kAllRemote;
     if (auto r = me.qp->modify(a, attr_state | attr_pkey_index | attr_port | attr_access_flags); !r) die(r.error().message);
-    a.qp_state = QpState::rtr;
+    a.qp_state = RdmaQpState::rtr;
     a.path_mtu = 3;   // 1024
     a.dest_qp_num = peer.qp->qp_num();
     a.rq_psn = peer_psn;
@@ -102,7 +102,7 @@ void connect(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn) {
                                       attr_max_dest_rd_atomic | attr_min_rnr_timer);
         !r)
         die(r.error().message);
-    a.qp_state = QpState::rts;
+    a.qp_state = RdmaQpState::rts;
     a.sq_psn = my_psn;
     a.timeout = 14;
     a.retry_cnt = 7;
@@ -119,8 +119,8 @@ void connect(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn) {
 // The counted calls (callgrind collects inside these only). Outside the anonymous namespace and
 // never inlined, so that their names survive as they are.
 extern "C" {
-__attribute__((noinline)) PostResult counted_post_send(Qp* qp, const SendWr* wr) { return qp->post_send(std::span(wr, 1)); }
-__attribute__((noinline)) PostResult counted_post_send_list(Qp* qp, const SendWr* wr, size_t n) {
+__attribute__((noinline)) PostResult counted_post_send(Qp* qp, const RdmaSendWr* wr) { return qp->post_send(std::span(wr, 1)); }
+__attribute__((noinline)) PostResult counted_post_send_list(Qp* qp, const RdmaSendWr* wr, size_t n) {
     return qp->post_send(std::span(wr, n));
 }
 __attribute__((noinline)) int counted_requester_poll(Cq* cq, Wc* wc, size_t n) { return cq->poll(std::span(wc, n)); }
@@ -167,7 +167,7 @@ struct VerbsEnds {
 // Sends `n` messages A -> B; the number completed (n unless something failed).
 uint64_t transfer(const Run& r, Side& a, Side& b, VerbsEnds& v, uint64_t n) {
     Sge s{reinterpret_cast<uint64_t>(a.mem.data()), r.size, a.mr.lkey};
-    SendWr w;
+    RdmaSendWr w;
     w.sg_list = &s;
     w.num_sge = 1;
     w.opcode = r.send ? WrOpcode::send : WrOpcode::rdma_write;
@@ -227,14 +227,14 @@ uint64_t transfer(const Run& r, Side& a, Side& b, VerbsEnds& v, uint64_t n) {
         }
         int k = poll_a(wc, 64);
         for (int i = 0; i < k; ++i) {
-            if (wc[i].status != WcStatus::success) die(std::string("completion: ") + to_string(wc[i].status));
+            if (wc[i].status != RdmaWcStatus::success) die(std::string("completion: ") + to_string(wc[i].status));
             completed = wc[i].wr_id + 1;
         }
         bool work = k > 0;
         if (r.send) {
             const int m = poll_b(wc, 64);
             for (int i = 0; i < m; ++i)
-                if (wc[i].status != WcStatus::success) die(std::string("receive: ") + to_string(wc[i].status));
+                if (wc[i].status != RdmaWcStatus::success) die(std::string("receive: ") + to_string(wc[i].status));
             if (m > 0) {
                 received += uint64_t(m);
                 repost(size_t(m));
@@ -268,7 +268,7 @@ uint64_t regmr_cycles(const Run& r, Side& a, uint64_t n) {
     std::vector<uint64_t> blocks((r.size + 4095) / 4096);
     for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = base + (r.scattered ? blocks.size() - 1 - i : i) * 4096;
     RegMrInfo info{blocks.data(), uint32_t(blocks.size()), 4096, 0, kAllRemote, r.size, 0x10000000};
-    SendWr w[2];
+    RdmaSendWr w[2];
     w[0].opcode = WrOpcode::reg_mr;
     w[0].reg = &info;
     w[1].opcode = WrOpcode::local_inv;
@@ -283,7 +283,7 @@ uint64_t regmr_cycles(const Run& r, Side& a, uint64_t n) {
         int k = 0;
         while ((k = counted_requester_poll(a.cq, wc, 4)) == 0) {
         }
-        if (wc[0].status != WcStatus::success) die(std::string("LOCAL_INV: ") + to_string(wc[0].status));
+        if (wc[0].status != RdmaWcStatus::success) die(std::string("LOCAL_INV: ") + to_string(wc[0].status));
         done += uint64_t(k);
     }
     return done;

@@ -13,30 +13,30 @@ using namespace wire;
 
 namespace {
 
-WcOpcode wc_opcode(WrOpcode op) {
+RdmaWcOpcode wc_opcode(WrOpcode op) {
     switch (op) {
     case WrOpcode::rdma_write:
-    case WrOpcode::rdma_write_with_imm: return WcOpcode::rdma_write;
-    case WrOpcode::rdma_read: return WcOpcode::rdma_read;
-    case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
-    case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
-    case WrOpcode::masked_atomic_cmp_and_swp: return WcOpcode::masked_comp_swap;
-    case WrOpcode::masked_atomic_fetch_and_add: return WcOpcode::masked_fetch_add;
-    case WrOpcode::local_inv: return WcOpcode::local_inv;
-    case WrOpcode::bind_mw: return WcOpcode::bind_mw;
-    case WrOpcode::reg_mr: return WcOpcode::reg_mr;
-    default: return WcOpcode::send;
+    case WrOpcode::rdma_write_with_imm: return RdmaWcOpcode::rdma_write;
+    case WrOpcode::rdma_read: return RdmaWcOpcode::rdma_read;
+    case WrOpcode::atomic_cmp_and_swp: return RdmaWcOpcode::comp_swap;
+    case WrOpcode::atomic_fetch_and_add: return RdmaWcOpcode::fetch_add;
+    case WrOpcode::masked_atomic_cmp_and_swp: return RdmaWcOpcode::masked_comp_swap;
+    case WrOpcode::masked_atomic_fetch_and_add: return RdmaWcOpcode::masked_fetch_add;
+    case WrOpcode::local_inv: return RdmaWcOpcode::local_inv;
+    case WrOpcode::bind_mw: return RdmaWcOpcode::bind_mw;
+    case WrOpcode::reg_mr: return RdmaWcOpcode::reg_mr;
+    default: return RdmaWcOpcode::send;
     }
 }
 
 // The completion status of a NAK (9.7.5.2.3 - 9.7.5.2.5).
-WcStatus nak_status(uint8_t syndrome) {
+RdmaWcStatus nak_status(uint8_t syndrome) {
     switch (syndrome) {
-    case aeth::kNakInvalidRequest: return WcStatus::rem_inv_req_err;
-    case aeth::kNakRemoteAccessError: return WcStatus::rem_access_err;
-    case aeth::kNakRemoteOperationalError: return WcStatus::rem_op_err;
-    case aeth::kNakInvalidRdRequest: return WcStatus::rem_inv_rd_req_err;
-    default: return WcStatus::bad_resp_err;
+    case aeth::kNakInvalidRequest: return RdmaWcStatus::rem_inv_req_err;
+    case aeth::kNakRemoteAccessError: return RdmaWcStatus::rem_access_err;
+    case aeth::kNakRemoteOperationalError: return RdmaWcStatus::rem_op_err;
+    case aeth::kNakInvalidRdRequest: return RdmaWcStatus::rem_inv_rd_req_err;
+    default: return RdmaWcStatus::bad_resp_err;
     }
 }
 
@@ -63,7 +63,7 @@ void Completer::arm_retry(uint64_t now) noexcept {
 void Completer::flush() noexcept {
     for (; sq_.head != sq_.tail; ++sq_.head) {
         SendWqe& w = sq_.at(sq_.head);
-        if (!w.done) w.status = WcStatus::wr_flush_err;
+        if (!w.done) w.status = RdmaWcStatus::wr_flush_err;
         complete(w);
     }
     sq_.next = sq_.tail;
@@ -71,7 +71,7 @@ void Completer::flush() noexcept {
 }
 
 void Completer::complete(const SendWqe& w) noexcept {
-    if (!w.signaled && w.status == WcStatus::success) return;
+    if (!w.signaled && w.status == RdmaWcStatus::success) return;
     Wc wc;
     wc.wr_id = w.wr.wr_id;
     wc.status = w.status;
@@ -102,7 +102,7 @@ void Completer::retire() noexcept {
 }
 
 // The first WR not completed fails with `st`; the queue pair goes to the error state.
-void Completer::fail_head(WcStatus st, uint32_t vendor_err) noexcept {
+void Completer::fail_head(RdmaWcStatus st, uint32_t vendor_err) noexcept {
     for (uint32_t i = sq_.head; i != sq_.tail; ++i) {
         SendWqe& w = sq_.at(i);
         if (w.done) continue;
@@ -167,7 +167,7 @@ void Completer::retry_on_response(uint32_t psn) noexcept {
 void Completer::retry_from(uint32_t psn, bool count) noexcept {
     if (count) {
         if (s_.retries_left == 0) {
-            fail_head(WcStatus::retry_exc_err, 0);
+            fail_head(RdmaWcStatus::retry_exc_err, 0);
             return;
         }
         --s_.retries_left;
@@ -211,7 +211,7 @@ void Completer::on_timer(uint64_t now) noexcept {
 // ---- responses ----------------------------------------------------------------------------------------
 
 void Completer::on_response(const Packet& p) noexcept {
-    if (c_.state != QpState::rts && c_.state != QpState::sqd) return;
+    if (c_.state != RdmaQpState::rts && c_.state != RdmaQpState::sqd) return;
     if (psn_diff(p.psn, qp_.req_.next_psn()) >= 0) return;   // answers a PSN never sent
     switch (p.opcode) {
     case op::acknowledge: on_aeth(p); break;
@@ -236,7 +236,7 @@ void Completer::on_aeth(const Packet& p) noexcept {
         if (s_.rnr_deadline && p.psn == s_.rnr_psn) return;
         if (c_.attr.rnr_retry != 7) {
             if (s_.rnr_left == 0) {
-                fail_head(WcStatus::rnr_retry_exc_err, syn);
+                fail_head(RdmaWcStatus::rnr_retry_exc_err, syn);
                 return;
             }
             --s_.rnr_left;
@@ -290,7 +290,7 @@ void Completer::on_read_response(const Packet& p) noexcept {
     const uint32_t end = offset + p.payload_len;
     if (p.payload_len > c_.mtu || (!last && p.payload_len != c_.mtu) || end > w->length ||
         (p.payload_len != c_.mtu && end != w->length)) {
-        fail_head(WcStatus::bad_resp_err, 0);
+        fail_head(RdmaWcStatus::bad_resp_err, 0);
         return;
     }
     copy_to_segments(sq_.segments(*w), w->nseg, offset, p.payload, p.payload_len);

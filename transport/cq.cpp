@@ -69,7 +69,7 @@ bool CqImpl::push(const Wc& wc, bool solicited) noexcept {
         return false;
     }
     ring_[tail_++ & (ring_.size() - 1)] = wc;
-    if (!solicited_only_ || solicited || wc.status != WcStatus::success) channel_.notify();
+    if (!solicited_only_ || solicited || wc.status != RdmaWcStatus::success) channel_.notify();
     return true;
 }
 

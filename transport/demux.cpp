@@ -60,8 +60,8 @@ bool PortImpl::deliver_multicast(const Packet& p, const QpImpl* sender) noexcept
 // The queue pair's checks, then its role: a response to the completer, a request to the
 // responder, a datagram to the responder of a UD queue pair.
 bool QpImpl::on_packet(const Packet& p) noexcept {
-    const QpState st = c_.state;
-    if (st == QpState::reset || st == QpState::init || st == QpState::error) return false;
+    const RdmaQpState st = c_.state;
+    if (st == RdmaQpState::reset || st == RdmaQpState::init || st == RdmaQpState::error) return false;
     if (c_.type == QpType::ud) return p.info.has(has_deth) && resp_.on_datagram(p);
     if (p.info.has(has_deth)) return false;   // a UD opcode to a connected queue pair
     // RC, UC and XRC opcodes do not mix: each queue pair takes its own transport's (as rxe).

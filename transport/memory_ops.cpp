@@ -9,19 +9,19 @@
 
 namespace vfab::rdma::detail {
 
-PostResult Requester::post_memory_wr(const SendWr& wr, bool type1_bind) noexcept {
+PostResult Requester::post_memory_wr(const RdmaSendWr& wr, bool type1_bind) noexcept {
     if (c_.type != QpType::rc) return {EINVAL, 0};
     if (sq.full()) return {ENOMEM, 0};
     SendWqe& w = sq.prepare(wr, c_.sq_sig_all || (wr.send_flags & wr_signaled));   // REG_MR's list is read now, not kept
     ++sq.tail;
-    if (c_.state == QpState::error) {
+    if (c_.state == RdmaQpState::error) {
         qp_.flush();
         return {0, 1};
     }
     const bool deferred = wr.opcode == WrOpcode::local_inv && (wr.send_flags & wr_fence);
     if (!deferred) {
         execute_memory_wr(w, wr, type1_bind);
-        if (w.status != WcStatus::success) {
+        if (w.status != RdmaWcStatus::success) {
             qp_.to_error();
             return {0, 1};
         }
@@ -30,7 +30,7 @@ PostResult Requester::post_memory_wr(const SendWr& wr, bool type1_bind) noexcept
     return {0, 1};
 }
 
-void Requester::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind) noexcept {
+void Requester::execute_memory_wr(SendWqe& w, const RdmaSendWr& wr, bool type1_bind) noexcept {
     w.started = true;   // in place: retransmissions walk past it
     w.done = true;
     dma::ProtectionDomain& pd = c_.port.pd();
@@ -38,7 +38,7 @@ void Requester::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind)
     switch (wr.opcode) {
     case WrOpcode::local_inv:
         st = pd.invalidate(wr.imm_data, c_.qpn);
-        if (st != dma::MrStatus::ok) w.status = WcStatus::loc_qp_op_err;
+        if (st != dma::MrStatus::ok) w.status = RdmaWcStatus::loc_qp_op_err;
         break;
     case WrOpcode::bind_mw:
         // Type 1 windows through Qp::bind_mw, type 2B through a BIND_MW WR (tied to this QP).
@@ -47,10 +47,10 @@ void Requester::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind)
         else
             st = pd.bind_window(wr.bind.mr_key, wr.mem_key, wr.new_key, wr.bind.addr, wr.bind.length,
                                 dma::Access(wr.bind.access), type1_bind ? 0 : c_.qpn);
-        if (st != dma::MrStatus::ok) w.status = WcStatus::mw_bind_err;
+        if (st != dma::MrStatus::ok) w.status = RdmaWcStatus::mw_bind_err;
         break;
     case WrOpcode::reg_mr: fast_register(w, wr); return;
-    default: w.status = WcStatus::loc_qp_op_err; return;
+    default: w.status = RdmaWcStatus::loc_qp_op_err; return;
     }
     if (st != dma::MrStatus::ok) w.vendor_err = kVendorErrMemory | uint32_t(st);
 }
@@ -58,10 +58,10 @@ void Requester::execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind)
 // Blocks that follow each other make one run of memory, whatever their number; scattered ones
 // are kept in the MR's block map, at most the max_blocks it was allocated with
 // (kVendorErrTooManyBlocks). Every byte the MR covers must lie in memory the domain maps.
-void Requester::fast_register(SendWqe& w, const SendWr& wr) noexcept {
+void Requester::fast_register(SendWqe& w, const RdmaSendWr& wr) noexcept {
     const RegMrInfo* r = wr.reg;
     auto fail = [&](uint32_t why) {
-        w.status = WcStatus::loc_qp_op_err;
+        w.status = RdmaWcStatus::loc_qp_op_err;
         w.vendor_err = why;
     };
     if (!r || !r->blocks || r->num_blocks == 0 || r->block_size == 0 || r->first_offset >= r->block_size ||
@@ -88,11 +88,11 @@ void Requester::fast_register(SendWqe& w, const SendWr& wr) noexcept {
 Result<uint32_t> QpImpl::bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64_t wr_id, uint32_t send_flags) {
     auto g = c_.port.guard();
     if (destroyed) return Error{ENODEV, "bind_mw: the queue pair was destroyed"};
-    if (c_.state != QpState::rts && c_.state != QpState::error)
+    if (c_.state != RdmaQpState::rts && c_.state != RdmaQpState::error)
         return Error{EINVAL, str_cat("bind_mw: the queue pair is in ", to_string(c_.state), "; bind windows in RTS")};
     if (c_.port.pd().table().window_type(mw_key) != dma::WindowType::type1)
         return Error{EINVAL, "bind_mw binds a current type 1 window key; bind a type 2 window with a BIND_MW work request"};
-    SendWr w;
+    RdmaSendWr w;
     w.wr_id = wr_id;
     w.opcode = WrOpcode::bind_mw;
     w.send_flags = send_flags;

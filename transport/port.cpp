@@ -434,7 +434,7 @@ Result<Cq*> PortImpl::create_cq(uint32_t cqe) {
     return cqs_.back().get();
 }
 
-Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
+Result<Qp*> PortImpl::create_qp(const RdmaQpInitAttr& a) {
     Guard g(*this);
     if (a.qp_type == QpType::raw_packet) return create_raw_packet_qp(a);
     auto mine = [&](Cq* c) { return owns(cqs_, c); };
@@ -458,7 +458,7 @@ Result<Qp*> PortImpl::create_qp(const QpInitAttr& a) {
     if (a.create_flags & ~uint32_t(qp_create_block_self_mcast_lb))
         return Error{EINVAL, str_cat("create_qp: create_flags 0x", std::hex, a.create_flags & ~uint32_t(qp_create_block_self_mcast_lb),
                                      " are not supported (block_self_mcast_lb is)")};
-    const QpCapsRdma& c = a.cap;
+    const RdmaQpCaps& c = a.cap;
     const bool own_rq = !a.srq && !ini && !tgt;
     if (c.max_send_wr == 0 || c.max_send_wr > kMaxQpWr || (own_rq && (c.max_recv_wr == 0 || c.max_recv_wr > kMaxQpWr)) ||
         c.max_send_sge == 0 || c.max_send_sge > kMaxSge || (own_rq && (c.max_recv_sge == 0 || c.max_recv_sge > kMaxSge)) ||

@@ -31,7 +31,7 @@ public:
     uint32_t active_mtu() const noexcept override { return active_mtu_; }
     dma::ProtectionDomain& pd() override { return link_->pd(); }
     Result<Cq*> create_cq(uint32_t cqe) override;
-    Result<Qp*> create_qp(const QpInitAttr& attr) override;
+    Result<Qp*> create_qp(const RdmaQpInitAttr& attr) override;
     Result<Flow*> create_flow(Qp* qp, const FlowRule& rule) override;
     void flows_changed() noexcept;   // a flow made or destroyed: the counts steer() looks at
     Result<AddressHandle*> create_ah(const AhAttr& attr) override;
@@ -157,7 +157,7 @@ private:
     std::vector<std::unique_ptr<RawPacketQp>> raw_qps_;
     std::vector<std::unique_ptr<FlowImpl>> flows_;
     uint32_t live_flows_ = 0, sniffers_ = 0;
-    Result<Qp*> create_raw_packet_qp(const QpInitAttr& a);
+    Result<Qp*> create_raw_packet_qp(const RdmaQpInitAttr& a);
     void sniff(const uint8_t* f, uint32_t len) noexcept;   // a copy to each sniffer
     std::vector<CqImpl*> overran_cqs_;
     void fail_overrun_cqs() noexcept;

@@ -29,7 +29,7 @@ class QpImpl;
 
 // A send WR as the requester keeps it until it completes.
 struct SendWqe {
-    SendWr wr;
+    RdmaSendWr wr;
     uint32_t seg0 = 0, nseg = 0;   // its segments in the send queue's
     uint32_t length = 0;
     uint32_t first_psn = 0;        // RC: the PSNs it occupies
@@ -38,7 +38,7 @@ struct SendWqe {
     bool started = false;
     bool done = false;
     bool signaled = false;
-    WcStatus status = WcStatus::success;
+    RdmaWcStatus status = RdmaWcStatus::success;
     uint32_t vendor_err = 0;
 };
 
@@ -60,18 +60,18 @@ struct Resource {
 
 // What every role reads: what the queue pair was made with, its attributes and state, its peer.
 struct QpContext {
-    QpContext(PortImpl& port, uint32_t qpn, const QpInitAttr& a);
+    QpContext(PortImpl& port, uint32_t qpn, const RdmaQpInitAttr& a);
 
     QpPort port;
     const QpType type;
     const uint32_t qpn;
     CqImpl* const scq;
     CqImpl* const rcq;
-    const QpCapsRdma cap;
+    const RdmaQpCaps cap;
     const bool sq_sig_all;
     const uint32_t create_flags;
     const uint16_t src_port;   // UDP source port of its packets (A17.2.1: entropy)
-    QpState state = QpState::reset;
+    RdmaQpState state = RdmaQpState::reset;
     QpAttr attr;
     uint32_t mtu = 1024;       // bytes, from RTR
     struct Peer {              // the peer of a connected queue pair, from RTR
@@ -103,7 +103,7 @@ public:
     bool full() const noexcept { return tail - head == wqes_.size(); }
     // The slot at `tail` made ready for `wr` (the caller then advances tail). The WR's pointers
     // are dropped: what they point to is read during the post only.
-    SendWqe& prepare(const SendWr& wr, bool signaled) noexcept;
+    SendWqe& prepare(const RdmaSendWr& wr, bool signaled) noexcept;
     // The end of the WRs with packets on the wire: next, or one past it while the WR there is
     // part sent (a long READ goes out a window of responses at a time).
     uint32_t sent_end() const noexcept { return next != tail && at(next).started ? next + 1 : next; }
@@ -127,8 +127,8 @@ public:
         s_ = {};
     }
     void start(uint32_t sq_psn) noexcept { s_.next_psn = sq_psn; }   // RTR -> RTS
-    PostResult post(const SendWr& wr) noexcept;
-    PostResult post_memory_wr(const SendWr& wr, bool type1_bind) noexcept;   // memory_ops.cpp
+    PostResult post(const RdmaSendWr& wr) noexcept;
+    PostResult post_memory_wr(const RdmaSendWr& wr, bool type1_bind) noexcept;   // memory_ops.cpp
     void pump() noexcept;   // sends what waits, as send buffers allow
     void on_arp_change() noexcept;
     // The completer goes back: WR `index` and what follows go again from PSN `psn`.
@@ -141,8 +141,8 @@ private:
     bool resolve_peer() noexcept;
     bool send_rc_packet(SendWqe& w) noexcept;
     bool send_ud_packet(SendWqe& w) noexcept;
-    void execute_memory_wr(SendWqe& w, const SendWr& wr, bool type1_bind) noexcept;
-    void fast_register(SendWqe& w, const SendWr& wr) noexcept;
+    void execute_memory_wr(SendWqe& w, const RdmaSendWr& wr, bool type1_bind) noexcept;
+    void fast_register(SendWqe& w, const RdmaSendWr& wr) noexcept;
 
     QpImpl& qp_;
     QpContext& c_;
@@ -168,7 +168,7 @@ public:
     bool retry_armed() const noexcept { return s_.retry_deadline != 0; }
     void retire() noexcept;   // completed WRs leave the queue, in order
     // The first WR not completed fails with `st`; the queue pair goes to the error state.
-    void fail_head(WcStatus st, uint32_t vendor_err) noexcept;
+    void fail_head(RdmaWcStatus st, uint32_t vendor_err) noexcept;
     void flush() noexcept;    // every WR left completes, flushed
     void complete(const SendWqe& w) noexcept;
 
@@ -212,9 +212,9 @@ public:
         copy_to_segments(rq_->segments(cur_), current().nseg, offset, from, len);
     }
     // The current WR completes; error() completes one not taken (its wr_id).
-    void complete(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
+    void complete(RdmaWcStatus st, RdmaWcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
                   bool se) noexcept;
-    void error(uint64_t wr_id, WcStatus st) noexcept;
+    void error(uint64_t wr_id, RdmaWcStatus st) noexcept;
     void flush() noexcept;
     bool select_xrc_srq(const Packet& p) noexcept;   // XRC: the SRQ the message names (xrc.cpp)
     CqImpl* cq() const noexcept;
@@ -300,16 +300,16 @@ private:
 
 class QpImpl final : public Qp {
 public:
-    QpImpl(PortImpl& port, uint32_t qpn, const QpInitAttr& a);
+    QpImpl(PortImpl& port, uint32_t qpn, const RdmaQpInitAttr& a);
     Result<void> init();
 
     Result<void> modify(const QpAttr& attr, uint32_t mask) override;
     QpAttr query() const override;
-    PostResult post_send(std::span<const SendWr> wrs) noexcept override;
+    PostResult post_send(std::span<const RdmaSendWr> wrs) noexcept override;
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
     uint32_t qp_num() const noexcept override { return c_.qpn; }
     QpType type() const noexcept override { return c_.type; }
-    QpState state() const noexcept override { return c_.state; }
+    RdmaQpState state() const noexcept override { return c_.state; }
     Result<uint32_t> bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64_t wr_id, uint32_t send_flags) override;
     Result<void> attach_mcast(const Gid& gid, uint16_t lid) override;
     Result<void> detach_mcast(const Gid& gid, uint16_t lid) override;

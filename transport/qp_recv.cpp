@@ -45,7 +45,7 @@ bool QpRecvQueue::take() noexcept {
     return true;
 }
 
-void QpRecvQueue::complete(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
+void QpRecvQueue::complete(RdmaWcStatus st, RdmaWcOpcode op, uint32_t byte_len, uint32_t flags, uint32_t imm, uint32_t src_qp,
                            bool se) noexcept {
     Wc wc;
     wc.wr_id = rq_->wqe(cur_).wr_id;
@@ -61,11 +61,11 @@ void QpRecvQueue::complete(WcStatus st, WcOpcode op, uint32_t byte_len, uint32_t
     cq()->push(wc, se);
 }
 
-void QpRecvQueue::error(uint64_t wr_id, WcStatus st) noexcept {
+void QpRecvQueue::error(uint64_t wr_id, RdmaWcStatus st) noexcept {
     Wc wc;
     wc.wr_id = wr_id;
     wc.status = st;
-    wc.opcode = WcOpcode::recv;
+    wc.opcode = RdmaWcOpcode::recv;
     wc.qp_num = c_.qpn;
     cq()->push(wc, false);
 }
@@ -77,7 +77,7 @@ void QpRecvQueue::flush() noexcept {
         const uint64_t wr_id = rq_->wqe(cur_).wr_id;
         rq_->release(cur_);
         cur_ = RecvQueue::kNone;
-        error(wr_id, WcStatus::wr_flush_err);
+        error(wr_id, RdmaWcStatus::wr_flush_err);
     };
     if (cur_ != RecvQueue::kNone) flush_one();
     if (c_.type == QpType::xrc_recv) return;   // its SRQs' other WRs stay for the domain's other QPs

@@ -8,7 +8,7 @@ namespace vfab::rdma::detail {
 
 using namespace wire;
 
-QpContext::QpContext(PortImpl& port, uint32_t qpn, const QpInitAttr& a)
+QpContext::QpContext(PortImpl& port, uint32_t qpn, const RdmaQpInitAttr& a)
     : port(port), type(a.qp_type), qpn(qpn), scq(static_cast<CqImpl*>(a.send_cq)), rcq(static_cast<CqImpl*>(a.recv_cq)),
       cap(a.cap), sq_sig_all(a.sq_sig_all), create_flags(a.create_flags),
       src_port(uint16_t(kRoceSourcePortBase | (qpn & 0x3FFF))) {}
@@ -26,7 +26,7 @@ void QpContext::fill_common(PacketHeader& h) const noexcept {
     h.uc = type == QpType::uc;
 }
 
-QpImpl::QpImpl(PortImpl& port, uint32_t qpn, const QpInitAttr& a)
+QpImpl::QpImpl(PortImpl& port, uint32_t qpn, const RdmaQpInitAttr& a)
     : c_(port, qpn, a), rq_(*this, c_, static_cast<SrqImpl*>(a.srq), static_cast<XrcdImpl*>(a.xrcd)), req_(*this, c_),
       comp_(*this, c_, req_.sq), resp_(*this, c_, rq_) {}
 
@@ -43,7 +43,7 @@ Result<void> QpImpl::destroy() {
     auto g = c_.port.guard();
     if (destroyed) return Error{ENODEV, "queue pair already destroyed"};
     destroyed = true;
-    c_.state = QpState::reset;
+    c_.state = RdmaQpState::reset;
     c_.port.leave_all(this);
     rq_.detach();
     if (c_.scq) --c_.scq->users;
@@ -62,7 +62,7 @@ QpAttr QpImpl::query() const {
 
 Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
     if (destroyed) return Error{ENODEV, "modify_qp: the queue pair was destroyed"};
-    const QpState to = mask & attr_state ? a.qp_state : c_.state;
+    const RdmaQpState to = mask & attr_state ? a.qp_state : c_.state;
     if ((mask & attr_cur_state) && a.qp_state != c_.state && !(mask & attr_state))
         return Error{EINVAL, str_cat("modify_qp: the queue pair is in ", to_string(c_.state), ", not as cur_qp_state says")};
     auto need = [&](uint32_t bits, const char* names) -> Result<void> {
@@ -89,36 +89,36 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
     if ((mask & attr_max_qp_rd_atomic) && a.max_rd_atomic > kMaxRdAtomic)
         return Error{EINVAL, str_cat("modify_qp: max_rd_atomic is at most ", kMaxRdAtomic)};
     if (!(mask & attr_state)) return {};
-    if (to == QpState::reset || to == QpState::error) return {};
+    if (to == RdmaQpState::reset || to == RdmaQpState::error) return {};
     switch (c_.state) {
-    case QpState::reset:
-        if (to != QpState::init) break;
+    case RdmaQpState::reset:
+        if (to != RdmaQpState::init) break;
         return rc ? need(attr_pkey_index | attr_port | attr_access_flags, "pkey_index, port and qp_access_flags")
                   : need(attr_pkey_index | attr_port | attr_qkey, "pkey_index, port and qkey");
     // An XRC sender has no responder (no max_dest_rd_atomic or min_rnr_timer to give) and an XRC
     // receiver no requester (no retry counts or max_rd_atomic); UC neither answers READs nor
     // acknowledges nor retries: the kernel's table has them need only the rest.
-    case QpState::init:
-        if (to == QpState::init) return {};
-        if (to != QpState::rtr) break;
+    case RdmaQpState::init:
+        if (to == RdmaQpState::init) return {};
+        if (to != RdmaQpState::rtr) break;
         if (c_.type == QpType::xrc_send || c_.type == QpType::uc)
             return need(attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn, "ah_attr, path_mtu, dest_qp_num and rq_psn");
         return rc ? need(attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn | attr_max_dest_rd_atomic |
                              attr_min_rnr_timer,
                          "ah_attr, path_mtu, dest_qp_num, rq_psn, max_dest_rd_atomic and min_rnr_timer")
                   : Result<void>{};
-    case QpState::rtr:
-        if (to != QpState::rts) break;
+    case RdmaQpState::rtr:
+        if (to != RdmaQpState::rts) break;
         if (c_.type == QpType::xrc_recv) return need(attr_sq_psn | attr_timeout, "sq_psn and timeout");
         return c_.reliable() ? need(attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry | attr_max_qp_rd_atomic,
                                  "sq_psn, timeout, retry_cnt, rnr_retry and max_rd_atomic")
                           : need(attr_sq_psn, "sq_psn");
-    case QpState::rts:
-    case QpState::sqd:
-    case QpState::sqe:
-        if (to == QpState::rts || to == QpState::sqd) return {};
+    case RdmaQpState::rts:
+    case RdmaQpState::sqd:
+    case RdmaQpState::sqe:
+        if (to == RdmaQpState::rts || to == RdmaQpState::sqd) return {};
         break;
-    case QpState::error: break;
+    case RdmaQpState::error: break;
     }
     return Error{EINVAL, str_cat("modify_qp: ", to_string(c_.state), " -> ", to_string(to),
                                  " is not a transition of the QP state machine (IB spec 10.3.1)")};
@@ -145,16 +145,16 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
     if (mask & attr_dest_qpn) at.dest_qp_num = a.dest_qp_num & kQpnMask;
     if (!(mask & attr_state)) return {};
 
-    const QpState to = a.qp_state;
-    if (to == QpState::error) {
+    const RdmaQpState to = a.qp_state;
+    if (to == RdmaQpState::error) {
         to_error();
         return {};
     }
-    if (to == QpState::reset) {
+    if (to == RdmaQpState::reset) {
         reset();
         return {};
     }
-    if (to == QpState::rtr && c_.state == QpState::init) {
+    if (to == RdmaQpState::rtr && c_.state == RdmaQpState::init) {
         c_.mtu = mtu_bytes(c_.connected() ? at.path_mtu : c_.port.active_mtu());
         resp_.start(at.rq_psn);
         if (c_.connected()) {
@@ -163,12 +163,12 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
             c_.peer.known = c_.port.resolve(c_.peer.ip, c_.peer.mac, failed);   // ARP now, before the first send
         }
     }
-    if (to == QpState::rts && c_.state == QpState::rtr) {
+    if (to == RdmaQpState::rts && c_.state == RdmaQpState::rtr) {
         req_.start(at.sq_psn);
         comp_.start(at.sq_psn);
     }
     c_.state = to;
-    if (c_.state == QpState::rts) ready();
+    if (c_.state == RdmaQpState::rts) ready();
     return {};
 }
 
@@ -179,13 +179,13 @@ void QpImpl::reset() noexcept {
     resp_.reset();
     rq_.reset();
     c_.peer = {};
-    c_.state = QpState::reset;
+    c_.state = RdmaQpState::reset;
 }
 
 // ---- the error state ------------------------------------------------------------------------------
 
 void QpImpl::to_error() noexcept {
-    c_.state = QpState::error;
+    c_.state = RdmaQpState::error;
     comp_.stop_timers();
     resp_.stop();
     flush();
@@ -208,14 +208,14 @@ void QpImpl::raise_event(AsyncEventType type) noexcept {
 // affiliated asynchronous error (IB spec 11.6.3.1, "local work queue catastrophic error"), and
 // the queue pair stops (as rxe's responder does on a full CQ).
 void QpImpl::cq_overran() noexcept {
-    if (c_.state == QpState::error || c_.state == QpState::reset) return;
+    if (c_.state == RdmaQpState::error || c_.state == RdmaQpState::reset) return;
     raise_event(AsyncEventType::qp_fatal);
     to_error();
 }
 
 // ---- posting and the port's calls ----------------------------------------------------------------
 
-PostResult QpImpl::post_send(std::span<const SendWr> wrs) noexcept {
+PostResult QpImpl::post_send(std::span<const RdmaSendWr> wrs) noexcept {
     auto g = c_.port.guard();
     if (destroyed) return {ENODEV, 0};
     uint32_t i = 0;
@@ -232,19 +232,19 @@ PostResult QpImpl::post_recv(std::span<const RecvWr> wrs) noexcept {
     auto g = c_.port.guard();
     if (destroyed) return {ENODEV, 0};
     // With an SRQ: Srq::post_recv; an XRC queue pair has no receive queue.
-    if (c_.state == QpState::reset || rq_.has_srq() || c_.is_xrc()) return {EINVAL, 0};
+    if (c_.state == RdmaQpState::reset || rq_.has_srq() || c_.is_xrc()) return {EINVAL, 0};
     uint32_t i = 0;
     for (; i < wrs.size(); ++i) {
         const RecvWr& wr = wrs[i];
         const RecvQueue::Post r = rq_.post(wr);
         if (r == RecvQueue::Post::too_many_sge) return {EINVAL, i};
         if (r == RecvQueue::Post::full) return {ENOMEM, i};
-        if (c_.state == QpState::error) {
+        if (c_.state == RdmaQpState::error) {
             if (r == RecvQueue::Post::ok) flush();
-            else rq_.error(wr.wr_id, WcStatus::wr_flush_err);
+            else rq_.error(wr.wr_id, RdmaWcStatus::wr_flush_err);
         } else if (r == RecvQueue::Post::bad_key) {
             // A bad key fails the WR and, as verbs has it, the queue pair (10.8.3.1).
-            rq_.error(wr.wr_id, WcStatus::loc_prot_err);
+            rq_.error(wr.wr_id, RdmaWcStatus::loc_prot_err);
             to_error();
         }
     }
@@ -253,12 +253,12 @@ PostResult QpImpl::post_recv(std::span<const RecvWr> wrs) noexcept {
 
 void QpImpl::pump() noexcept {
     if (destroyed || !resp_.pump()) return;
-    if (c_.state != QpState::rts || comp_.rnr_waiting()) return;
+    if (c_.state != RdmaQpState::rts || comp_.rnr_waiting()) return;
     req_.pump();
 }
 
 uint64_t QpImpl::deadline() const noexcept {
-    if (c_.state == QpState::error || c_.state == QpState::reset) return 0;
+    if (c_.state == RdmaQpState::error || c_.state == RdmaQpState::reset) return 0;
     return comp_.deadline();
 }
 

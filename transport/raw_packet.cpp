@@ -77,7 +77,7 @@ bool matches(const FlowRule& r, const FrameKeys& k) noexcept {
 
 // ---- the queue pair --------------------------------------------------------------------------------
 
-RawPacketQp::RawPacketQp(PortImpl& port, uint32_t qpn, const QpInitAttr& a)
+RawPacketQp::RawPacketQp(PortImpl& port, uint32_t qpn, const RdmaQpInitAttr& a)
     : port_(port),
       qpn_(qpn),
       scq_(static_cast<CqImpl*>(a.send_cq)),
@@ -98,16 +98,16 @@ Result<void> RawPacketQp::modify(const QpAttr& a, uint32_t mask) {
         port_num_ = a.port_num;
     }
     if (!(mask & attr_state)) return {};
-    const QpState from = state_, to = a.qp_state;
-    const bool ok = to == QpState::reset || to == QpState::error || (from == QpState::reset && to == QpState::init) ||
-                    (from == QpState::init && (to == QpState::init || to == QpState::rtr)) ||
-                    (from == QpState::rtr && to == QpState::rts) || (from == QpState::rts && to == QpState::rts);
+    const RdmaQpState from = state_, to = a.qp_state;
+    const bool ok = to == RdmaQpState::reset || to == RdmaQpState::error || (from == RdmaQpState::reset && to == RdmaQpState::init) ||
+                    (from == RdmaQpState::init && (to == RdmaQpState::init || to == RdmaQpState::rtr)) ||
+                    (from == RdmaQpState::rtr && to == RdmaQpState::rts) || (from == RdmaQpState::rts && to == RdmaQpState::rts);
     if (!ok)
         return Error{EINVAL, str_cat("modify_qp: ", to_string(from), " -> ", to_string(to),
                                      " is not a transition of a raw-packet queue pair (RESET, INIT, RTR, RTS; IB spec table 91)")};
-    if (to == QpState::error) {
+    if (to == RdmaQpState::error) {
         to_error();
-    } else if (to == QpState::reset) {
+    } else if (to == RdmaQpState::reset) {
         rq_head_ = rq_tail_ = 0;
         state_ = to;
     } else {
@@ -125,19 +125,19 @@ QpAttr RawPacketQp::query() const {
 }
 
 void RawPacketQp::to_error() noexcept {
-    state_ = QpState::error;
+    state_ = RdmaQpState::error;
     for (; rq_head_ != rq_tail_; ++rq_head_) {
         Wc wc;
         wc.wr_id = rq_[rq_head_ & (rq_.size() - 1)].wr_id;
-        wc.status = WcStatus::wr_flush_err;
-        wc.opcode = WcOpcode::recv;
+        wc.status = RdmaWcStatus::wr_flush_err;
+        wc.opcode = RdmaWcOpcode::recv;
         wc.qp_num = qpn_;
         rcq_->push(wc, false);
     }
 }
 
 void RawPacketQp::cq_overran() noexcept {
-    if (state_ == QpState::error || state_ == QpState::reset) return;
+    if (state_ == RdmaQpState::error || state_ == RdmaQpState::reset) return;
     AsyncEvent e;
     e.type = AsyncEventType::qp_fatal;
     e.qp = this;
@@ -151,33 +151,33 @@ PostResult RawPacketQp::post_recv(std::span<const RecvWr> wrs) noexcept {
     uint32_t i = 0;
     for (; i < wrs.size(); ++i) {
         const RecvWr& r = wrs[i];
-        if (state_ == QpState::reset || r.num_sge > cap_.max_recv_sge || (r.num_sge && !r.sg_list)) return {EINVAL, i};
+        if (state_ == RdmaQpState::reset || r.num_sge > cap_.max_recv_sge || (r.num_sge && !r.sg_list)) return {EINVAL, i};
         if (rq_tail_ - rq_head_ == rq_.size()) return {ENOMEM, i};
         const uint32_t slot = rq_tail_++ & uint32_t(rq_.size() - 1);
         rq_[slot] = {r.wr_id, r.num_sge};
         std::copy_n(r.sg_list, r.num_sge, &rq_sges_[size_t(slot) * cap_.max_recv_sge]);
     }
-    if (state_ == QpState::error) to_error();   // flushed at once, as any WR of a QP in error
+    if (state_ == RdmaQpState::error) to_error();   // flushed at once, as any WR of a QP in error
     return {0, i};
 }
 
 bool RawPacketQp::deliver(const uint8_t* frame, uint32_t len) noexcept {
-    if ((state_ != QpState::rtr && state_ != QpState::rts) || rq_head_ == rq_tail_) return false;
+    if ((state_ != RdmaQpState::rtr && state_ != RdmaQpState::rts) || rq_head_ == rq_tail_) return false;
     const uint32_t slot = rq_head_++ & uint32_t(rq_.size() - 1);
     const Sge* sges = &rq_sges_[size_t(slot) * cap_.max_recv_sge];
     Wc wc;
     wc.wr_id = rq_[slot].wr_id;
-    wc.opcode = WcOpcode::recv;
+    wc.opcode = RdmaWcOpcode::recv;
     wc.qp_num = qpn_;
     wc.byte_len = len;
     uint64_t room = 0;
     for (uint32_t s = 0; s < rq_[slot].nsge; ++s) room += sges[s].length;
-    if (room < len) wc.status = WcStatus::loc_len_err;
-    for (uint32_t s = 0, at = 0; s < rq_[slot].nsge && at < len && wc.status == WcStatus::success; ++s) {
+    if (room < len) wc.status = RdmaWcStatus::loc_len_err;
+    for (uint32_t s = 0, at = 0; s < rq_[slot].nsge && at < len && wc.status == RdmaWcStatus::success; ++s) {
         const uint32_t n = std::min(sges[s].length, len - at);
         const dma::Translation t = port_.mrs().translate_span(sges[s].lkey, sges[s].addr, n, dma::Access::local_write);
         if (t.status != dma::MrStatus::ok) {
-            wc.status = WcStatus::loc_prot_err;
+            wc.status = RdmaWcStatus::loc_prot_err;
             break;
         }
         copy_to(Segment::of(t, n), 0, frame + at, n);
@@ -187,13 +187,13 @@ bool RawPacketQp::deliver(const uint8_t* frame, uint32_t len) noexcept {
     return true;
 }
 
-PostResult RawPacketQp::post_send(std::span<const SendWr> wrs) noexcept {
+PostResult RawPacketQp::post_send(std::span<const RdmaSendWr> wrs) noexcept {
     PortImpl::Guard g(port_);
     if (destroyed) return {ENODEV, 0};
     uint32_t i = 0;
     for (; i < wrs.size(); ++i) {
-        const SendWr& wr = wrs[i];
-        if (state_ != QpState::rts || wr.opcode != WrOpcode::send || wr.num_sge > cap_.max_send_sge || (wr.num_sge && !wr.sg_list))
+        const RdmaSendWr& wr = wrs[i];
+        if (state_ != RdmaQpState::rts || wr.opcode != WrOpcode::send || wr.num_sge > cap_.max_send_sge || (wr.num_sge && !wr.sg_list))
             return port_.tx_flush(), PostResult{EINVAL, i};
         uint64_t total = 0;
         for (uint32_t s = 0; s < wr.num_sge; ++s) total += wr.sg_list[s].length;
@@ -204,11 +204,11 @@ PostResult RawPacketQp::post_send(std::span<const SendWr> wrs) noexcept {
         if (!buf) return port_.tx_flush(), PostResult{ENOMEM, i};
         Wc wc;
         wc.wr_id = wr.wr_id;
-        wc.opcode = WcOpcode::send;
+        wc.opcode = RdmaWcOpcode::send;
         wc.qp_num = qpn_;
         wc.byte_len = uint32_t(total);
-        if (!gather_frame(port_.mrs(), wr.sg_list, wr.num_sge, inl, buf)) wc.status = WcStatus::loc_prot_err;
-        if (wc.status == WcStatus::success) {
+        if (!gather_frame(port_.mrs(), wr.sg_list, wr.num_sge, inl, buf)) wc.status = RdmaWcStatus::loc_prot_err;
+        if (wc.status == RdmaWcStatus::success) {
             // A multicast or broadcast frame reaches the port's own flows too, as a NIC loops
             // multicast back to its other queues; it goes on the wire all the same.
             if (buf[0] & 1) port_.steer(buf, wc.byte_len);
@@ -216,7 +216,7 @@ PostResult RawPacketQp::post_send(std::span<const SendWr> wrs) noexcept {
         } else {
             port_.tx_release(buf);
         }
-        if (sq_sig_all_ || (wr.send_flags & wr_signaled) || wc.status != WcStatus::success) scq_->push(wc, false);
+        if (sq_sig_all_ || (wr.send_flags & wr_signaled) || wc.status != RdmaWcStatus::success) scq_->push(wc, false);
     }
     port_.tx_flush();
     return {0, i};
@@ -237,7 +237,7 @@ Result<void> RawPacketQp::destroy() {
     if (destroyed) return Error{ENODEV, "queue pair already destroyed"};
     if (flows) return Error{EBUSY, str_cat("destroy QP: ", flows, " flow(s) still steer frames to it — destroy them first")};
     destroyed = true;
-    state_ = QpState::reset;
+    state_ = RdmaQpState::reset;
     --scq_->users;
     --rcq_->users;
     return {};
@@ -254,12 +254,12 @@ Result<void> FlowImpl::destroy() {
 
 // ---- the port's side --------------------------------------------------------------------------------
 
-Result<Qp*> PortImpl::create_raw_packet_qp(const QpInitAttr& a) {
+Result<Qp*> PortImpl::create_raw_packet_qp(const RdmaQpInitAttr& a) {
     if (!owns(cqs_, a.send_cq) || !owns(cqs_, a.recv_cq))
         return Error{EINVAL, "create_qp: send_cq and recv_cq must be completion queues of this port"};
     if (a.srq || a.xrcd) return Error{EINVAL, "create_qp: a raw-packet queue pair has its own receive queue (no srq or xrcd)"};
     if (a.create_flags) return Error{EINVAL, "create_qp: a raw-packet queue pair takes no create_flags"};
-    const QpCapsRdma& c = a.cap;
+    const RdmaQpCaps& c = a.cap;
     if (c.max_send_wr == 0 || c.max_send_wr > kMaxQpWr || c.max_recv_wr == 0 || c.max_recv_wr > kMaxQpWr || c.max_send_sge == 0 ||
         c.max_send_sge > kMaxSge || c.max_recv_sge == 0 || c.max_recv_sge > kMaxSge || c.max_inline_data > kMaxInline)
         return Error{EINVAL, str_cat("create_qp: max_send_wr/max_recv_wr 1 to ", kMaxQpWr, ", SGEs 1 to ", kMaxSge,

@@ -20,7 +20,7 @@ inline constexpr uint32_t kMaxFlows = 1024;           // flows of a port
 
 class RawPacketQp final : public Qp {
 public:
-    RawPacketQp(PortImpl& port, uint32_t qpn, const QpInitAttr& a);
+    RawPacketQp(PortImpl& port, uint32_t qpn, const RdmaQpInitAttr& a);
 
     // The states of IB spec table 91 with no attributes of a connection: RESET, INIT (port),
     // RTR (receives), RTS (sends); ERR flushes the posted receives.
@@ -30,13 +30,13 @@ public:
     // it completes at once. EINVAL: not in RTS, another opcode, too many SGEs or inline bytes,
     // shorter than an Ethernet header or longer than the link's frames; ENOMEM: no send buffer
     // free now (post it again). A bad lkey completes the WR with loc_prot_err.
-    PostResult post_send(std::span<const SendWr> wrs) noexcept override;
+    PostResult post_send(std::span<const RdmaSendWr> wrs) noexcept override;
     // EINVAL in RESET or with more SGEs than max_recv_sge; ENOMEM: the queue is full. Keys are
     // checked as a frame lands (loc_prot_err then).
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
     uint32_t qp_num() const noexcept override { return qpn_; }
     QpType type() const noexcept override { return QpType::raw_packet; }
-    QpState state() const noexcept override { return state_; }
+    RdmaQpState state() const noexcept override { return state_; }
     Result<uint32_t> bind_mw(uint32_t, const MwBindInfo&, uint64_t, uint32_t) override;
     Result<void> attach_mcast(const Gid&, uint16_t) override;
     Result<void> detach_mcast(const Gid&, uint16_t) override;
@@ -60,8 +60,8 @@ private:
     CqImpl* const scq_;
     CqImpl* const rcq_;
     const bool sq_sig_all_;
-    const QpCapsRdma cap_;
-    QpState state_ = QpState::reset;
+    const RdmaQpCaps cap_;
+    RdmaQpState state_ = RdmaQpState::reset;
     uint8_t port_num_ = 1;
     struct Recv {
         uint64_t wr_id = 0;

@@ -47,7 +47,7 @@ void SendQueue::init(uint32_t depth, uint32_t max_sge, uint32_t max_inline) {
     mask_ = n - 1;
 }
 
-SendWqe& SendQueue::prepare(const SendWr& wr, bool signaled) noexcept {
+SendWqe& SendQueue::prepare(const RdmaSendWr& wr, bool signaled) noexcept {
     const uint32_t slot = tail & mask_;
     SendWqe& w = wqes_[slot];
     w = SendWqe{};
@@ -59,9 +59,9 @@ SendWqe& SendQueue::prepare(const SendWr& wr, bool signaled) noexcept {
     return w;
 }
 
-PostResult Requester::post(const SendWr& wr) noexcept {
-    const QpState state = c_.state;
-    if (state == QpState::reset || state == QpState::init || state == QpState::rtr) return {EINVAL, 0};
+PostResult Requester::post(const RdmaSendWr& wr) noexcept {
+    const RdmaQpState state = c_.state;
+    if (state == RdmaQpState::reset || state == RdmaQpState::init || state == RdmaQpState::rtr) return {EINVAL, 0};
     if (c_.type == QpType::xrc_recv) return {EINVAL, 0};   // an XRC receiver has no send queue
     const bool ud = c_.type == QpType::ud;
     switch (wr.opcode) {
@@ -121,14 +121,14 @@ PostResult Requester::post(const SendWr& wr) noexcept {
         w.nseg = wr.num_sge;
     }
     ++sq.tail;
-    if (state == QpState::error) {
+    if (state == RdmaQpState::error) {
         qp_.flush();
         return {0, 1};
     }
     if (bad || (is_atomic_wr(wr.opcode) && w.length < 8) || (ud && w.length > c_.mtu)) {
         // Local errors end the WR and, as verbs has it, the queue pair.
         w.done = true;
-        w.status = bad ? WcStatus::loc_prot_err : WcStatus::loc_len_err;
+        w.status = bad ? RdmaWcStatus::loc_prot_err : RdmaWcStatus::loc_len_err;
         qp_.to_error();
         return {0, 1};
     }
@@ -139,7 +139,7 @@ PostResult Requester::post(const SendWr& wr) noexcept {
 // ---- sending ------------------------------------------------------------------------------------
 
 void Requester::pump() noexcept {
-    while (sq.next != sq.tail && c_.state == QpState::rts) {
+    while (sq.next != sq.tail && c_.state == RdmaQpState::rts) {
         SendWqe& w = sq.at(sq.next);
         if (c_.type == QpType::ud) {
             if (!send_ud_packet(w)) return;
@@ -151,7 +151,7 @@ void Requester::pump() noexcept {
             if (!w.started) {   // a fenced LOCAL_INV: once the earlier READs and atomics are done
                 if (sq.rd_atomic > 0) return;
                 execute_memory_wr(w, w.wr, false);
-                if (w.status != WcStatus::success) {
+                if (w.status != RdmaWcStatus::success) {
                     qp_.to_error();
                     return;
                 }
@@ -208,7 +208,7 @@ bool Requester::resolve_peer() noexcept {
     c_.peer.known = c_.port.resolve(c_.peer.ip, c_.peer.mac, failed);
     if (c_.peer.known) return true;
     if (failed) {
-        qp_.comp_.fail_head(WcStatus::retry_exc_err, kVendorErrArpUnresolved);
+        qp_.comp_.fail_head(RdmaWcStatus::retry_exc_err, kVendorErrArpUnresolved);
         return false;
     }
     s_.waiting_arp = true;
@@ -293,7 +293,7 @@ bool Requester::send_ud_packet(SendWqe& w) noexcept {
             s_.waiting_arp = true;
             return false;
         }
-        w.status = WcStatus::retry_exc_err;   // the destination never answered ARP
+        w.status = RdmaWcStatus::retry_exc_err;   // the destination never answered ARP
         w.vendor_err = kVendorErrArpUnresolved;
         w.done = true;
         return true;

@@ -40,7 +40,7 @@ bool Responder::reject(const Packet& p, uint8_t syndrome) noexcept {
 // to the error state (IB spec 10.8.3.1), the requester told by a NAK (remote operational
 // error, 9.7.5.2.8); UC drops the message.
 bool Responder::recv_key_revoked(const Packet& p) noexcept {
-    rq_.complete(WcStatus::loc_prot_err, WcOpcode::recv, s_.recv_offset, 0, 0, 0, false);
+    rq_.complete(RdmaWcStatus::loc_prot_err, RdmaWcOpcode::recv, s_.recv_offset, 0, 0, 0, false);
     s_.in_send = false;
     if (c_.reliable()) return respond_error(p.psn, aeth::kNakRemoteOperationalError);
     qp_.to_error();
@@ -82,7 +82,7 @@ Resource* Responder::new_resource() noexcept {
 }
 
 bool Responder::on_request(const Packet& p) noexcept {
-    if (c_.state == QpState::rtr && !s_.comm_est_raised) {   // the first request: the connection is up
+    if (c_.state == RdmaQpState::rtr && !s_.comm_est_raised) {   // the first request: the connection is up
         s_.comm_est_raised = true;
         qp_.raise_event(AsyncEventType::comm_est);
     }
@@ -124,7 +124,7 @@ bool Responder::on_send(const Packet& p) noexcept {
         s_.recv_offset = 0;
     }
     if (s_.recv_offset + p.payload_len > rq_.current().length) {
-        rq_.complete(WcStatus::loc_len_err, WcOpcode::recv, s_.recv_offset, 0, 0, 0, false);
+        rq_.complete(RdmaWcStatus::loc_len_err, RdmaWcOpcode::recv, s_.recv_offset, 0, 0, 0, false);
         s_.in_send = false;
         return reject(p, aeth::kNakInvalidRequest);
     }
@@ -136,7 +136,7 @@ bool Responder::on_send(const Packet& p) noexcept {
         if (p.info.has(has_immdt)) flags |= wc_with_imm, imm = p.imm_be;
         if (p.info.has(has_ieth)) {
             if (c_.port.pd().invalidate(p.inv_rkey, c_.qpn) != dma::MrStatus::ok) {
-                rq_.complete(WcStatus::rem_inv_req_err, WcOpcode::recv, s_.recv_offset, 0, 0, 0, false);
+                rq_.complete(RdmaWcStatus::rem_inv_req_err, RdmaWcOpcode::recv, s_.recv_offset, 0, 0, 0, false);
                 s_.in_send = false;
                 return respond_error(p.psn, aeth::kNakInvalidRequest);
             }
@@ -144,7 +144,7 @@ bool Responder::on_send(const Packet& p) noexcept {
         }
         s_.in_send = false;
         s_.msn = (s_.msn + 1) & aeth::kMsnMask;
-        rq_.complete(WcStatus::success, WcOpcode::recv, s_.recv_offset, flags, imm, 0, p.solicited);
+        rq_.complete(RdmaWcStatus::success, RdmaWcOpcode::recv, s_.recv_offset, flags, imm, 0, p.solicited);
     }
     s_.epsn = psn_add(s_.epsn, 1);
     if (p.ack_req && c_.reliable()) send_ack(aeth::kAckNoCredits, p.psn);
@@ -183,7 +183,7 @@ bool Responder::on_write(const Packet& p) noexcept {
     if (last) {
         s_.msn = (s_.msn + 1) & aeth::kMsnMask;
         if (imm)
-            rq_.complete(WcStatus::success, WcOpcode::recv_rdma_with_imm, s_.write_len, wc_with_imm, p.imm_be, 0,
+            rq_.complete(RdmaWcStatus::success, RdmaWcOpcode::recv_rdma_with_imm, s_.write_len, wc_with_imm, p.imm_be, 0,
                          p.solicited);
     }
     s_.epsn = psn_add(s_.epsn, 1);
@@ -295,11 +295,11 @@ bool Responder::on_datagram(const Packet& p) noexcept {
     if (p.qkey != c_.attr.qkey || p.payload_len > c_.mtu || !rq_.take()) return false;
     const uint32_t len = uint32_t(kGrhSize) + p.payload_len;
     if (len > rq_.current().length) {
-        rq_.complete(WcStatus::loc_len_err, WcOpcode::recv, len, 0, 0, p.src_qp, false);
+        rq_.complete(RdmaWcStatus::loc_len_err, RdmaWcOpcode::recv, len, 0, 0, p.src_qp, false);
         return true;
     }
     if (!rq_.translate()) {   // its memory deregistered since it was posted
-        rq_.complete(WcStatus::loc_prot_err, WcOpcode::recv, 0, 0, 0, p.src_qp, false);
+        rq_.complete(RdmaWcStatus::loc_prot_err, RdmaWcOpcode::recv, 0, 0, 0, p.src_qp, false);
         qp_.to_error();
         return true;
     }
@@ -309,7 +309,7 @@ bool Responder::on_datagram(const Packet& p) noexcept {
     rq_.copy_in(kGrhSize, p.payload, p.payload_len);
     uint32_t flags = wc_grh, imm = 0;
     if (p.info.has(has_immdt)) flags |= wc_with_imm, imm = p.imm_be;
-    rq_.complete(WcStatus::success, WcOpcode::recv, len, flags, imm, p.src_qp, p.solicited);
+    rq_.complete(RdmaWcStatus::success, RdmaWcOpcode::recv, len, flags, imm, p.src_qp, p.solicited);
     return true;
 }
 

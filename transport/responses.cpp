@@ -12,9 +12,9 @@ using namespace wire;
 // A pending ACK goes first unless READ responses before it wait (send_read_responses then sends
 // it after them); in the error state they never will.
 bool Responder::pump() noexcept {
-    const QpState st = c_.state;
-    if (s_.ack_pending && (!s_.res_sending || st == QpState::error) && !send_pending_ack()) return false;
-    if (st == QpState::error || st == QpState::reset) return false;
+    const RdmaQpState st = c_.state;
+    if (s_.ack_pending && (!s_.res_sending || st == RdmaQpState::error) && !send_pending_ack()) return false;
+    if (st == RdmaQpState::error || st == RdmaQpState::reset) return false;
     if (!send_read_responses()) {
         qp_.ready();
         return false;

@@ -5,43 +5,43 @@
 
 namespace vfab::rdma {
 
-const char* to_string(QpState s) noexcept {
+const char* to_string(RdmaQpState s) noexcept {
     switch (s) {
-    case QpState::reset: return "RESET";
-    case QpState::init: return "INIT";
-    case QpState::rtr: return "RTR";
-    case QpState::rts: return "RTS";
-    case QpState::sqd: return "SQD";
-    case QpState::sqe: return "SQE";
-    case QpState::error: return "ERR";
+    case RdmaQpState::reset: return "RESET";
+    case RdmaQpState::init: return "INIT";
+    case RdmaQpState::rtr: return "RTR";
+    case RdmaQpState::rts: return "RTS";
+    case RdmaQpState::sqd: return "SQD";
+    case RdmaQpState::sqe: return "SQE";
+    case RdmaQpState::error: return "ERR";
     }
     return "?";
 }
 
-const char* to_string(WcStatus s) noexcept {
+const char* to_string(RdmaWcStatus s) noexcept {
     switch (s) {
-    case WcStatus::success: return "success";
-    case WcStatus::loc_len_err: return "local length error";
-    case WcStatus::loc_qp_op_err: return "local QP operation error";
-    case WcStatus::loc_eec_op_err: return "local EE context operation error";
-    case WcStatus::loc_prot_err: return "local protection error";
-    case WcStatus::wr_flush_err: return "Work Request Flushed Error";
-    case WcStatus::mw_bind_err: return "memory management operation error";
-    case WcStatus::bad_resp_err: return "bad response error";
-    case WcStatus::loc_access_err: return "local access error";
-    case WcStatus::rem_inv_req_err: return "remote invalid request error";
-    case WcStatus::rem_access_err: return "remote access error";
-    case WcStatus::rem_op_err: return "remote operation error";
-    case WcStatus::retry_exc_err: return "transport retry counter exceeded";
-    case WcStatus::rnr_retry_exc_err: return "RNR retry counter exceeded";
-    case WcStatus::loc_rdd_viol_err: return "local RDD violation error";
-    case WcStatus::rem_inv_rd_req_err: return "remote invalid RD request";
-    case WcStatus::rem_abort_err: return "aborted error";
-    case WcStatus::inv_eecn_err: return "invalid EE context number";
-    case WcStatus::inv_eec_state_err: return "invalid EE context state";
-    case WcStatus::fatal_err: return "fatal error";
-    case WcStatus::resp_timeout_err: return "response timeout error";
-    case WcStatus::general_err: return "general error";
+    case RdmaWcStatus::success: return "success";
+    case RdmaWcStatus::loc_len_err: return "local length error";
+    case RdmaWcStatus::loc_qp_op_err: return "local QP operation error";
+    case RdmaWcStatus::loc_eec_op_err: return "local EE context operation error";
+    case RdmaWcStatus::loc_prot_err: return "local protection error";
+    case RdmaWcStatus::wr_flush_err: return "Work Request Flushed Error";
+    case RdmaWcStatus::mw_bind_err: return "memory management operation error";
+    case RdmaWcStatus::bad_resp_err: return "bad response error";
+    case RdmaWcStatus::loc_access_err: return "local access error";
+    case RdmaWcStatus::rem_inv_req_err: return "remote invalid request error";
+    case RdmaWcStatus::rem_access_err: return "remote access error";
+    case RdmaWcStatus::rem_op_err: return "remote operation error";
+    case RdmaWcStatus::retry_exc_err: return "transport retry counter exceeded";
+    case RdmaWcStatus::rnr_retry_exc_err: return "RNR retry counter exceeded";
+    case RdmaWcStatus::loc_rdd_viol_err: return "local RDD violation error";
+    case RdmaWcStatus::rem_inv_rd_req_err: return "remote invalid RD request";
+    case RdmaWcStatus::rem_abort_err: return "aborted error";
+    case RdmaWcStatus::inv_eecn_err: return "invalid EE context number";
+    case RdmaWcStatus::inv_eec_state_err: return "invalid EE context state";
+    case RdmaWcStatus::fatal_err: return "fatal error";
+    case RdmaWcStatus::resp_timeout_err: return "response timeout error";
+    case RdmaWcStatus::general_err: return "general error";
     }
     return "unknown";
 }

@@ -60,7 +60,7 @@ const char* ibv_wc_status_str(ibv_wc_status s) {
     if (s == IBV_WC_TM_ERR) return "TM error";
     if (s == IBV_WC_TM_RNDV_INCOMPLETE) return "TM software rendezvous";
     if (unsigned(s) > IBV_WC_GENERAL_ERR) return "unknown";
-    return vfab::rdma::to_string(vfab::rdma::WcStatus(s));
+    return vfab::rdma::to_string(vfab::rdma::RdmaWcStatus(s));
 }
 
 // ---- IB rates (IB spec 9.7: static rate, as multiples of 2.5 Gb/s and in Mb/s) -------------------

@@ -154,7 +154,7 @@ struct Ah {
 // ibv_qp_ex's work-request builder (qp_ex.cpp): the WRs between wr_start and wr_complete.
 struct WrBuilder {
     static constexpr uint32_t kMaxSge = 32;
-    std::vector<rdma::SendWr> wrs;
+    std::vector<rdma::RdmaSendWr> wrs;
     std::vector<Sge> sges;           // kMaxSge per WR, at wrs' index
     std::vector<uint8_t> inline_;    // inline data gathered for wr_set_inline_data(_list)
     std::vector<uint32_t> inline_at; // per WR: its inline data's offset in inline_, or ~0u

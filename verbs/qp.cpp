@@ -22,7 +22,7 @@ constexpr uint32_t kInitMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV
 constexpr int kBatch = 16;   // WRs converted on the stack per call into the transport
 
 // Room for a batch of WRs, constructed one by one as they are converted (not all kBatch of them
-// on every call: a default-constructed SendWr is some 25 stores).
+// on every call: a default-constructed RdmaSendWr is some 25 stores).
 template <class Wr>
 union Slots {
     Wr w[kBatch];
@@ -31,8 +31,8 @@ union Slots {
 
 rdma::Cq* t_of(ibv_cq* cq) { return cq ? Cq::of(cq)->t : nullptr; }
 
-rdma::SendWr to_wr(const Qp& q, const ibv_send_wr& w) {
-    rdma::SendWr out;
+rdma::RdmaSendWr to_wr(const Qp& q, const ibv_send_wr& w) {
+    rdma::RdmaSendWr out;
     out.wr_id = w.wr_id;
     out.sg_list = reinterpret_cast<const vfab::Sge*>(w.sg_list);
     out.num_sge = uint32_t(w.num_sge);
@@ -119,15 +119,15 @@ namespace vfab::verbs {
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     Qp& q = *Qp::of(qp);
-    Slots<rdma::SendWr> batch;
+    Slots<rdma::RdmaSendWr> batch;
     ibv_send_wr* src[kBatch];
     while (wr) {
         uint32_t n = 0;
         for (; wr && n < uint32_t(kBatch); wr = wr->next, ++n) {
-            new (&batch.w[n]) rdma::SendWr(to_wr(q, *wr));
+            new (&batch.w[n]) rdma::RdmaSendWr(to_wr(q, *wr));
             src[n] = wr;
         }
-        const vfab::PostResult r = q.t->post_send(std::span<const rdma::SendWr>(batch.w, n));
+        const vfab::PostResult r = q.t->post_send(std::span<const rdma::RdmaSendWr>(batch.w, n));
         // A type 2 window bound by a WR answers to its new key from now on (it takes effect
         // when posted): the ibv_mw says so, as an RDMA NIC's library updates it.
         for (uint32_t i = 0; i < r.posted; ++i)
@@ -168,7 +168,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     default: return fail_null<ibv_qp>(EOPNOTSUPP);
     }
     Context& c = *Context::of(ctx);
-    rdma::QpInitAttr t;
+    rdma::RdmaQpInitAttr t;
     t.qp_type = rdma::QpType(a->qp_type);
     t.send_cq = t_of(a->send_cq);
     t.recv_cq = t_of(a->recv_cq);
@@ -246,9 +246,9 @@ extern "C" int vfab_ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
     Qp& q = *Qp::of(qp);
     rdma::QpAttr t = q.t->query();
     // cur_qp_state is checked here: the transport takes the state to move to only.
-    if ((mask & IBV_QP_CUR_STATE) && rdma::QpState(a->cur_qp_state) != q.t->state()) return fail(EINVAL);
+    if ((mask & IBV_QP_CUR_STATE) && rdma::RdmaQpState(a->cur_qp_state) != q.t->state()) return fail(EINVAL);
     const uint32_t m = uint32_t(mask) & ~uint32_t(IBV_QP_CUR_STATE);
-    if (m & IBV_QP_STATE) t.qp_state = rdma::QpState(a->qp_state);
+    if (m & IBV_QP_STATE) t.qp_state = rdma::RdmaQpState(a->qp_state);
     if (m & IBV_QP_PATH_MTU) t.path_mtu = a->path_mtu;
     if (m & IBV_QP_QKEY) t.qkey = a->qkey;
     if (m & IBV_QP_RQ_PSN) t.rq_psn = a->rq_psn;

@@ -1,5 +1,5 @@
 // struct ibv_qp_ex's work-request interface (ibv_wr_start ... ibv_wr_complete; perftest's
-// default path): each ibv_wr_<op> call starts a transport SendWr in the QP's builder, the
+// default path): each ibv_wr_<op> call starts a transport RdmaSendWr in the QP's builder, the
 // ibv_wr_set_* calls fill it, ibv_wr_complete posts them all at once. The builder's storage is
 // sized when the QP is made (a send queue's worth), so building allocates nothing.
 #include <cstring>
@@ -14,7 +14,7 @@ namespace {
 Qp& qp_of(ibv_qp_ex* q) { return *Qp::of(q); }
 
 // A new WR from the QP's wr_id and wr_flags.
-rdma::SendWr* begin(ibv_qp_ex* qx, rdma::WrOpcode op) {
+rdma::RdmaSendWr* begin(ibv_qp_ex* qx, rdma::WrOpcode op) {
     Qp& q = qp_of(qx);
     WrBuilder& b = q.build;
     if (b.wrs.size() == b.wrs.capacity()) {   // more than the send queue holds
@@ -24,13 +24,13 @@ rdma::SendWr* begin(ibv_qp_ex* qx, rdma::WrOpcode op) {
     b.wrs.emplace_back();
     b.inline_at.push_back(~0u);
     b.binds.push_back(nullptr);
-    rdma::SendWr& w = b.wrs.back();
+    rdma::RdmaSendWr& w = b.wrs.back();
     w.wr_id = qx->wr_id;
     w.send_flags = qx->wr_flags;
     w.opcode = op;
     return &w;
 }
-rdma::SendWr* current(ibv_qp_ex* qx) {
+rdma::RdmaSendWr* current(ibv_qp_ex* qx) {
     WrBuilder& b = qp_of(qx).build;
     if (b.wrs.empty()) {
         b.error = EINVAL;
@@ -40,7 +40,7 @@ rdma::SendWr* current(ibv_qp_ex* qx) {
 }
 
 void wr_rdma(ibv_qp_ex* qx, rdma::WrOpcode op, uint32_t rkey, uint64_t addr, uint32_t imm) {
-    if (rdma::SendWr* w = begin(qx, op)) w->rkey = rkey, w->remote_addr = addr, w->imm_data = imm;
+    if (rdma::RdmaSendWr* w = begin(qx, op)) w->rkey = rkey, w->remote_addr = addr, w->imm_data = imm;
 }
 void wr_rdma_write(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr) { wr_rdma(qx, rdma::WrOpcode::rdma_write, rkey, addr, 0); }
 void wr_rdma_write_imm(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr, __be32 imm) {
@@ -48,24 +48,24 @@ void wr_rdma_write_imm(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr, __be32 imm) 
 }
 void wr_rdma_read(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr) { wr_rdma(qx, rdma::WrOpcode::rdma_read, rkey, addr, 0); }
 void wr_atomic_cmp_swp(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
-    if (rdma::SendWr* w = begin(qx, rdma::WrOpcode::atomic_cmp_and_swp))
+    if (rdma::RdmaSendWr* w = begin(qx, rdma::WrOpcode::atomic_cmp_and_swp))
         w->rkey = rkey, w->remote_addr = addr, w->compare_add = compare, w->swap = swap;
 }
 void wr_atomic_fetch_add(ibv_qp_ex* qx, uint32_t rkey, uint64_t addr, uint64_t add) {
-    if (rdma::SendWr* w = begin(qx, rdma::WrOpcode::atomic_fetch_and_add)) w->rkey = rkey, w->remote_addr = addr, w->compare_add = add;
+    if (rdma::RdmaSendWr* w = begin(qx, rdma::WrOpcode::atomic_fetch_and_add)) w->rkey = rkey, w->remote_addr = addr, w->compare_add = add;
 }
 void wr_send(ibv_qp_ex* qx) { (void)begin(qx, rdma::WrOpcode::send); }
 void wr_send_imm(ibv_qp_ex* qx, __be32 imm) {
-    if (rdma::SendWr* w = begin(qx, rdma::WrOpcode::send_with_imm)) w->imm_data = imm;
+    if (rdma::RdmaSendWr* w = begin(qx, rdma::WrOpcode::send_with_imm)) w->imm_data = imm;
 }
 void wr_send_inv(ibv_qp_ex* qx, uint32_t rkey) {
-    if (rdma::SendWr* w = begin(qx, rdma::WrOpcode::send_with_inv)) w->imm_data = rkey;
+    if (rdma::RdmaSendWr* w = begin(qx, rdma::WrOpcode::send_with_inv)) w->imm_data = rkey;
 }
 void wr_local_inv(ibv_qp_ex* qx, uint32_t rkey) {
-    if (rdma::SendWr* w = begin(qx, rdma::WrOpcode::local_inv)) w->imm_data = rkey;
+    if (rdma::RdmaSendWr* w = begin(qx, rdma::WrOpcode::local_inv)) w->imm_data = rkey;
 }
 void wr_bind_mw(ibv_qp_ex* qx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
-    rdma::SendWr* w = begin(qx, rdma::WrOpcode::bind_mw);
+    rdma::RdmaSendWr* w = begin(qx, rdma::WrOpcode::bind_mw);
     if (!w) return;
     w->mem_key = mw ? mw->rkey : 0;
     w->new_key = rkey;
@@ -76,16 +76,16 @@ void wr_send_tso(ibv_qp_ex* qx, void*, uint16_t, uint16_t) { qp_of(qx).build.err
 void wr_atomic_write(ibv_qp_ex* qx, uint32_t, uint64_t, const void*) { qp_of(qx).build.error = EOPNOTSUPP; }
 
 void wr_set_ud_addr(ibv_qp_ex* qx, ibv_ah* ah, uint32_t qpn, uint32_t qkey) {
-    if (rdma::SendWr* w = current(qx)) w->ah = ah ? Ah::of(ah)->t : nullptr, w->remote_qpn = qpn, w->remote_qkey = qkey;
+    if (rdma::RdmaSendWr* w = current(qx)) w->ah = ah ? Ah::of(ah)->t : nullptr, w->remote_qpn = qpn, w->remote_qkey = qkey;
 }
 void wr_set_xrc_srqn(ibv_qp_ex* qx, uint32_t srqn) {
-    if (rdma::SendWr* w = current(qx)) w->remote_srqn = srqn;
+    if (rdma::RdmaSendWr* w = current(qx)) w->remote_srqn = srqn;
 }
 
 // The SGEs of the current WR, in its slot of the builder's array.
 void set_sges(ibv_qp_ex* qx, size_t n, const ibv_sge* list) {
     Qp& q = qp_of(qx);
-    rdma::SendWr* w = current(qx);
+    rdma::RdmaSendWr* w = current(qx);
     if (!w) return;
     if (n > q.max_send_sge) {
         q.build.error = EINVAL;
@@ -106,7 +106,7 @@ void wr_set_sge_list(ibv_qp_ex* qx, size_t n, const ibv_sge* list) { set_sges(qx
 // pointed at when the WRs are posted (the copy's storage may move as more is added).
 void wr_set_inline_data_list(ibv_qp_ex* qx, size_t n, const ibv_data_buf* bufs) {
     Qp& q = qp_of(qx);
-    rdma::SendWr* w = current(qx);
+    rdma::RdmaSendWr* w = current(qx);
     if (!w) return;
     WrBuilder& b = q.build;
     const size_t at = b.inline_.size();

@@ -77,7 +77,7 @@ inline int open_port(const PingpongArgs& a, std::unique_ptr<vfab::Device>& dev, 
 inline int connect_qp(rdma::Qp* qp, const PingpongArgs& a, const rdma::Endpoint& peer, uint32_t my_psn, bool ud,
                       const std::string& which = "QP") {
     rdma::QpAttr at;
-    at.qp_state = rdma::QpState::rtr;
+    at.qp_state = rdma::RdmaQpState::rtr;
     at.path_mtu = mtu_code(a.mtu);
     at.dest_qp_num = peer.qpn;
     at.rq_psn = peer.psn;
@@ -90,7 +90,7 @@ inline int connect_qp(rdma::Qp* qp, const PingpongArgs& a, const rdma::Endpoint&
         mask |= rdma::attr_av | rdma::attr_path_mtu | rdma::attr_dest_qpn | rdma::attr_rq_psn |
                 rdma::attr_max_dest_rd_atomic | rdma::attr_min_rnr_timer;
     if (auto r = qp->modify(at, mask); !r) return fail("Failed to modify " + which + " to RTR: " + r.error().message);
-    at.qp_state = rdma::QpState::rts;
+    at.qp_state = rdma::RdmaQpState::rts;
     at.timeout = 14;
     at.retry_cnt = 7;
     at.rnr_retry = 7;
@@ -189,7 +189,7 @@ private:
         auto cq = port_->create_cq(a_.rx_depth + 1);
         if (!cq) return fail("Couldn't create CQ: " + cq.error().message);
         cq_ = *cq;
-        rdma::QpInitAttr ia;
+        rdma::RdmaQpInitAttr ia;
         ia.qp_type = type_;
         ia.send_cq = ia.recv_cq = cq_;
         ia.cap.max_send_wr = 1;
@@ -199,7 +199,7 @@ private:
         if (!qp) return fail("Couldn't create QP: " + qp.error().message);
         qp_ = *qp;
         rdma::QpAttr at;
-        at.qp_state = rdma::QpState::init;
+        at.qp_state = rdma::RdmaQpState::init;
         at.port_num = uint8_t(a_.ib_port);
         at.qkey = kUdQkey;
         const uint32_t mask = rdma::attr_state | rdma::attr_pkey_index | rdma::attr_port |
@@ -267,7 +267,7 @@ private:
     bool post_send() {
         const bool ud = type_ == rdma::QpType::ud;
         Sge s{reinterpret_cast<uint64_t>(buf_ + (ud ? kGrh : 0)), a_.size, mr_.lkey};
-        rdma::SendWr wr;
+        rdma::RdmaSendWr wr;
         wr.wr_id = kSendWrid;
         wr.sg_list = &s;
         wr.num_sge = 1;
@@ -296,7 +296,7 @@ private:
             const int n = next_completions(cq_, a_.events, wc, watch, why);
             if (n < 0) return fail(why.empty() ? "poll CQ failed " + std::to_string(n) : why);
             for (int i = 0; i < n; ++i) {
-                if (wc[i].status != rdma::WcStatus::success) return failed_status(wc[i]);
+                if (wc[i].status != rdma::RdmaWcStatus::success) return failed_status(wc[i]);
                 if (wc[i].wr_id == kSendWrid) {
                     ++scnt;
                 } else if (wc[i].wr_id == kRecvWrid) {

@@ -52,7 +52,7 @@ private:
         if (!srq) return fail("Couldn't create SRQ: " + srq.error().message);
         srq_ = *srq;
         for (uint32_t i = 0; i < num_qp_; ++i) {
-            rdma::QpInitAttr ia;
+            rdma::RdmaQpInitAttr ia;
             ia.send_cq = ia.recv_cq = cq_;
             ia.srq = srq_;
             ia.cap.max_send_wr = 1;
@@ -61,7 +61,7 @@ private:
             if (!qp) return fail("Couldn't create QP[" + std::to_string(i) + "]: " + qp.error().message);
             qp_.push_back(*qp);
             rdma::QpAttr at;
-            at.qp_state = rdma::QpState::init;
+            at.qp_state = rdma::RdmaQpState::init;
             at.port_num = uint8_t(a_.ib_port);
             if (auto r = qp_[i]->modify(at, rdma::attr_state | rdma::attr_pkey_index | rdma::attr_port |
                                                 rdma::attr_access_flags);
@@ -127,7 +127,7 @@ private:
 
     bool post_send(uint32_t i) {
         Sge s{reinterpret_cast<uint64_t>(buf_), a_.size, mr_.lkey};
-        rdma::SendWr wr;
+        rdma::RdmaSendWr wr;
         wr.wr_id = kSendWrid;
         wr.sg_list = &s;
         wr.num_sge = 1;
@@ -154,7 +154,7 @@ private:
             const int n = next_completions(cq_, a_.events, wc, watch, why);
             if (n < 0) return fail(why.empty() ? "poll CQ failed " + std::to_string(n) : why);
             for (int k = 0; k < n; ++k) {
-                if (wc[k].status != rdma::WcStatus::success) return failed_status(wc[k]);
+                if (wc[k].status != rdma::RdmaWcStatus::success) return failed_status(wc[k]);
                 const uint32_t i = qp_index(wc[k].qp_num);
                 if (i == num_qp_) return fail("Couldn't find QPN " + std::to_string(wc[k].qp_num));
                 if (wc[k].wr_id == kSendWrid) {

@@ -55,14 +55,14 @@ struct World {
             std::abort();
         mr2 = *pd.register_memory(mem_b.data() + kMr2, kMr2Len, dma::Access::local_write);
         cq = *pair.b->create_cq(4096);
-        QpInitAttr ia;
+        RdmaQpInitAttr ia;
         ia.send_cq = ia.recv_cq = cq;
         ia.cap.max_send_wr = ia.cap.max_recv_wr = 64;
         rc = *pair.b->create_qp(ia);
         ia.qp_type = QpType::ud;
         ud = *pair.b->create_qp(ia);
         Cq* acq = *pair.a->create_cq(16);
-        QpInitAttr pa;
+        RdmaQpInitAttr pa;
         pa.send_cq = pa.recv_cq = acq;
         peer = *pair.a->create_qp(pa);
     }
@@ -72,17 +72,17 @@ struct World {
     void reset() {
         Wc wc[64];
         QpAttr x;
-        x.qp_state = QpState::reset;
+        x.qp_state = RdmaQpState::reset;
         (void)rc->modify(x, attr_state);
         (void)ud->modify(x, attr_state);
         while (cq->poll(wc) > 0) {
         }
-        x.qp_state = QpState::init;
+        x.qp_state = RdmaQpState::init;
         x.qp_access_flags = kAllRemote;
         x.qkey = kQkey;
         (void)rc->modify(x, attr_state | attr_pkey_index | attr_port | attr_access_flags);
         (void)ud->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey);
-        x.qp_state = QpState::rtr;
+        x.qp_state = RdmaQpState::rtr;
         x.path_mtu = 3;
         x.dest_qp_num = peer->qp_num();
         x.rq_psn = kPsn;
@@ -92,7 +92,7 @@ struct World {
         (void)rc->modify(x, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn | attr_max_dest_rd_atomic |
                                 attr_min_rnr_timer);
         (void)ud->modify(x, attr_state);
-        x.qp_state = QpState::rts;
+        x.qp_state = RdmaQpState::rts;
         x.sq_psn = kPsn;
         x.timeout = 14;
         x.retry_cnt = 7;

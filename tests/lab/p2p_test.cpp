@@ -149,37 +149,37 @@ TEST_P(P2p, RdmaWritesReadsAndAtomicsOnAnMrInTheBar) {
     for (uint32_t i = 0; i < kLen; ++i) ma[i] = uint8_t(i * 13 + (i >> 9));
     std::memset(bar_ + 4 * kMiB, 0, kLen);
     Sge s{reinterpret_cast<uint64_t>(ma.data()), kLen, a.mr.lkey};
-    rdma::SendWr w = rdma::test::wr_of(rdma::WrOpcode::rdma_write, 1, &s);
+    rdma::RdmaSendWr w = rdma::test::wr_of(rdma::WrOpcode::rdma_write, 1, &s);
     w.remote_addr = reinterpret_cast<uint64_t>(bar_mr->addr);
     w.rkey = bar_mr->rkey;
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto wc = rdma::test::wait_wc(a, b, 1, 60s);
     ASSERT_EQ(wc.size(), 1u);
-    ASSERT_EQ(wc[0].status, rdma::WcStatus::success) << rdma::to_string(wc[0].status);
+    ASSERT_EQ(wc[0].status, rdma::RdmaWcStatus::success) << rdma::to_string(wc[0].status);
     EXPECT_EQ(std::memcmp(bar_ + 4 * kMiB, ma.data(), kLen), 0) << "the WRITE is in the BAR";
 
     for (uint32_t i = 0; i < kLen; ++i) bar_[4 * kMiB + i] = uint8_t(i * 3 + 7);   // the other device's data
     Sge back{reinterpret_cast<uint64_t>(ma.data() + kLen), kLen, a.mr.lkey};
-    rdma::SendWr rd = rdma::test::wr_of(rdma::WrOpcode::rdma_read, 2, &back);
+    rdma::RdmaSendWr rd = rdma::test::wr_of(rdma::WrOpcode::rdma_read, 2, &back);
     rd.remote_addr = w.remote_addr;
     rd.rkey = bar_mr->rkey;
     ASSERT_TRUE(a.qp->post_send(std::span(&rd, 1)));
     wc = rdma::test::wait_wc(a, b, 1, 60s);
     ASSERT_EQ(wc.size(), 1u);
-    ASSERT_EQ(wc[0].status, rdma::WcStatus::success);
+    ASSERT_EQ(wc[0].status, rdma::RdmaWcStatus::success);
     EXPECT_EQ(std::memcmp(ma.data() + kLen, bar_ + 4 * kMiB, kLen), 0) << "the READ came from the BAR";
 
     uint64_t* counter = reinterpret_cast<uint64_t*>(bar_ + 5 * kMiB - 8);
     *counter = 40;
     Sge res{reinterpret_cast<uint64_t>(ma.data()), 8, a.mr.lkey};
-    rdma::SendWr fa = rdma::test::wr_of(rdma::WrOpcode::atomic_fetch_and_add, 3, &res);
+    rdma::RdmaSendWr fa = rdma::test::wr_of(rdma::WrOpcode::atomic_fetch_and_add, 3, &res);
     fa.remote_addr = reinterpret_cast<uint64_t>(counter);
     fa.rkey = bar_mr->rkey;
     fa.compare_add = 2;
     ASSERT_TRUE(a.qp->post_send(std::span(&fa, 1)));
     wc = rdma::test::wait_wc(a, b, 1, 60s);
     ASSERT_EQ(wc.size(), 1u);
-    EXPECT_EQ(wc[0].status, rdma::WcStatus::success);
+    EXPECT_EQ(wc[0].status, rdma::RdmaWcStatus::success);
     EXPECT_EQ(*counter, 42u);
     pa->reset();
     pb->reset();

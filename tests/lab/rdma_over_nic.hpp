@@ -92,18 +92,18 @@ TEST_P(RdmaOverNic, SendsOfEverySize) {
         RecvWr rw{len, &r, 1, 0};
         ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
         Sge s = sge_a(0, len);
-        SendWr w = wr_of(WrOpcode::send_with_imm, len, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send_with_imm, len, &s);
         w.imm_data = len;
         ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
         auto rx = wait_wc(b, a, 1, std::chrono::seconds(60));
         ASSERT_EQ(rx.size(), 1u);
-        ASSERT_EQ(rx[0].status, WcStatus::success) << to_string(rx[0].status);
+        ASSERT_EQ(rx[0].status, RdmaWcStatus::success) << to_string(rx[0].status);
         EXPECT_EQ(rx[0].byte_len, len);
         EXPECT_EQ(rx[0].imm_data, len);
         EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + len, mb.begin()));
         auto tx = wait_wc(a, b, 1, std::chrono::seconds(60));
         ASSERT_EQ(tx.size(), 1u);
-        EXPECT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
+        EXPECT_EQ(tx[0].status, RdmaWcStatus::success) << to_string(tx[0].status);
     }
 }
 
@@ -112,21 +112,21 @@ TEST_P(RdmaOverNic, WritesAndReadsOfEverySize) {
         SCOPED_TRACE(len);
         fill(ma, 0, len, len + 1);
         Sge s = sge_a(0, len);
-        SendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
+        RdmaSendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
         w.remote_addr = reinterpret_cast<uint64_t>(mb.data() + 8);
         w.rkey = b.mr.rkey;
         Sge r = sge_a(1 << 21, len);
-        SendWr rd = wr_of(WrOpcode::rdma_read, 2, &r);
+        RdmaSendWr rd = wr_of(WrOpcode::rdma_read, 2, &r);
         rd.remote_addr = w.remote_addr;
         rd.rkey = b.mr.rkey;
         rd.send_flags |= wr_fence;
-        SendWr both[2] = {w, rd};
+        RdmaSendWr both[2] = {w, rd};
         ASSERT_TRUE(a.qp->post_send(both));
         auto tx = wait_wc(a, b, 2, std::chrono::seconds(60));
         ASSERT_EQ(tx.size(), 2u);
-        EXPECT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
-        EXPECT_EQ(tx[1].status, WcStatus::success) << to_string(tx[1].status);
-        EXPECT_EQ(tx[1].opcode, WcOpcode::rdma_read);
+        EXPECT_EQ(tx[0].status, RdmaWcStatus::success) << to_string(tx[0].status);
+        EXPECT_EQ(tx[1].status, RdmaWcStatus::success) << to_string(tx[1].status);
+        EXPECT_EQ(tx[1].opcode, RdmaWcOpcode::rdma_read);
         EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + len, mb.begin() + 8));
         EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + len, ma.begin() + (1 << 21)));
     }
@@ -137,20 +137,20 @@ TEST_P(RdmaOverNic, AtomicsAndWriteWithImmediate) {
     *counter = 0;
     Sge res = sge_a(0, 8);
     for (int i = 0; i < 50; ++i) {
-        SendWr fa = wr_of(WrOpcode::atomic_fetch_and_add, i, &res);
+        RdmaSendWr fa = wr_of(WrOpcode::atomic_fetch_and_add, i, &res);
         fa.remote_addr = reinterpret_cast<uint64_t>(counter);
         fa.rkey = b.mr.rkey;
         fa.compare_add = 3;
         ASSERT_TRUE(a.qp->post_send(std::span(&fa, 1)));
         auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
         ASSERT_EQ(tx.size(), 1u);
-        ASSERT_EQ(tx[0].status, WcStatus::success);
+        ASSERT_EQ(tx[0].status, RdmaWcStatus::success);
         uint64_t before;
         std::memcpy(&before, ma.data(), 8);
         EXPECT_EQ(before, uint64_t(3 * i));
     }
     EXPECT_EQ(*counter, 150u);
-    SendWr cs = wr_of(WrOpcode::atomic_cmp_and_swp, 99, &res);
+    RdmaSendWr cs = wr_of(WrOpcode::atomic_cmp_and_swp, 99, &res);
     cs.remote_addr = reinterpret_cast<uint64_t>(counter);
     cs.rkey = b.mr.rkey;
     cs.compare_add = 150;
@@ -158,7 +158,7 @@ TEST_P(RdmaOverNic, AtomicsAndWriteWithImmediate) {
     ASSERT_TRUE(a.qp->post_send(std::span(&cs, 1)));
     auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::success);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(*counter, 0xfeedfacecafebeefu);
 
     Sge r = sge_b(0, 0);
@@ -166,14 +166,14 @@ TEST_P(RdmaOverNic, AtomicsAndWriteWithImmediate) {
     ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
     fill(ma, 0, 10000, 5);
     Sge s = sge_a(0, 10000);
-    SendWr w = wr_of(WrOpcode::rdma_write_with_imm, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::rdma_write_with_imm, 1, &s);
     w.remote_addr = reinterpret_cast<uint64_t>(mb.data() + 100000);
     w.rkey = b.mr.rkey;
     w.imm_data = 0x01020304;
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto rx = wait_wc(b, a, 1, std::chrono::seconds(30));
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].opcode, WcOpcode::recv_rdma_with_imm);
+    EXPECT_EQ(rx[0].opcode, RdmaWcOpcode::recv_rdma_with_imm);
     EXPECT_EQ(rx[0].imm_data, 0x01020304u);
     EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 10000, mb.begin() + 100000));
 }
@@ -191,34 +191,34 @@ TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
     uint64_t pages[16];   // scattered: the MR's page i is page (i * 5) % 16 of the memory
     for (int i = 0; i < 16; ++i) pages[i] = base + uint64_t(i * 5 % 16) * 4096;
     RegMrInfo info{pages, 16, 4096, 0, kAllRemote, 1 << 16, 0x40000000};
-    SendWr reg = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
+    RdmaSendWr reg = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
     reg.mem_key = key;
     reg.new_key = next_key(key);
     reg.reg = &info;
     const uint32_t mw = *pd.alloc_mw(dma::WindowType::type2);
-    SendWr bind = wr_of(WrOpcode::bind_mw, 2, nullptr, 0);
+    RdmaSendWr bind = wr_of(WrOpcode::bind_mw, 2, nullptr, 0);
     bind.mem_key = mw;
     bind.new_key = next_key(mw);
     bind.bind = {bindable->lkey, uint32_t(dma::Access::remote_write), reinterpret_cast<uint64_t>(mb.data() + 8192), 1 << 16};
-    SendWr both[2] = {reg, bind};
+    RdmaSendWr both[2] = {reg, bind};
     ASSERT_TRUE(b.qp->post_send(both));
     auto done = wait_wc(b, a, 2, std::chrono::seconds(30));
     ASSERT_EQ(done.size(), 2u);
-    for (const Wc& c : done) ASSERT_EQ(c.status, WcStatus::success) << c.wr_id << " vendor_err " << c.vendor_err;
+    for (const Wc& c : done) ASSERT_EQ(c.status, RdmaWcStatus::success) << c.wr_id << " vendor_err " << c.vendor_err;
 
     fill(ma, 0, 1 << 16, 3);
     Sge s = sge_a(0, 1 << 16);
-    SendWr w1 = wr_of(WrOpcode::rdma_write, 3, &s);
+    RdmaSendWr w1 = wr_of(WrOpcode::rdma_write, 3, &s);
     w1.rkey = reg.new_key;
     w1.remote_addr = 0x40000000;
-    SendWr w2 = wr_of(WrOpcode::rdma_write, 4, &s);
+    RdmaSendWr w2 = wr_of(WrOpcode::rdma_write, 4, &s);
     w2.rkey = bind.new_key;
     w2.remote_addr = reinterpret_cast<uint64_t>(mb.data() + 8192);
-    SendWr writes[2] = {w1, w2};
+    RdmaSendWr writes[2] = {w1, w2};
     ASSERT_TRUE(a.qp->post_send(writes));
     auto tx = wait_wc(a, b, 2, std::chrono::seconds(60));
     ASSERT_EQ(tx.size(), 2u);
-    for (const Wc& c : tx) EXPECT_EQ(c.status, WcStatus::success) << c.wr_id << ": " << to_string(c.status);
+    for (const Wc& c : tx) EXPECT_EQ(c.status, RdmaWcStatus::success) << c.wr_id << ": " << to_string(c.status);
     for (int i = 0; i < 16; ++i)
         EXPECT_TRUE(std::equal(ma.begin() + i * 4096, ma.begin() + (i + 1) * 4096, reinterpret_cast<uint8_t*>(pages[i])))
             << "page " << i;
@@ -228,7 +228,7 @@ TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
     RecvWr rw{5, &r, 1, 0};
     ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
     Sge tiny = sge_a(0, 8);
-    SendWr inv = wr_of(WrOpcode::send_with_inv, 6, &tiny);
+    RdmaSendWr inv = wr_of(WrOpcode::send_with_inv, 6, &tiny);
     inv.imm_data = bind.new_key;
     ASSERT_TRUE(a.qp->post_send(std::span(&inv, 1)));
     auto rx = wait_wc(b, a, 1, std::chrono::seconds(30));
@@ -240,7 +240,7 @@ TEST_P(RdmaOverNic, FastRegistrationAndWindows) {
     ASSERT_TRUE(a.qp->post_send(std::span(&w2, 1)));
     tx = wait_wc(a, b, 1, std::chrono::seconds(30));
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::rem_access_err) << to_string(tx[0].status);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::rem_access_err) << to_string(tx[0].status);
     EXPECT_TRUE(std::all_of(mb.begin() + 8192, mb.begin() + 8192 + (1 << 16), [](uint8_t x) { return x == 0x5a; }));
 }
 
@@ -252,7 +252,7 @@ TEST_P(RdmaOverNic, MaskedAtomics) {
     *word = 0xF0F1F2F3F4F5F6F7ull;
     Sge res = sge_a(0, 8);
     for (int i = 0; i < 20; ++i) {
-        SendWr fa = wr_of(WrOpcode::masked_atomic_fetch_and_add, i, &res);
+        RdmaSendWr fa = wr_of(WrOpcode::masked_atomic_fetch_and_add, i, &res);
         fa.remote_addr = reinterpret_cast<uint64_t>(word);
         fa.rkey = b.mr.rkey;
         fa.compare_add = 0x0101010101010101ull;
@@ -260,12 +260,12 @@ TEST_P(RdmaOverNic, MaskedAtomics) {
         ASSERT_TRUE(a.qp->post_send(std::span(&fa, 1)));
         auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
         ASSERT_EQ(tx.size(), 1u);
-        ASSERT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
-        EXPECT_EQ(tx[0].opcode, WcOpcode::masked_fetch_add);
+        ASSERT_EQ(tx[0].status, RdmaWcStatus::success) << to_string(tx[0].status);
+        EXPECT_EQ(tx[0].opcode, RdmaWcOpcode::masked_fetch_add);
     }
     // Each byte + 20, wrapping within its byte: F0 + 20 = 0x04, ..., F7 + 20 = 0x0B.
     EXPECT_EQ(*word, 0x0405060708090A0Bull);
-    SendWr cs = wr_of(WrOpcode::masked_atomic_cmp_and_swp, 99, &res);
+    RdmaSendWr cs = wr_of(WrOpcode::masked_atomic_cmp_and_swp, 99, &res);
     cs.remote_addr = reinterpret_cast<uint64_t>(word);
     cs.rkey = b.mr.rkey;
     cs.compare_add = 0x0B;
@@ -275,7 +275,7 @@ TEST_P(RdmaOverNic, MaskedAtomics) {
     ASSERT_TRUE(a.qp->post_send(std::span(&cs, 1)));
     auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::success);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::success);
     uint64_t before;
     std::memcpy(&before, ma.data(), 8);
     EXPECT_EQ(before, 0x0405060708090A0Bull);
@@ -291,12 +291,12 @@ TEST_P(RdmaOverNic, UdMulticast) {
     auto ud = [](Port& port, std::vector<uint8_t>& mem) {
         Side s = make_side(port, QpType::ud, mem, 256);
         QpAttr x;
-        x.qp_state = QpState::init;
+        x.qp_state = RdmaQpState::init;
         x.qkey = 0x77;
         EXPECT_TRUE(s.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-        x.qp_state = QpState::rtr;
+        x.qp_state = RdmaQpState::rtr;
         EXPECT_TRUE(s.qp->modify(x, attr_state));
-        x.qp_state = QpState::rts;
+        x.qp_state = RdmaQpState::rts;
         EXPECT_TRUE(s.qp->modify(x, attr_state | attr_sq_psn));
         return s;
     };
@@ -310,7 +310,7 @@ TEST_P(RdmaOverNic, UdMulticast) {
     auto send = [&](uint32_t k, AddressHandle* to) {
         fill(ma, 0, 500, k);
         Sge s{reinterpret_cast<uint64_t>(ma.data()), 500, ua.mr.lkey};
-        SendWr w = wr_of(WrOpcode::send, k, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send, k, &s);
         w.ah = to;
         w.remote_qpn = wire::kMulticastQpn;
         w.remote_qkey = 0x77;
@@ -337,7 +337,7 @@ TEST_P(RdmaOverNic, UdMulticast) {
         send(k, to_group);
         auto rx = wait_wc(ub, ua, 1, std::chrono::seconds(30));
         ASSERT_EQ(rx.size(), 1u);
-        ASSERT_EQ(rx[0].status, WcStatus::success) << to_string(rx[0].status);
+        ASSERT_EQ(rx[0].status, RdmaWcStatus::success) << to_string(rx[0].status);
         EXPECT_EQ(rx[0].byte_len, 540u);
         EXPECT_EQ(rx[0].src_qp, ua.qp->qp_num());
         EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 500, mb.begin() + rx[0].wr_id * 4096 + 40)) << k;
@@ -352,20 +352,20 @@ TEST_P(RdmaOverNic, Xrc) {
     Cq* cq_b = *port_b->create_cq(64);
     XrcDomain* xrcd = *port_b->create_xrcd();
     Srq* srq[2] = {*port_b->create_xrc_srq(SrqAttr{8, 1, 0}, xrcd, cq_b), *port_b->create_xrc_srq(SrqAttr{8, 1, 0}, xrcd, cq_b)};
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.qp_type = QpType::xrc_send;
     ia.send_cq = cq_a;
     Qp* ini = *port_a->create_qp(ia);
-    QpInitAttr ta;
+    RdmaQpInitAttr ta;
     ta.qp_type = QpType::xrc_recv;
     ta.xrcd = xrcd;
     Qp* tgt = *port_b->create_qp(ta);
     auto connect = [&](Qp* qp, uint32_t peer_qpn, Port& peer, uint32_t my_psn, uint32_t peer_psn) {
         QpAttr x;
-        x.qp_state = QpState::init;
+        x.qp_state = RdmaQpState::init;
         x.qp_access_flags = kAllRemote;
         ASSERT_TRUE(qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_access_flags));
-        x.qp_state = QpState::rtr;
+        x.qp_state = RdmaQpState::rtr;
         x.path_mtu = peer.active_mtu();
         x.dest_qp_num = peer_qpn;
         x.rq_psn = peer_psn;
@@ -374,7 +374,7 @@ TEST_P(RdmaOverNic, Xrc) {
         x.ah_attr.dgid = peer.gid();
         ASSERT_TRUE(qp->modify(x, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
                                       attr_max_dest_rd_atomic | attr_min_rnr_timer));
-        x.qp_state = QpState::rts;
+        x.qp_state = RdmaQpState::rts;
         x.sq_psn = my_psn;
         x.timeout = 16;
         x.max_rd_atomic = 4;
@@ -391,7 +391,7 @@ TEST_P(RdmaOverNic, Xrc) {
     for (uint32_t k = 0; k < 4; ++k) {
         fill(ma, k * 32768, 20000, k);
         Sge s = sge_a(k * 32768, 20000);
-        SendWr w = wr_of(WrOpcode::send, k, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send, k, &s);
         w.remote_srqn = srq[k % 2]->srq_num();
         ASSERT_TRUE(ini->post_send(std::span(&w, 1)));
     }
@@ -407,8 +407,8 @@ TEST_P(RdmaOverNic, Xrc) {
     ASSERT_EQ(tx.size(), 4u);
     ASSERT_EQ(rx.size(), 4u);
     for (uint32_t k = 0; k < 4; ++k) {
-        EXPECT_EQ(tx[k].status, WcStatus::success) << to_string(tx[k].status);
-        ASSERT_EQ(rx[k].status, WcStatus::success) << to_string(rx[k].status);
+        EXPECT_EQ(tx[k].status, RdmaWcStatus::success) << to_string(tx[k].status);
+        ASSERT_EQ(rx[k].status, RdmaWcStatus::success) << to_string(rx[k].status);
         EXPECT_EQ(rx[k].qp_num, tgt->qp_num());
         EXPECT_EQ(rx[k].byte_len, 20000u);
         // Message k went to srq[k % 2], whose WRs are k % 2 and k % 2 + 2, oldest first.
@@ -452,11 +452,11 @@ TEST_P(RdmaOverNic, SharedReceiveQueue) {
             const uint32_t off = (m * 2 + uint32_t(i)) * kSlot;
             fill(ma, off, kLen, off);
             Sge s{reinterpret_cast<uint64_t>(ma.data() + off), kLen, sa[i].mr.lkey};
-            SendWr w = wr_of(WrOpcode::send, off, &s);
+            RdmaSendWr w = wr_of(WrOpcode::send, off, &s);
             ASSERT_TRUE(sa[i].qp->post_send(std::span(&w, 1)));
         }
     Sge none{};
-    SendWr imm = wr_of(WrOpcode::rdma_write_with_imm, 99, &none, 0);
+    RdmaSendWr imm = wr_of(WrOpcode::rdma_write_with_imm, 99, &none, 0);
     imm.rkey = sb[1].mr.rkey;
     imm.remote_addr = reinterpret_cast<uint64_t>(mb.data() + (2 << 20));
     imm.imm_data = 0x01020304;
@@ -477,10 +477,10 @@ TEST_P(RdmaOverNic, SharedReceiveQueue) {
     std::vector<uint32_t> next(2);   // each QP's messages arrive in order
     std::vector<uint64_t> ids;
     for (const Wc& c : rx) {
-        ASSERT_EQ(c.status, WcStatus::success) << to_string(c.status);
+        ASSERT_EQ(c.status, RdmaWcStatus::success) << to_string(c.status);
         ids.push_back(c.wr_id);
         const int i = c.qp_num == sb[0].qp->qp_num() ? 0 : 1;
-        if (c.opcode == WcOpcode::recv_rdma_with_imm) {
+        if (c.opcode == RdmaWcOpcode::recv_rdma_with_imm) {
             EXPECT_EQ(i, 1);
             EXPECT_EQ(c.imm_data, 0x01020304u);
             continue;
@@ -496,13 +496,13 @@ TEST_P(RdmaOverNic, SharedReceiveQueue) {
 TEST_P(RdmaOverNic, BadRkeyLeavesTheTargetUntouched) {
     std::fill(mb.begin(), mb.end(), 0x5a);
     Sge s = sge_a(0, 5000);
-    SendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
     w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
     w.rkey = b.mr.rkey + 1;   // a stale consumer key
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto tx = wait_wc(a, b, 1, std::chrono::seconds(30));
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::rem_access_err) << to_string(tx[0].status);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::rem_access_err) << to_string(tx[0].status);
     EXPECT_TRUE(std::all_of(mb.begin(), mb.end(), [](uint8_t x) { return x == 0x5a; }));
 }
 

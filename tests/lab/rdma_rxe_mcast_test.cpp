@@ -61,19 +61,19 @@ TEST_F(RxeMulticast, DatagramsToAGroupGoBothWays) {
     auto mr = (*port)->pd().register_memory(mem.data(), mem.size(), dma::Access::local_write);
     ASSERT_TRUE(mr) << mr.error().message;
     Cq* cq = *(*port)->create_cq(256);
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.qp_type = QpType::ud;
     ia.send_cq = ia.recv_cq = cq;
     ia.create_flags = qp_create_block_self_mcast_lb;
     auto qp = (*port)->create_qp(ia);
     ASSERT_TRUE(qp) << qp.error().message;
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     x.qkey = kQkey;
     ASSERT_TRUE((*qp)->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-    x.qp_state = QpState::rtr;
+    x.qp_state = RdmaQpState::rtr;
     ASSERT_TRUE((*qp)->modify(x, attr_state));
-    x.qp_state = QpState::rts;
+    x.qp_state = RdmaQpState::rts;
     ASSERT_TRUE((*qp)->modify(x, attr_state | attr_sq_psn));
     constexpr uint32_t kSlot = 2048;
     for (uint64_t i = 0; i < 64; ++i) {
@@ -97,7 +97,7 @@ TEST_F(RxeMulticast, DatagramsToAGroupGoBothWays) {
     for (uint32_t k = 0; k < kCount; ++k) {
         for (uint32_t i = 0; i < 200; ++i) mem[i] = uint8_t(k * 31 + i);
         Sge s{reinterpret_cast<uint64_t>(mem.data()), 200, mr->lkey};
-        SendWr w = wr_of(WrOpcode::send, 1000 + k, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send, 1000 + k, &s);
         w.ah = to_group;
         w.remote_qpn = wire::kMulticastQpn;
         w.remote_qkey = kQkey;
@@ -107,7 +107,7 @@ TEST_F(RxeMulticast, DatagramsToAGroupGoBothWays) {
         while (std::chrono::steady_clock::now() < end && cq->poll(std::span(&wc, 1)) == 0) {
         }
         ASSERT_EQ(wc.wr_id, 1000 + k) << "a receive came back: the sender's own datagram was not blocked";
-        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+        ASSERT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status);
         std::this_thread::sleep_for(2ms);   // rxe's receive ring at a gentle pace
     }
     EXPECT_EQ(read_line(), "got 20 20");
@@ -119,8 +119,8 @@ TEST_F(RxeMulticast, DatagramsToAGroupGoBothWays) {
     while (got < kCount && std::chrono::steady_clock::now() < end) {
         Wc wc{};
         if (cq->poll(std::span(&wc, 1)) == 0) continue;
-        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
-        ASSERT_EQ(wc.opcode, WcOpcode::recv);
+        ASSERT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status);
+        ASSERT_EQ(wc.opcode, RdmaWcOpcode::recv);
         EXPECT_EQ(wc.byte_len, 40u + 300u);
         EXPECT_NE(wc.wc_flags & wc_grh, 0u);
         const uint8_t* m = mem.data() + wc.wr_id * kSlot + 40;

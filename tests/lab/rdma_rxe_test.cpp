@@ -130,10 +130,10 @@ protected:
                       reinterpret_cast<unsigned long>(mem_.data()), uint32_t(mem_.size()));
         ASSERT_EQ(::write(fd_.get(), mine, std::strlen(mine)), ssize_t(std::strlen(mine)));
         QpAttr a;
-        a.qp_state = QpState::init;
+        a.qp_state = RdmaQpState::init;
         a.qp_access_flags = kAllRemote;
         ASSERT_TRUE(me_.qp->modify(a, attr_state | attr_pkey_index | attr_port | attr_access_flags));
-        a.qp_state = QpState::rtr;
+        a.qp_state = RdmaQpState::rtr;
         a.path_mtu = 3;
         a.dest_qp_num = remote_.qpn;
         a.rq_psn = remote_.psn;
@@ -142,7 +142,7 @@ protected:
         a.ah_attr.dgid = remote_.gid;
         ASSERT_TRUE(me_.qp->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
                                           attr_max_dest_rd_atomic | attr_min_rnr_timer));
-        a.qp_state = QpState::rts;
+        a.qp_state = RdmaQpState::rts;
         a.sq_psn = 0x13579b;
         a.timeout = timeout;
         a.retry_cnt = retry_cnt;
@@ -172,7 +172,7 @@ protected:
     // Runs the port until one completion.
     Wc complete_one() {
         Wc wc{};
-        wc.status = WcStatus::general_err;
+        wc.status = RdmaWcStatus::general_err;
         wc.vendor_err = 0xdead;
         const auto end = std::chrono::steady_clock::now() + 60s;
         while (std::chrono::steady_clock::now() < end)
@@ -182,7 +182,7 @@ protected:
     Wc post(WrOpcode op, uint64_t local_off, uint32_t len, uint64_t remote_off, uint64_t cmp_add = 0, uint64_t swap = 0,
             uint32_t rkey_xor = 0) {
         Sge s{reinterpret_cast<uint64_t>(mem_.data() + local_off), len, me_.mr.lkey};
-        SendWr w = wr_of(op, 1, &s);
+        RdmaSendWr w = wr_of(op, 1, &s);
         w.remote_addr = remote_.addr + remote_off;
         w.rkey = remote_.rkey ^ rkey_xor;
         w.compare_add = cmp_add;
@@ -234,12 +234,12 @@ TEST_F(VerbsPeerTest, VfabWritesReadsAndUpdatesRxeMemory) {
     ASSERT_NO_FATAL_FAILURE(connect_to_peer("target"));
     for (size_t i = 0; i < 4096; ++i) mem_[i] = pattern(i, 5);
     Wc wc = post(WrOpcode::rdma_write, 0, 4096, 0);
-    EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+    EXPECT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status);
     for (size_t i = 0; i < 50000; ++i) mem_[8192 + i] = pattern(i, 6);
     wc = post(WrOpcode::rdma_write, 8192, 50000, 100000);
-    EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+    EXPECT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status);
     wc = post(WrOpcode::rdma_read, 200000, 150000, 60000);
-    ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+    ASSERT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status);
     for (size_t i = 0; i < 150000; ++i) {
         const size_t r = 60000 + i;
         const uint8_t want = r >= 100000 && r < 150000 ? pattern(r - 100000, 6) : peer_byte(r);
@@ -247,16 +247,16 @@ TEST_F(VerbsPeerTest, VfabWritesReadsAndUpdatesRxeMemory) {
     }
     for (uint64_t k = 0; k < 10; ++k) {
         wc = post(WrOpcode::atomic_fetch_and_add, 400000, 8, 512 * 1024, 5);
-        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+        ASSERT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status);
         uint64_t before;
         std::memcpy(&before, mem_.data() + 400000, 8);
         EXPECT_EQ(before, 5 * k);
     }
     wc = post(WrOpcode::atomic_cmp_and_swp, 400000, 8, 512 * 1024, 50, 0x1122334455667788ull);
-    EXPECT_EQ(wc.status, WcStatus::success);
+    EXPECT_EQ(wc.status, RdmaWcStatus::success);
     // A wrong rkey: rxe refuses it, vfab's WR ends in a remote access error.
     wc = post(WrOpcode::rdma_write, 0, 64, 700000, 0, 0, 0x100);
-    EXPECT_EQ(wc.status, WcStatus::rem_access_err) << to_string(wc.status);
+    EXPECT_EQ(wc.status, RdmaWcStatus::rem_access_err) << to_string(wc.status);
 
     const auto head = dump(0, 4096);
     ASSERT_EQ(head.size(), 4096u);
@@ -278,14 +278,14 @@ TEST_F(VerbsPeerTest, RxeDropsVfabsMaskedAtomicsAndItsMemoryStays) {
     ASSERT_NO_FATAL_FAILURE(connect_to_peer("target", 11, 2));   // 8.4 ms, 2 retries
     const auto before = dump(512 * 1024, 8);
     Sge s{reinterpret_cast<uint64_t>(mem_.data()), 8, me_.mr.lkey};
-    SendWr w = wr_of(WrOpcode::masked_atomic_fetch_and_add, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::masked_atomic_fetch_and_add, 1, &s);
     w.remote_addr = remote_.addr + 512 * 1024;
     w.rkey = remote_.rkey;
     w.compare_add = 0x0101010101010101ull;
     w.compare_add_mask = 0x8080808080808080ull;
     ASSERT_TRUE(me_.qp->post_send(std::span(&w, 1)));
     const Wc wc = complete_one();
-    EXPECT_EQ(wc.status, WcStatus::retry_exc_err) << to_string(wc.status);
+    EXPECT_EQ(wc.status, RdmaWcStatus::retry_exc_err) << to_string(wc.status);
     EXPECT_EQ(dump(512 * 1024, 8), before);
     ASSERT_EQ(::write(fd_.get(), "quit\n", 5), 5);
 }
@@ -310,10 +310,10 @@ protected:
         ASSERT_NO_FATAL_FAILURE(connect_to_peer("invalidate"));
     }
     // Posts one memory-management WR on vfab's QP and waits for it.
-    void run_local(const SendWr& w) {
+    void run_local(const RdmaSendWr& w) {
         ASSERT_TRUE(me_.qp->post_send(std::span(&w, 1)));
         const Wc wc = complete_one();
-        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status) << " vendor_err " << std::hex << wc.vendor_err;
+        ASSERT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status) << " vendor_err " << std::hex << wc.vendor_err;
     }
     // 8 KiB at `iova`: two 4 KiB blocks from `off`, listed second first (scattered).
     uint32_t fast_register(uint64_t off, uint64_t iova) {
@@ -321,7 +321,7 @@ protected:
         const uint64_t start = reinterpret_cast<uint64_t>(mem_.data() + off);
         const uint64_t blocks[2] = {start + 4096, start};
         RegMrInfo info{blocks, 2, 4096, 0, kAllRemote, 8192, iova};
-        SendWr w = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
+        RdmaSendWr w = wr_of(WrOpcode::reg_mr, 1, nullptr, 0);
         w.mem_key = key;
         w.new_key = next_key(key);
         w.reg = &info;
@@ -332,7 +332,7 @@ protected:
         auto mr = port_->pd().register_memory(mem_.data(), mem_.size(), dma::Access(kAllRemote) | dma::Access::mw_bind);
         EXPECT_TRUE(mr) << mr.error().message;
         const uint32_t mw = *port_->pd().alloc_mw(dma::WindowType::type2);
-        SendWr w = wr_of(WrOpcode::bind_mw, 2, nullptr, 0);
+        RdmaSendWr w = wr_of(WrOpcode::bind_mw, 2, nullptr, 0);
         w.mem_key = mw;
         w.new_key = next_key(mw);
         w.bind = {mr->lkey, uint32_t(dma::Access::remote_write), reinterpret_cast<uint64_t>(mem_.data() + off), 8192};
@@ -354,7 +354,7 @@ protected:
         EXPECT_EQ(o.out.find("FAIL"), std::string::npos) << o.out;
         for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(mem_[where(i)], pattern(i, 5)) << i;
         const Wc wc = complete_one();
-        EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+        EXPECT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status);
         EXPECT_EQ(wc.wr_id, 77u);
         EXPECT_EQ(wc.wc_flags & wc_with_inv, wc_with_inv);
         EXPECT_EQ(wc.imm_data, rkey);
@@ -382,7 +382,7 @@ TEST_F(RxeAndVfabKeys, VfabInvalidatesAWindowRxeWroteThrough) {
     send_line(str_cat("local ", std::hex, rkey, " ", reinterpret_cast<uint64_t>(mem_.data() + 131072), "\n"));
     ASSERT_EQ(read_line_fd(), "wrote");
     port_->stop_progress_thread();
-    SendWr inv = wr_of(WrOpcode::local_inv, 3, nullptr, 0);
+    RdmaSendWr inv = wr_of(WrOpcode::local_inv, 3, nullptr, 0);
     inv.imm_data = rkey;
     run_local(inv);
     std::fill(mem_.begin() + 131072, mem_.begin() + 131072 + 8192, 0x5a);
@@ -458,7 +458,7 @@ TEST_F(VerbsPeerTest, TenThousandOperationsOverALossyLink) {
             const uint32_t len = std::array<uint32_t, 6>{0, 1, 100, 1024, 5000, 32768}[rng() % 6];
             const uint32_t slot = uint32_t(rng() % kSlots), src = uint32_t(rng() % (256 * 1024));
             Sge s{};
-            SendWr w;
+            RdmaSendWr w;
             w.wr_id = posted;
             w.sg_list = &s;
             w.num_sge = 1;
@@ -527,7 +527,7 @@ TEST_F(VerbsPeerTest, TenThousandOperationsOverALossyLink) {
         const int n = me_.cq->poll(wc);
         for (int i = 0; i < n; ++i) {
             ASSERT_EQ(wc[i].wr_id, done) << "completions in posting order";
-            ASSERT_EQ(wc[i].status, WcStatus::success) << to_string(wc[i].status) << " op " << done;
+            ASSERT_EQ(wc[i].status, RdmaWcStatus::success) << to_string(wc[i].status) << " op " << done;
             const Expect& e = outstanding.front();
             if (!e.data.empty()) {
                 ASSERT_EQ(std::memcmp(mem_.data() + e.local, e.data.data(), e.data.size()), 0)

@@ -32,7 +32,7 @@ inline Side make_side(rdma::Port& port, rdma::QpType type, std::vector<uint8_t>&
     Side s;
     s.port = &port;
     s.cq = *port.create_cq(cqe);
-    rdma::QpInitAttr ia;
+    rdma::RdmaQpInitAttr ia;
     ia.qp_type = type;
     ia.send_cq = ia.recv_cq = s.cq;
     ia.srq = srq;
@@ -49,10 +49,10 @@ inline Side make_side(rdma::Port& port, rdma::QpType type, std::vector<uint8_t>&
 // INIT -> RTR towards `peer`: it receives from it, and sends nothing yet.
 inline void connect_rc_rtr(Side& me, const Side& peer, uint32_t peer_psn, uint32_t mtu = 3, uint8_t max_dest_rd_atomic = 4) {
     QpAttr a;
-    a.qp_state = QpState::init;
+    a.qp_state = RdmaQpState::init;
     a.qp_access_flags = kAllRemote;
     ASSERT_TRUE(me.qp->modify(a, attr_state | attr_pkey_index | attr_port | attr_access_flags));
-    a.qp_state = QpState::rtr;
+    a.qp_state = RdmaQpState::rtr;
     a.path_mtu = mtu;
     a.dest_qp_num = peer.qp->qp_num();
     a.rq_psn = peer_psn;
@@ -69,7 +69,7 @@ inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t pee
                        uint8_t timeout = 8, uint8_t retry = 7, uint8_t rnr_retry = 7) {
     connect_rc_rtr(me, peer, peer_psn, mtu);
     QpAttr a;
-    a.qp_state = QpState::rts;
+    a.qp_state = RdmaQpState::rts;
     a.sq_psn = my_psn;
     a.timeout = timeout;
     a.retry_cnt = retry;
@@ -83,12 +83,12 @@ inline void connect_rc(Side& me, const Side& peer, uint32_t my_psn, uint32_t pee
 // A UD queue pair through INIT (with `qkey`), RTR and RTS (send PSN `sq_psn`).
 inline void connect_ud(Side& s, uint32_t qkey, uint32_t sq_psn = 0) {
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     x.qkey = qkey;
     ASSERT_TRUE(s.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-    x.qp_state = QpState::rtr;
+    x.qp_state = RdmaQpState::rtr;
     ASSERT_TRUE(s.qp->modify(x, attr_state));
-    x.qp_state = QpState::rts;
+    x.qp_state = RdmaQpState::rts;
     x.sq_psn = sq_psn;
     ASSERT_TRUE(s.qp->modify(x, attr_state | attr_sq_psn));
 }
@@ -97,7 +97,7 @@ inline void connect_ud(Side& s, uint32_t qkey, uint32_t sq_psn = 0) {
 inline void reconnect_rc(Side& a, Side& b, uint32_t psn_a, uint32_t psn_b) {
     for (Side* s : {&a, &b}) {
         QpAttr x;
-        x.qp_state = QpState::reset;
+        x.qp_state = RdmaQpState::reset;
         ASSERT_TRUE(s->qp->modify(x, attr_state));
     }
     connect_rc(a, b, psn_a, psn_b);
@@ -118,8 +118,8 @@ inline std::vector<rdma::Wc> wait_wc(Side& waiter, Side& other, size_t n,
     return out;
 }
 
-inline rdma::SendWr wr_of(rdma::WrOpcode op, uint64_t id, const Sge* sge, uint32_t nsge = 1) {
-    rdma::SendWr w;
+inline rdma::RdmaSendWr wr_of(rdma::WrOpcode op, uint64_t id, const Sge* sge, uint32_t nsge = 1) {
+    rdma::RdmaSendWr w;
     w.wr_id = id;
     w.opcode = op;
     w.sg_list = sge;

@@ -22,7 +22,7 @@ TEST(RdmaDevice, ReportsTheLimitsCreationEnforces) {
     ASSERT_TRUE(cq) << cq.error().message;
     EXPECT_FALSE(port.create_cq(uint32_t(a.max_cqe) + 1));
 
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.send_cq = ia.recv_cq = *cq;
     ia.cap = {uint32_t(a.max_qp_wr), uint32_t(a.max_qp_wr), uint32_t(a.max_sge), uint32_t(a.max_sge), 0};
     auto qp = port.create_qp(ia);
@@ -39,7 +39,7 @@ TEST(RdmaDevice, ReportsTheLimitsCreationEnforces) {
     EXPECT_FALSE(port.create_srq(SrqAttr{1, uint32_t(a.max_srq_sge) + 1, 0}));
 
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     ASSERT_TRUE((*qp)->modify(x, attr_state | attr_pkey_index | attr_port | attr_access_flags));
     x.max_rd_atomic = uint8_t(a.max_qp_init_rd_atom + 1);
     EXPECT_FALSE((*qp)->modify(x, attr_max_qp_rd_atomic));

@@ -32,7 +32,7 @@ protected:
     // A signalled WR of `op` from a to b's memory at `offset` with b's rkey.
     void post_remote(WrOpcode op, uint64_t offset, uint32_t len, uint32_t rkey) {
         Sge s{reinterpret_cast<uint64_t>(ma.data()), len, a.mr.lkey};
-        SendWr w = wr_of(op, 1, &s);
+        RdmaSendWr w = wr_of(op, 1, &s);
         w.remote_addr = reinterpret_cast<uint64_t>(mb.data() + offset);
         w.rkey = rkey;
         ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
@@ -44,7 +44,7 @@ protected:
     }
     void send_a(uint64_t id) {
         Sge s{reinterpret_cast<uint64_t>(ma.data()), 64, a.mr.lkey};
-        SendWr w = wr_of(WrOpcode::send, id, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send, id, &s);
         ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     }
     std::unique_ptr<RdmaPair> pair;
@@ -59,12 +59,12 @@ TEST_F(EventsTest, AnAccessViolationIsRaisedAtTheResponder) {
     post_remote(WrOpcode::rdma_write, 0, 100, b.mr.rkey ^ 0x100);
     auto tx = wait_wc(a, b, 1);
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::rem_access_err);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::rem_access_err);
     auto eb = events_of(*b.port);
     ASSERT_EQ(eb.size(), 1u);
     EXPECT_EQ(eb[0].type, AsyncEventType::qp_access_err);
     EXPECT_EQ(eb[0].qp, b.qp);
-    EXPECT_EQ(b.qp->state(), QpState::error);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::error);
     EXPECT_TRUE(events_of(*a.port).empty()) << "the requester's error is in its completion";
 }
 
@@ -74,7 +74,7 @@ TEST_F(EventsTest, AnInvalidRequestIsRaisedAtTheResponder) {
     post_remote(WrOpcode::atomic_fetch_and_add, 4, 8, b.mr.rkey);
     auto tx = wait_wc(a, b, 1);
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::rem_inv_req_err);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::rem_inv_req_err);
     auto eb = events_of(*b.port);
     ASSERT_EQ(eb.size(), 1u);
     EXPECT_EQ(eb[0].type, AsyncEventType::qp_req_err);
@@ -91,7 +91,7 @@ TEST_F(EventsTest, CommunicationEstablishedComesOnceInRtr) {
     send_a(12);
     auto rx = wait_wc(b, a, 2);
     ASSERT_EQ(rx.size(), 2u);
-    EXPECT_EQ(rx[1].status, WcStatus::success);
+    EXPECT_EQ(rx[1].status, RdmaWcStatus::success);
     auto eb = events_of(*b.port);
     ASSERT_EQ(eb.size(), 1u);
     EXPECT_EQ(eb[0].type, AsyncEventType::comm_est);
@@ -118,7 +118,7 @@ TEST_F(EventsTest, ACqOverrunRaisesCqErrorAndFailsItsQueuePairs) {
     EXPECT_EQ(eb[0].cq, b.cq);
     EXPECT_EQ(eb[1].type, AsyncEventType::qp_fatal);
     EXPECT_EQ(eb[1].qp, b.qp);
-    EXPECT_EQ(b.qp->state(), QpState::error);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::error);
     EXPECT_GE(b.cq->overruns(), 1u);
 }
 
@@ -133,7 +133,7 @@ TEST_F(EventsTest, AnOverrunIgnoredOnlyCounts) {
     b.port->progress();
     EXPECT_EQ(b.cq->overruns(), 2u);
     EXPECT_TRUE(events_of(*b.port).empty());
-    EXPECT_EQ(b.qp->state(), QpState::rts);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::rts);
 }
 
 // The link read by the port's progress: PORT_ERR when it goes down, PORT_ACTIVE when it comes

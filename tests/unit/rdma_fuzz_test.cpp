@@ -237,7 +237,7 @@ protected:
         aud = make_side(*pair.a, QpType::ud, mem_a2);
         brc.port = bud.port = pair.b.get();
         brc.cq = bud.cq = *pair.b->create_cq(8192);
-        QpInitAttr ia;
+        RdmaQpInitAttr ia;
         ia.send_cq = ia.recv_cq = brc.cq;
         ia.cap.max_send_wr = ia.cap.max_recv_wr = 64;
         brc.qp = *pair.b->create_qp(ia);
@@ -247,17 +247,17 @@ protected:
         brc.mr = bud.mr = mr1;
         reconnect_rc();
         QpAttr x;
-        x.qp_state = QpState::init;
+        x.qp_state = RdmaQpState::init;
         x.qkey = kQkey;
         ASSERT_TRUE(bud.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-        x.qp_state = QpState::rtr;
+        x.qp_state = RdmaQpState::rtr;
         ASSERT_TRUE(bud.qp->modify(x, attr_state));
-        x.qp_state = QpState::rts;
+        x.qp_state = RdmaQpState::rts;
         ASSERT_TRUE(bud.qp->modify(x, attr_state | attr_sq_psn));
     }
     void reconnect_rc() {
         QpAttr z;
-        z.qp_state = QpState::reset;
+        z.qp_state = RdmaQpState::reset;
         ASSERT_TRUE(brc.qp->modify(z, attr_state));
         ASSERT_TRUE(arc.qp->modify(z, attr_state));
         b_sq_psn = uint32_t(fuzz_rng()) & kPsnMask;
@@ -265,7 +265,7 @@ protected:
         connect_rc(arc, brc, req_psn, b_sq_psn, 3, 6, 7);
         if (fuzz_rng() % 4 == 0) {   // B grants only some remote rights this time
             QpAttr x;
-            x.qp_state = QpState::rts;
+            x.qp_state = RdmaQpState::rts;
             x.qp_access_flags = uint32_t(fuzz_rng()) & kAllRemote;
             ASSERT_TRUE(brc.qp->modify(x, attr_state | attr_access_flags));
         }
@@ -290,9 +290,9 @@ protected:
     }
     // B's own requests to A: READs and atomics whose responses the fuzzer imitates.
     void b_requests() {
-        if (brc.qp->state() != QpState::rts || b_outstanding >= 4) return;
+        if (brc.qp->state() != RdmaQpState::rts || b_outstanding >= 4) return;
         Sge s{reinterpret_cast<uint64_t>(mem_b.data() + kLocal + (b_seq % 4) * 4096), 3000, mr1.lkey};
-        SendWr w = wr_of(b_seq % 2 ? WrOpcode::rdma_read : WrOpcode::atomic_fetch_and_add, 1ull << 41 | b_seq, &s);
+        RdmaSendWr w = wr_of(b_seq % 2 ? WrOpcode::rdma_read : WrOpcode::atomic_fetch_and_add, 1ull << 41 | b_seq, &s);
         if (w.opcode == WrOpcode::atomic_fetch_and_add) s.length = 8;
         w.remote_addr = reinterpret_cast<uint64_t>(mem_a.data() + 8 * (b_seq % 64));
         w.rkey = arc.mr.rkey;
@@ -376,21 +376,21 @@ TEST_F(FuzzTest, MutatedFramesNeitherCrashNorWriteOutsideRegisteredMemory) {
     std::vector<uint8_t> revoked_copy;
     const uint64_t roce_before = pair.b->stats().rx_roce;
     for (uint64_t i = 0; i < frames; ++i) {
-        if (brc.qp->state() == QpState::error || arc.qp->state() == QpState::error) {
+        if (brc.qp->state() == RdmaQpState::error || arc.qp->state() == RdmaQpState::error) {
             ASSERT_NO_FATAL_FAILURE(reconnect_rc());
             b_next_psn = b_sq_psn;
             ++reconnects;
         }
-        if (bud.qp->state() == QpState::error) {
+        if (bud.qp->state() == RdmaQpState::error) {
             QpAttr x;
-            x.qp_state = QpState::reset;
+            x.qp_state = RdmaQpState::reset;
             ASSERT_TRUE(bud.qp->modify(x, attr_state));
-            x.qp_state = QpState::init;
+            x.qp_state = RdmaQpState::init;
             x.qkey = kQkey;
             ASSERT_TRUE(bud.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-            x.qp_state = QpState::rtr;
+            x.qp_state = RdmaQpState::rtr;
             ASSERT_TRUE(bud.qp->modify(x, attr_state));
-            x.qp_state = QpState::rts;
+            x.qp_state = RdmaQpState::rts;
             ASSERT_TRUE(bud.qp->modify(x, attr_state | attr_sq_psn));
             ud_posted = 0;
         }
@@ -450,7 +450,7 @@ TEST_F(FuzzTest, MemoryWithoutRemoteRightsIsNeverTouched) {
         SCOPED_TRACE(int(op));
         Sge s{reinterpret_cast<uint64_t>(mem_a.data()), op == WrOpcode::rdma_write || op == WrOpcode::rdma_read ? 512u : 8u,
               arc.mr.lkey};
-        SendWr w = wr_of(op, 1, &s);
+        RdmaSendWr w = wr_of(op, 1, &s);
         w.remote_addr = reinterpret_cast<uint64_t>(mem_b.data() + kMr2 + 64);
         w.rkey = mr2.rkey;
         w.compare_add = kMr2Byte * 0x0101010101010101ull;   // CMP_SWAP would match
@@ -458,7 +458,7 @@ TEST_F(FuzzTest, MemoryWithoutRemoteRightsIsNeverTouched) {
         ASSERT_TRUE(arc.qp->post_send(std::span(&w, 1)));
         auto tx = wait_wc(arc, brc, 1);
         ASSERT_EQ(tx.size(), 1u);
-        EXPECT_EQ(tx[0].status, WcStatus::rem_access_err) << to_string(tx[0].status);
+        EXPECT_EQ(tx[0].status, RdmaWcStatus::rem_access_err) << to_string(tx[0].status);
         ASSERT_NO_FATAL_FAILURE(expect_untouched());
         if (op == WrOpcode::rdma_read) {
             EXPECT_EQ(mem_a[0], 0x33) << "nothing of MR2 was read";

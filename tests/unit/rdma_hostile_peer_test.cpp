@@ -98,7 +98,7 @@ TEST_F(HostilePeer, TheRestOfAWriteAfterDeregistrationIsRefused) {
     ASSERT_FALSE(ans.empty());
     EXPECT_TRUE(ans.front().nak() && ans.front().syndrome == aeth::kNakRemoteAccessError)
         << "a remote access error NAK, got opcode " << int(ans.front().opcode) << " syndrome " << int(ans.front().syndrome);
-    EXPECT_EQ(b.qp->state(), QpState::error);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::error);
 }
 
 // A READ answered; the key is revoked; the same READ again (a duplicate) must be refused, not
@@ -178,13 +178,13 @@ TEST(HostilePeerResources, AReadWithoutResponderResourcesIsAnInvalidRequest) {
     connect_rc_rtr(b, a, 100, 3, 0);
     connect_rc(a, b, 100, 200);
     Sge s{reinterpret_cast<uint64_t>(ma.data()), 64, a.mr.lkey};
-    SendWr w = wr_of(WrOpcode::rdma_read, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::rdma_read, 1, &s);
     w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
     w.rkey = b.mr.rkey;
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto tx = wait_wc(a, b, 1);
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::rem_inv_req_err) << to_string(tx[0].status);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::rem_inv_req_err) << to_string(tx[0].status);
 }
 
 // B as requester: a fatal NAK whose PSN is older than anything outstanding (a stale copy) is
@@ -192,21 +192,21 @@ TEST(HostilePeerResources, AReadWithoutResponderResourcesIsAnInvalidRequest) {
 TEST_F(HostilePeer, AStaleFatalNakIsIgnored) {
     // B sends from PSN 200 (SetUp)
     Sge s{reinterpret_cast<uint64_t>(mb.data()), 64, b.mr.lkey};
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     ASSERT_TRUE(b.qp->post_send(std::span(&w, 1)));
     request(op::acknowledge, 200, 0, 0, 0, 0, 0, 4, false, aeth::kAckNoCredits);
     Wc wc;
     ASSERT_EQ(b.cq->poll(std::span(&wc, 1)), 1);
-    EXPECT_EQ(wc.status, WcStatus::success);
+    EXPECT_EQ(wc.status, RdmaWcStatus::success);
     w.wr_id = 2;
     ASSERT_TRUE(b.qp->post_send(std::span(&w, 1)));   // PSN 201
     request(op::acknowledge, 199, 0, 0, 0, 0, 0, 4, false, aeth::kNakRemoteAccessError);
     EXPECT_EQ(b.cq->poll(std::span(&wc, 1)), 0) << "the stale NAK failed WR " << wc.wr_id << ": " << to_string(wc.status);
-    EXPECT_EQ(b.qp->state(), QpState::rts);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::rts);
     request(op::acknowledge, 201, 0, 0, 0, 0, 0, 4, false, aeth::kAckNoCredits);
     ASSERT_EQ(b.cq->poll(std::span(&wc, 1)), 1);
     EXPECT_EQ(wc.wr_id, 2u);
-    EXPECT_EQ(wc.status, WcStatus::success);
+    EXPECT_EQ(wc.status, RdmaWcStatus::success);
 }
 
 // retry_cnt 7 is seven retries (IB spec 9.7.6.1.3 and table 97: only rnr_retry 7 means for
@@ -214,7 +214,7 @@ TEST_F(HostilePeer, AStaleFatalNakIsIgnored) {
 TEST_F(HostilePeer, RetryCount7IsFinite) {
     // SetUp: timeout 8 (1 ms), retry_cnt 7
     Sge s{reinterpret_cast<uint64_t>(mb.data()), 64, b.mr.lkey};
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     ASSERT_TRUE(b.qp->post_send(std::span(&w, 1)));
     Wc wc;
     int n = 0;
@@ -222,7 +222,7 @@ TEST_F(HostilePeer, RetryCount7IsFinite) {
          (n = b.cq->poll(std::span(&wc, 1))) == 0 && std::chrono::steady_clock::now() < end;)
         (void)answers();
     ASSERT_EQ(n, 1) << "still retrying after 10 s";
-    EXPECT_EQ(wc.status, WcStatus::retry_exc_err);
+    EXPECT_EQ(wc.status, RdmaWcStatus::retry_exc_err);
 }
 
 // A LAST packet carries at least one byte (a message a multiple of the MTU ends with a full
@@ -281,7 +281,7 @@ TEST(KeyTable, DeregistrationWaitsForTheProgressThreadsCopy) {
         auto mr = pair.b->pd().register_memory(buf.get(), kLen, dma::Access(kAllRemote));
         ASSERT_TRUE(mr) << mr.error().message;
         Sge s{reinterpret_cast<uint64_t>(ma.data()), kLen, a.mr.lkey};
-        SendWr w = wr_of(WrOpcode::rdma_write, i, &s);
+        RdmaSendWr w = wr_of(WrOpcode::rdma_write, i, &s);
         w.remote_addr = reinterpret_cast<uint64_t>(buf.get());
         w.rkey = mr->rkey;
         ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
@@ -292,7 +292,7 @@ TEST(KeyTable, DeregistrationWaitsForTheProgressThreadsCopy) {
         for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
              a.cq->poll(std::span(&wc, 1)) == 0 && std::chrono::steady_clock::now() < end;) {
         }
-        if (wc.status != WcStatus::success) {
+        if (wc.status != RdmaWcStatus::success) {
             ++refused;
             reconnect_rc(a, b, 1000 * i, 1000 * i + 500);
         }

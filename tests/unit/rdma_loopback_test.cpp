@@ -49,11 +49,11 @@ TEST_F(LoopbackTest, RcSendWriteReadAndAtomicNeverLeaveThePort) {
     RecvWr rwr{7, &r, 1, 0};
     ASSERT_TRUE(s2.qp->post_recv(std::span(&rwr, 1)));
     Sge a = sge(s1, 0, 5000);
-    SendWr w = wr_of(WrOpcode::send, 1, &a);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &a);
     ASSERT_TRUE(s1.qp->post_send(std::span(&w, 1)));
     auto rx = wait_own(*pair->a, *s2.cq, 1);
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(rx[0].byte_len, 5000u);
     EXPECT_TRUE(std::equal(m1.begin(), m1.begin() + 5000, m2.begin()));
 
@@ -63,19 +63,19 @@ TEST_F(LoopbackTest, RcSendWriteReadAndAtomicNeverLeaveThePort) {
     w.rkey = s2.mr.rkey;
     ASSERT_TRUE(s1.qp->post_send(std::span(&w, 1)));
     Sge back = sge(s1, 20000, 5000);
-    SendWr rd = wr_of(WrOpcode::rdma_read, 3, &back);
+    RdmaSendWr rd = wr_of(WrOpcode::rdma_read, 3, &back);
     rd.remote_addr = reinterpret_cast<uint64_t>(m2.data() + 10000);
     rd.rkey = s2.mr.rkey;
     ASSERT_TRUE(s1.qp->post_send(std::span(&rd, 1)));
     Sge orig = sge(s1, 40000, 8);
-    SendWr fa = wr_of(WrOpcode::atomic_fetch_and_add, 4, &orig);
+    RdmaSendWr fa = wr_of(WrOpcode::atomic_fetch_and_add, 4, &orig);
     fa.remote_addr = reinterpret_cast<uint64_t>(m2.data() + 30000);
     fa.rkey = s2.mr.rkey;
     fa.compare_add = 5;
     ASSERT_TRUE(s1.qp->post_send(std::span(&fa, 1)));
     auto tx = wait_own(*pair->a, *s1.cq, 4);
     ASSERT_EQ(tx.size(), 4u);
-    for (const Wc& c : tx) EXPECT_EQ(c.status, WcStatus::success) << c.wr_id << ": " << to_string(c.status);
+    for (const Wc& c : tx) EXPECT_EQ(c.status, RdmaWcStatus::success) << c.wr_id << ": " << to_string(c.status);
     EXPECT_TRUE(std::equal(m1.begin(), m1.begin() + 5000, m2.begin() + 10000));
     EXPECT_TRUE(std::equal(m1.begin(), m1.begin() + 5000, m1.begin() + 20000));
     uint64_t v;
@@ -103,14 +103,14 @@ TEST(LoopbackUd, ADatagramToAQueuePairOfTheSamePort) {
     AddressHandle* h = *pair.a->create_ah(ah);
     std::memcpy(m1.data(), "loopback", 8);
     Sge s{reinterpret_cast<uint64_t>(m1.data()), 8, s1.mr.lkey};
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     w.ah = h;
     w.remote_qpn = s2.qp->qp_num();
     w.remote_qkey = 0x1111;
     ASSERT_TRUE(s1.qp->post_send(std::span(&w, 1)));
     auto rx = wait_own(*pair.a, *s2.cq, 1);
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(rx[0].byte_len, 8u + 40u);   // the GRH first
     EXPECT_EQ(rx[0].src_qp, s1.qp->qp_num());
     EXPECT_EQ(std::memcmp(m2.data() + 40, "loopback", 8), 0);
@@ -126,7 +126,7 @@ TEST_F(LoopbackTest, NotifyHookRunsOncePerArmedNotification) {
     RecvWr rwr[2] = {{1, &r, 1, 0}, {2, &r, 1, 0}};
     ASSERT_TRUE(s2.qp->post_recv(std::span(rwr, 2)));
     Sge a = sge(s1, 0, 16);
-    SendWr w = wr_of(WrOpcode::send, 1, &a);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &a);
     ASSERT_TRUE(s1.qp->post_send(std::span(&w, 1)));
     ASSERT_EQ(wait_own(*pair->a, *s2.cq, 1).size(), 1u);
     EXPECT_EQ(calls, 0) << "not armed: no notification";
@@ -143,7 +143,7 @@ TEST_F(LoopbackTest, ACqGrowsAndShrinksKeepingWhatWaits) {
     RecvWr rwr[3] = {{1, &r, 1, 0}, {2, &r, 1, 0}, {3, &r, 1, 0}};
     ASSERT_TRUE(s2.qp->post_recv(std::span(rwr, 3)));
     Sge a = sge(s1, 0, 16);
-    SendWr w = wr_of(WrOpcode::send, 9, &a);
+    RdmaSendWr w = wr_of(WrOpcode::send, 9, &a);
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(s1.qp->post_send(std::span(&w, 1)));
     for (int i = 0; i < 50; ++i) pair->a->progress();
     auto big = s2.cq->resize(10000);
@@ -176,7 +176,7 @@ TEST(ProgressThread, SleepsWhenIdleAndServesAPassiveTarget) {
     for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i * 3);
     std::memcpy(mb.data(), src.data(), src.size());
     Sge s{reinterpret_cast<uint64_t>(mb.data()), uint32_t(src.size()), b.mr.lkey};
-    SendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
     w.remote_addr = reinterpret_cast<uint64_t>(ma.data() + 100);
     w.rkey = a.mr.rkey;
     ASSERT_TRUE(b.qp->post_send(std::span(&w, 1)));
@@ -185,7 +185,7 @@ TEST(ProgressThread, SleepsWhenIdleAndServesAPassiveTarget) {
     const auto end = std::chrono::steady_clock::now() + 10s;
     while (!got && std::chrono::steady_clock::now() < end) got = b.cq->poll(std::span(&wc, 1));
     ASSERT_EQ(got, 1) << "the sleeping thread did not wake for the WRITE";
-    EXPECT_EQ(wc.status, WcStatus::success);
+    EXPECT_EQ(wc.status, RdmaWcStatus::success);
     EXPECT_TRUE(std::equal(src.begin(), src.end(), ma.begin() + 100));
     EXPECT_GT(pair.a->stats().rx_roce, before.rx_roce);
     pair.a->stop_progress_thread();

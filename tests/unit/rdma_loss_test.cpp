@@ -57,27 +57,27 @@ public:
         const Op op = outstanding_.front();
         outstanding_.pop_front();
         ASSERT_EQ(wc.wr_id, op.id) << "completions in posting order";
-        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status) << " op " << op.id << " opcode " << int(op.opcode);
+        ASSERT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status) << " op " << op.id << " opcode " << int(op.opcode);
         ASSERT_EQ(wc.qp_num, req_.qp->qp_num());
         const uint8_t* rq = req_.mem->data();
         const uint8_t* rs = resp_.mem->data();
         switch (op.opcode) {
         case WrOpcode::send:
-        case WrOpcode::send_with_imm: ASSERT_EQ(wc.opcode, WcOpcode::send); break;
+        case WrOpcode::send_with_imm: ASSERT_EQ(wc.opcode, RdmaWcOpcode::send); break;
         case WrOpcode::rdma_write:
         case WrOpcode::rdma_write_with_imm:
-            ASSERT_EQ(wc.opcode, WcOpcode::rdma_write);
+            ASSERT_EQ(wc.opcode, RdmaWcOpcode::rdma_write);
             ASSERT_EQ(std::memcmp(rs + kWrite + op.slot * kSlot, rq + kSrc + op.off, op.len), 0)
                 << "WRITE " << op.id << " of " << op.len;
             break;
         case WrOpcode::rdma_read:
-            ASSERT_EQ(wc.opcode, WcOpcode::rdma_read);
+            ASSERT_EQ(wc.opcode, RdmaWcOpcode::rdma_read);
             ASSERT_EQ(std::memcmp(rq + kRead + op.slot * kSlot, rs + kSrc + op.off, op.len), 0)
                 << "READ " << op.id << " of " << op.len;
             break;
         case WrOpcode::atomic_fetch_and_add:
         case WrOpcode::atomic_cmp_and_swp: {
-            ASSERT_EQ(wc.opcode, op.opcode == WrOpcode::atomic_fetch_and_add ? WcOpcode::fetch_add : WcOpcode::comp_swap);
+            ASSERT_EQ(wc.opcode, op.opcode == WrOpcode::atomic_fetch_and_add ? RdmaWcOpcode::fetch_add : RdmaWcOpcode::comp_swap);
             uint64_t orig;
             std::memcpy(&orig, rq + kAtomicRes + op.slot * 8, 8);
             ASSERT_EQ(orig, op.expect) << "atomic " << op.id;
@@ -93,11 +93,11 @@ public:
         ASSERT_FALSE(recv_expect_.empty()) << "a receive completed with no message for it";
         const Op op = recv_expect_.front();
         recv_expect_.pop_front();
-        ASSERT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
+        ASSERT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status);
         ASSERT_EQ(wc.qp_num, resp_.qp->qp_num());
         ASSERT_EQ(wc.byte_len, op.len) << "message " << op.id;
         const bool write = op.opcode == WrOpcode::rdma_write_with_imm;
-        ASSERT_EQ(wc.opcode, write ? WcOpcode::recv_rdma_with_imm : WcOpcode::recv);
+        ASSERT_EQ(wc.opcode, write ? RdmaWcOpcode::recv_rdma_with_imm : RdmaWcOpcode::recv);
         if (op.opcode == WrOpcode::send) {
             ASSERT_EQ(wc.wc_flags, 0u);
         } else {
@@ -152,7 +152,7 @@ private:
         Op op{posted_, kOps[k], 0, 0, uint32_t(posted_ % kWindow), 0, 0};
         ++counts[k];
         Sge s{};
-        SendWr w = wr_of(op.opcode, op.id, &s);
+        RdmaSendWr w = wr_of(op.opcode, op.id, &s);
         switch (op.opcode) {
         case WrOpcode::send:
         case WrOpcode::send_with_imm:
@@ -264,7 +264,7 @@ TEST_P(LossTest, EveryOperationOnceInOrderWithItsData) {
         const int k = s.cq->poll(wc);
         ASSERT_GE(k, 0);
         for (int i = 0; i < k; ++i) {
-            if (wc[i].opcode == WcOpcode::recv || wc[i].opcode == WcOpcode::recv_rdma_with_imm) as_resp.on_recv_wc(wc[i]);
+            if (wc[i].opcode == RdmaWcOpcode::recv || wc[i].opcode == RdmaWcOpcode::recv_rdma_with_imm) as_resp.on_recv_wc(wc[i]);
             else as_req.on_send_wc(wc[i]);
             if (::testing::Test::HasFatalFailure()) return;
         }
@@ -286,8 +286,8 @@ TEST_P(LossTest, EveryOperationOnceInOrderWithItsData) {
     }
     ab.check_atomics();
     ba.check_atomics();
-    EXPECT_EQ(a.qp->state(), QpState::rts);
-    EXPECT_EQ(b.qp->state(), QpState::rts);
+    EXPECT_EQ(a.qp->state(), RdmaQpState::rts);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::rts);
     for (int k = 0; k < 7; ++k) EXPECT_GT(ab.counts[k], n / 20) << "every kind of operation, kind " << k;
     const auto& w = pair.wire;
     if (c.faults.drop) { EXPECT_GT(w.dropped, 0u); }
@@ -328,33 +328,33 @@ protected:
         connect_rc(a, b, 100, 200, 3, timeout, retry_cnt, rnr_retry);
         connect_rc(b, a, 200, 100, 3, 4);
         Sge s = sge_a(0, 4);
-        SendWr w = wr_of(WrOpcode::rdma_write, 999, &s);
+        RdmaSendWr w = wr_of(WrOpcode::rdma_write, 999, &s);
         w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
         w.rkey = b.mr.rkey;
         ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
         auto tx = wait_wc(a, b, 1);
         ASSERT_EQ(tx.size(), 1u);
-        ASSERT_EQ(tx[0].status, WcStatus::success);
+        ASSERT_EQ(tx[0].status, RdmaWcStatus::success);
     }
     Sge sge_a(uint64_t off, uint32_t len) { return {reinterpret_cast<uint64_t>(ma.data() + off), len, a.mr.lkey}; }
     void post_sends(uint64_t first_id, int n, WrOpcode op = WrOpcode::send) {
         for (int i = 0; i < n; ++i) {
             Sge s = sge_a(0, 100);
-            SendWr w = wr_of(op, first_id + i, &s);
+            RdmaSendWr w = wr_of(op, first_id + i, &s);
             w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
             w.rkey = b.mr.rkey;
             ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
         }
     }
-    void expect_first_fails_rest_flushed(const std::vector<Wc>& tx, WcStatus first, uint32_t vendor_err = 0) {
+    void expect_first_fails_rest_flushed(const std::vector<Wc>& tx, RdmaWcStatus first, uint32_t vendor_err = 0) {
         ASSERT_FALSE(tx.empty());
         EXPECT_EQ(tx[0].status, first) << to_string(tx[0].status);
         if (vendor_err) { EXPECT_EQ(tx[0].vendor_err, vendor_err); }
         for (size_t i = 1; i < tx.size(); ++i) {
-            EXPECT_EQ(tx[i].status, WcStatus::wr_flush_err) << i;
+            EXPECT_EQ(tx[i].status, RdmaWcStatus::wr_flush_err) << i;
             EXPECT_EQ(tx[i].wr_id, tx[0].wr_id + i);
         }
-        EXPECT_EQ(a.qp->state(), QpState::error);
+        EXPECT_EQ(a.qp->state(), RdmaQpState::error);
     }
     // A port's drop hook that drops nothing and counts the RNR NAKs going by.
     static bool count_rnr_naks(void* ctx, const uint8_t* f, uint32_t len) {
@@ -377,7 +377,7 @@ TEST_F(GiveUpTest, RetryCountExhaustedWhenThePeerIsGone) {
     auto tx = wait_wc(a, b, 5, std::chrono::seconds(5));
     ASSERT_EQ(tx.size(), 5u);
     EXPECT_EQ(tx[0].wr_id, 1u);
-    expect_first_fails_rest_flushed(tx, WcStatus::retry_exc_err);
+    expect_first_fails_rest_flushed(tx, RdmaWcStatus::retry_exc_err);
     EXPECT_EQ(pair.a->stats().retransmits - before, 3u) << "retry_cnt retransmissions, then the error";
 }
 
@@ -387,7 +387,7 @@ TEST_F(GiveUpTest, RetryCountZeroGivesUpAtTheFirstTimeout) {
     post_sends(1, 2, WrOpcode::rdma_read);
     auto tx = wait_wc(a, b, 2, std::chrono::seconds(5));
     ASSERT_EQ(tx.size(), 2u);
-    expect_first_fails_rest_flushed(tx, WcStatus::retry_exc_err);
+    expect_first_fails_rest_flushed(tx, RdmaWcStatus::retry_exc_err);
 }
 
 TEST_F(GiveUpTest, RnrRetryExhaustedWithNoReceivePosted) {
@@ -397,7 +397,7 @@ TEST_F(GiveUpTest, RnrRetryExhaustedWithNoReceivePosted) {
     post_sends(1, 3);
     auto tx = wait_wc(a, b, 3, std::chrono::seconds(5));
     ASSERT_EQ(tx.size(), 3u);
-    expect_first_fails_rest_flushed(tx, WcStatus::rnr_retry_exc_err);
+    expect_first_fails_rest_flushed(tx, RdmaWcStatus::rnr_retry_exc_err);
     EXPECT_EQ(tx[0].vendor_err, uint32_t(wire::aeth::kRnrNak | 1)) << "the RNR NAK's syndrome (timer code 1)";
     EXPECT_EQ(rnr_naks, 3u) << "the first RNR NAK and rnr_retry more";
     pair.a->set_rx_drop_hook(nullptr, nullptr);
@@ -424,7 +424,7 @@ TEST_F(GiveUpTest, AnRnrNakForACopyOfTheRequestIsNoNewRetry) {
     ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
     auto tx = wait_wc(a, b, 1);
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::success) << to_string(tx[0].status);
     pair.a->set_rx_drop_hook(nullptr, nullptr);
 }
 
@@ -449,7 +449,7 @@ TEST_F(GiveUpTest, RnrRetryCountIsPerMessage) {
         ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
         auto tx = wait_wc(a, b, 1);
         ASSERT_EQ(tx.size(), 1u);
-        EXPECT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
+        EXPECT_EQ(tx[0].status, RdmaWcStatus::success) << to_string(tx[0].status);
         auto rx = wait_wc(b, a, 1);
         ASSERT_EQ(rx.size(), 1u);
     }
@@ -487,7 +487,7 @@ TEST(LongRead, LostResponseWithAtomicsBehind) {
         &drop);
     constexpr uint32_t kLen = 200 * 256;   // 200 responses
     Sge r{reinterpret_cast<uint64_t>(ma.data()), kLen, a.mr.lkey};
-    SendWr w[4] = {wr_of(WrOpcode::rdma_read, 1, &r)};
+    RdmaSendWr w[4] = {wr_of(WrOpcode::rdma_read, 1, &r)};
     w[0].remote_addr = reinterpret_cast<uint64_t>(mb.data());
     w[0].rkey = b.mr.rkey;
     Sge res[3];
@@ -503,7 +503,7 @@ TEST(LongRead, LostResponseWithAtomicsBehind) {
     auto tx = wait_wc(a, b, 4, std::chrono::seconds(5));
     EXPECT_TRUE(drop.done());
     ASSERT_EQ(tx.size(), 4u);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(tx[i].status, WcStatus::success) << i;
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(tx[i].status, RdmaWcStatus::success) << i;
     EXPECT_EQ(std::memcmp(ma.data(), mb.data(), kLen), 0);
     EXPECT_EQ(*reinterpret_cast<uint64_t*>(mb.data() + 200 * 1024), before + 3);
     pair.a->set_rx_drop_hook(nullptr, nullptr);
@@ -511,15 +511,15 @@ TEST(LongRead, LostResponseWithAtomicsBehind) {
 
 TEST_F(GiveUpTest, PeerThatNeverAnswersArp) {
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     x.qp_access_flags = kAllRemote;
     ASSERT_TRUE(a.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_access_flags));
-    x.qp_state = QpState::rtr;
+    x.qp_state = RdmaQpState::rtr;
     x.dest_qp_num = 0x100;
     x.ah_attr.dgid = Gid::from_ipv4(0x0a000063);   // 10.0.0.99: nobody
     ASSERT_TRUE(a.qp->modify(x, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
                                     attr_max_dest_rd_atomic | attr_min_rnr_timer));
-    x.qp_state = QpState::rts;
+    x.qp_state = RdmaQpState::rts;
     x.timeout = 4;
     ASSERT_TRUE(a.qp->modify(x, attr_state | attr_sq_psn | attr_timeout | attr_retry_cnt | attr_rnr_retry |
                                     attr_max_qp_rd_atomic));
@@ -527,7 +527,7 @@ TEST_F(GiveUpTest, PeerThatNeverAnswersArp) {
     auto tx = wait_wc(a, b, 3, std::chrono::seconds(5));
     ASSERT_EQ(tx.size(), 3u);
     EXPECT_EQ(tx[0].wr_id, 1u);
-    expect_first_fails_rest_flushed(tx, WcStatus::retry_exc_err, detail::kVendorErrArpUnresolved);
+    expect_first_fails_rest_flushed(tx, RdmaWcStatus::retry_exc_err, detail::kVendorErrArpUnresolved);
     EXPECT_GE(pair.a->stats().arp_requests, 4u);
 }
 

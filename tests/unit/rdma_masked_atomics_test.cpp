@@ -88,7 +88,7 @@ protected:
     Wc run(WrOpcode op, uint64_t off, uint64_t compare_add, uint64_t swap, uint64_t cmp_mask, uint64_t swap_mask,
            uint64_t* old = nullptr, uint32_t rkey = 0) {
         Sge res{reinterpret_cast<uint64_t>(ma.data() + 4096), 8, a.mr.lkey};
-        SendWr w = wr_of(op, 9, &res);
+        RdmaSendWr w = wr_of(op, 9, &res);
         w.remote_addr = reinterpret_cast<uint64_t>(mb.data() + off);
         w.rkey = rkey ? rkey : b.mr.rkey;
         w.compare_add = compare_add;
@@ -110,20 +110,20 @@ TEST_F(MaskedAtomicsWire, FetchAndAddOfFieldsAndMaskedSwapEndToEnd) {
     word_b(64) = 0x00000001FFFFFFFFull;
     uint64_t old = 0;
     Wc wc = run(WrOpcode::masked_atomic_fetch_and_add, 64, 0x0000000100000001ull, 0, uint64_t(1) << 31, 0, &old);
-    EXPECT_EQ(wc.status, WcStatus::success) << to_string(wc.status);
-    EXPECT_EQ(wc.opcode, WcOpcode::masked_fetch_add);
+    EXPECT_EQ(wc.status, RdmaWcStatus::success) << to_string(wc.status);
+    EXPECT_EQ(wc.opcode, RdmaWcOpcode::masked_fetch_add);
     EXPECT_EQ(old, 0x00000001FFFFFFFFull);
     EXPECT_EQ(word_b(64), 0x0000000200000000ull);
 
     word_b(128) = 0x11223344AABBCC42ull;
     wc = run(WrOpcode::masked_atomic_cmp_and_swp, 128, 0x42, 0x9900000000000000ull, 0xFF, 0xFF00000000000000ull, &old);
-    EXPECT_EQ(wc.status, WcStatus::success);
-    EXPECT_EQ(wc.opcode, WcOpcode::masked_comp_swap);
+    EXPECT_EQ(wc.status, RdmaWcStatus::success);
+    EXPECT_EQ(wc.opcode, RdmaWcOpcode::masked_comp_swap);
     EXPECT_EQ(old, 0x11223344AABBCC42ull);
     EXPECT_EQ(word_b(128), 0x99223344AABBCC42ull);
     // Compared bits that differ: the old value comes back, nothing is written.
     wc = run(WrOpcode::masked_atomic_cmp_and_swp, 128, 0x41, 0, 0xFF, ~uint64_t(0), &old);
-    EXPECT_EQ(wc.status, WcStatus::success);
+    EXPECT_EQ(wc.status, RdmaWcStatus::success);
     EXPECT_EQ(old, 0x99223344AABBCC42ull);
     EXPECT_EQ(word_b(128), 0x99223344AABBCC42ull);
 }
@@ -132,33 +132,33 @@ TEST_F(MaskedAtomicsWire, BadRequestsAreRefusedAndWriteNothing) {
     word_b(256) = 5;
     // Misaligned: the responder NAKs (invalid request), nothing written.
     Wc wc = run(WrOpcode::masked_atomic_fetch_and_add, 257, 1, 0, 0, 0);
-    EXPECT_EQ(wc.status, WcStatus::rem_inv_req_err) << to_string(wc.status);
+    EXPECT_EQ(wc.status, RdmaWcStatus::rem_inv_req_err) << to_string(wc.status);
     EXPECT_EQ(word_b(256), 5u);
     reconnect(300, 400);   // the NAK moved both to ERR
     // A wrong rkey: remote access error, nothing written.
     wc = run(WrOpcode::masked_atomic_cmp_and_swp, 256, 5, 7, ~uint64_t(0), ~uint64_t(0), nullptr, b.mr.rkey ^ 0x100);
-    EXPECT_EQ(wc.status, WcStatus::rem_access_err) << to_string(wc.status);
+    EXPECT_EQ(wc.status, RdmaWcStatus::rem_access_err) << to_string(wc.status);
     EXPECT_EQ(word_b(256), 5u);
     // A result buffer under 8 bytes, or a UD queue pair: refused locally.
     reconnect(500, 600);
     Sge small{reinterpret_cast<uint64_t>(ma.data()), 4, a.mr.lkey};
-    SendWr w = wr_of(WrOpcode::masked_atomic_fetch_and_add, 1, &small);
+    RdmaSendWr w = wr_of(WrOpcode::masked_atomic_fetch_and_add, 1, &small);
     w.remote_addr = reinterpret_cast<uint64_t>(mb.data() + 256);
     w.rkey = b.mr.rkey;
     w.compare_add = 1;
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto local = wait_wc(a, b, 1);
     ASSERT_EQ(local.size(), 1u);
-    EXPECT_EQ(local[0].status, WcStatus::loc_len_err);
+    EXPECT_EQ(local[0].status, RdmaWcStatus::loc_len_err);
     EXPECT_EQ(word_b(256), 5u);
     std::vector<uint8_t> mu(4096);
     Side u = make_side(*pair.a, QpType::ud, mu);
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     ASSERT_TRUE(u.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-    x.qp_state = QpState::rtr;
+    x.qp_state = RdmaQpState::rtr;
     ASSERT_TRUE(u.qp->modify(x, attr_state));
-    x.qp_state = QpState::rts;
+    x.qp_state = RdmaQpState::rts;
     ASSERT_TRUE(u.qp->modify(x, attr_state | attr_sq_psn));
     EXPECT_EQ(u.qp->post_send(std::span(&w, 1)).error, EINVAL);
 }

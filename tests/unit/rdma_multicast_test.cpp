@@ -29,7 +29,7 @@ protected:
         Side s;
         s.port = &port;
         s.cq = *port.create_cq(256);
-        QpInitAttr ia;
+        RdmaQpInitAttr ia;
         ia.qp_type = QpType::ud;
         ia.send_cq = ia.recv_cq = s.cq;
         ia.create_flags = flags;
@@ -39,12 +39,12 @@ protected:
         s.mem = &mem;
         s.mr = *port.pd().register_memory(mem.data(), mem.size(), dma::Access::local_write);
         QpAttr x;
-        x.qp_state = QpState::init;
+        x.qp_state = RdmaQpState::init;
         x.qkey = kQkey;
         EXPECT_TRUE(s.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-        x.qp_state = QpState::rtr;
+        x.qp_state = RdmaQpState::rtr;
         EXPECT_TRUE(s.qp->modify(x, attr_state));
-        x.qp_state = QpState::rts;
+        x.qp_state = RdmaQpState::rts;
         EXPECT_TRUE(s.qp->modify(x, attr_state | attr_sq_psn));
         Sge r{reinterpret_cast<uint64_t>(mem.data() + 1024 * (next_slot_++)), 1024, s.mr.lkey};
         RecvWr rw{7, &r, 1, 0};
@@ -55,7 +55,7 @@ protected:
     void send_to_group(Side& from, uint8_t seed) {
         std::memset(mem.data() + 60000, seed, 100);
         Sge s{reinterpret_cast<uint64_t>(mem.data() + 60000), 100, from.mr.lkey};
-        SendWr w = wr_of(WrOpcode::send, 1, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
         AhAttr ah;
         ah.dgid = group;
         w.ah = *from.port->create_ah(ah);
@@ -75,9 +75,9 @@ protected:
         int n = 0, k;
         while ((k = s.cq->poll(wc)) > 0)
             for (int i = 0; i < k; ++i) {
-                EXPECT_EQ(wc[i].status, WcStatus::success);
-                if (wc[i].opcode == WcOpcode::send) ++sends_;
-                else n += wc[i].opcode == WcOpcode::recv;
+                EXPECT_EQ(wc[i].status, RdmaWcStatus::success);
+                if (wc[i].opcode == RdmaWcOpcode::send) ++sends_;
+                else n += wc[i].opcode == RdmaWcOpcode::recv;
             }
         if (&s == early_side_) n += std::exchange(early_, 0);
         return n;
@@ -137,7 +137,7 @@ TEST_F(MulticastTest, BadInputIsRefused) {
     std::vector<uint8_t> m(4096);
     Side rc = make_side(*pair.b, QpType::rc, m);
     EXPECT_FALSE(rc.qp->attach_mcast(group, 0));                         // RC
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.qp_type = QpType::ud;
     ia.send_cq = ia.recv_cq = remote.cq;
     ia.create_flags = 1u << 0;                                           // not supported

@@ -44,18 +44,18 @@ protected:
         RawSide s;
         s.port = &port;
         s.cq = *port.create_cq(256);
-        QpInitAttr ia;
+        RdmaQpInitAttr ia;
         ia.qp_type = QpType::raw_packet;
         ia.send_cq = ia.recv_cq = s.cq;
         ia.cap = {64, 64, 2, 2, 128};
         auto qp = port.create_qp(ia);
         EXPECT_TRUE(qp) << qp.error().message;
         s.qp = *qp;
-        for (QpState st : {QpState::init, QpState::rtr, QpState::rts}) {
+        for (RdmaQpState st : {RdmaQpState::init, RdmaQpState::rtr, RdmaQpState::rts}) {
             if (!ready) break;
             QpAttr a;
             a.qp_state = st;
-            EXPECT_TRUE(s.qp->modify(a, attr_state | (st == QpState::init ? uint32_t(attr_port) : 0u)));
+            EXPECT_TRUE(s.qp->modify(a, attr_state | (st == RdmaQpState::init ? uint32_t(attr_port) : 0u)));
         }
         return s;
     }
@@ -72,7 +72,7 @@ protected:
         mem = mem ? mem : mb.data();
         std::memcpy(mem + at, f.data(), f.size());
         Sge g{reinterpret_cast<uint64_t>(mem + at), uint32_t(f.size()), lkey ? lkey : mrb.lkey};
-        SendWr w = wr_of(WrOpcode::send, 1, &g);
+        RdmaSendWr w = wr_of(WrOpcode::send, 1, &g);
         auto r = s.qp->post_send(std::span(&w, 1));
         ASSERT_TRUE(r) << r.error;
     }
@@ -84,7 +84,7 @@ protected:
             pair.b->progress();
             const int n = s.cq->poll(wc);
             for (int k = 0; k < n; ++k)
-                if (wc[k].opcode == WcOpcode::recv) out.push_back(wc[k]);
+                if (wc[k].opcode == RdmaWcOpcode::recv) out.push_back(wc[k]);
         }
         return out;
     }
@@ -112,7 +112,7 @@ TEST_F(RawPacketTest, AFrameItsFlowMatchesArrivesWhole) {
     send(b, hit, 2048);
     auto rx = receives(a, 1);
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(rx[0].byte_len, 300u);
     EXPECT_EQ(rx[0].qp_num, a.qp->qp_num());
     EXPECT_EQ(std::memcmp(ma.data() + (rx[0].wr_id - 100) * 2048, hit.data(), hit.size()), 0);
@@ -169,7 +169,7 @@ TEST_F(RawPacketTest, ASnifferSeesRoceAndRcGoesOn) {
     RecvWr rr{1, &rs, 1, 0};
     ASSERT_TRUE(a.qp->post_recv(std::span(&rr, 1)));
     Sge ss{reinterpret_cast<uint64_t>(rb.data()), 1000, b.mr.lkey};
-    SendWr sw = wr_of(WrOpcode::send, 2, &ss);
+    RdmaSendWr sw = wr_of(WrOpcode::send, 2, &ss);
     ASSERT_TRUE(b.qp->post_send(std::span(&sw, 1)));
     ASSERT_EQ(wait_wc(a, b, 1).size(), 1u);
     auto seen = receives(s, 1);
@@ -211,13 +211,13 @@ TEST_F(RawPacketTest, BadInputIsRefused) {
     RawSide a = make_raw(*pair.a, false), b = make_raw(*pair.b);
     auto frame = udp_frame(kMacA, 5000);
     Sge g{reinterpret_cast<uint64_t>(mb.data()), uint32_t(frame.size()), mrb.lkey};
-    SendWr w = wr_of(WrOpcode::send, 1, &g);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &g);
     EXPECT_EQ(a.qp->post_send(std::span(&w, 1)).error, EINVAL) << "RESET cannot send";
     Sge r{reinterpret_cast<uint64_t>(ma.data()), 2048, mra.lkey};
     RecvWr rw{1, &r, 1, 0};
     EXPECT_EQ(a.qp->post_recv(std::span(&rw, 1)).error, EINVAL) << "RESET takes no receives";
     QpAttr x;
-    x.qp_state = QpState::rts;
+    x.qp_state = RdmaQpState::rts;
     EXPECT_FALSE(a.qp->modify(x, attr_state)) << "RESET -> RTS";
     w.opcode = WrOpcode::rdma_write;
     EXPECT_EQ(b.qp->post_send(std::span(&w, 1)).error, EINVAL) << "only SEND";
@@ -229,7 +229,7 @@ TEST_F(RawPacketTest, BadInputIsRefused) {
     ASSERT_TRUE(b.qp->post_send(std::span(&w, 1)));
     Wc wc;
     ASSERT_EQ(b.cq->poll(std::span(&wc, 1)), 1);
-    EXPECT_EQ(wc.status, WcStatus::loc_prot_err);
+    EXPECT_EQ(wc.status, RdmaWcStatus::loc_prot_err);
 
     std::vector<uint8_t> mem(4096);
     Side rc = make_side(*pair.a, QpType::rc, mem);
@@ -250,7 +250,7 @@ TEST_F(RawPacketTest, BadInputIsRefused) {
 TEST_F(RawPacketTest, FramesBeforeRtrAreMissed) {
     RawSide a = make_raw(*pair.a, false), b = make_raw(*pair.b);
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     ASSERT_TRUE(a.qp->modify(x, attr_state | attr_port));
     ASSERT_TRUE(pair.a->create_flow(a.qp, udp_port_rule(5000)));
     post_recvs(a, 1);

@@ -48,7 +48,7 @@ TEST(RawQueue, RawFramesPassBesideRdma) {
     RecvWr rr{1, &rs, 1, 0};
     ASSERT_TRUE(a.qp->post_recv(std::span(&rr, 1)));
     vfab::Sge ss{reinterpret_cast<uint64_t>(mb.data()), 3000, b.mr.lkey};
-    SendWr sw = wr_of(WrOpcode::send, 2, &ss);
+    RdmaSendWr sw = wr_of(WrOpcode::send, 2, &ss);
     ASSERT_TRUE(b.qp->post_send(std::span(&sw, 1)));
     ASSERT_EQ(wait_wc(a, b, 1).size(), 1u);
 

@@ -55,7 +55,7 @@ protected:
         uint8_t* from = ma.data() + (id % 16) * kSlot;
         std::memset(from, seed, len);
         Sge s{reinterpret_cast<uint64_t>(from), len, a[i].mr.lkey};
-        SendWr w = wr_of(WrOpcode::send, id, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send, id, &s);
         ASSERT_TRUE(a[i].qp->post_send(std::span(&w, 1)));
     }
     // Runs both ports until b's queue pairs have `n` receive completions between them.
@@ -94,7 +94,7 @@ TEST_F(SrqTest, QueuePairsTakeItsWrsInPostedOrder) {
     ASSERT_EQ(wc.size(), 6u);
     std::vector<uint32_t> per_qp(kQps);
     for (size_t k = 0; k < wc.size(); ++k) {
-        ASSERT_EQ(wc[k].status, WcStatus::success) << to_string(wc[k].status);
+        ASSERT_EQ(wc[k].status, RdmaWcStatus::success) << to_string(wc[k].status);
         const uint32_t i = qp_index(wc[k].qp_num);
         ASSERT_LT(i, kQps);
         // The nth message of QP i: its length and bytes, in the slot of the WR it completed.
@@ -120,7 +120,7 @@ TEST_F(SrqTest, AnEmptySrqMakesTheSenderWaitUntilAWrIsPosted) {
     ASSERT_TRUE(post_srq(7));
     auto wc = recv_wcs(1);
     ASSERT_EQ(wc.size(), 1u);
-    EXPECT_EQ(wc[0].status, WcStatus::success);
+    EXPECT_EQ(wc[0].status, RdmaWcStatus::success);
     EXPECT_EQ(wc[0].wr_id, 7u);
     EXPECT_EQ(wc[0].qp_num, b[0].qp->qp_num());
     EXPECT_EQ(mb[7 * kSlot + 99], 0x5A);
@@ -187,11 +187,11 @@ TEST_F(SrqTest, AFailedQpFlushesOnlyTheWrItHeldAndTakesNoMore) {
     pair.b->set_rx_drop_hook(nullptr, nullptr);
     ASSERT_GE(drop.seen, 3u);
     QpAttr x;
-    x.qp_state = QpState::error;
+    x.qp_state = RdmaQpState::error;
     ASSERT_TRUE(b[0].qp->modify(x, attr_state));
     Wc wc[4];
     ASSERT_EQ(b[0].cq->poll(wc), 1);
-    EXPECT_EQ(wc[0].status, WcStatus::wr_flush_err);
+    EXPECT_EQ(wc[0].status, RdmaWcStatus::wr_flush_err);
     EXPECT_EQ(wc[0].wr_id, 0u);   // the WR it held; 1-3 stay on the SRQ
     AsyncEvent e;
     ASSERT_TRUE(pair.b->get_async_event(e));
@@ -201,7 +201,7 @@ TEST_F(SrqTest, AFailedQpFlushesOnlyTheWrItHeldAndTakesNoMore) {
     send_from(1, 500, 0x31, 2);
     auto got = recv_wcs(1);
     ASSERT_EQ(got.size(), 1u);
-    EXPECT_EQ(got[0].status, WcStatus::success);
+    EXPECT_EQ(got[0].status, RdmaWcStatus::success);
     EXPECT_EQ(got[0].wr_id, 1u);
     EXPECT_EQ(got[0].qp_num, b[1].qp->qp_num());
 }
@@ -215,7 +215,7 @@ TEST_F(SrqTest, ADestroyedOrResetQpGivesItsWrBack) {
     for (int i = 0; i < 100 && drop.seen < 2; ++i) pair.a->progress(), pair.b->progress();
     pair.b->set_rx_drop_hook(nullptr, nullptr);
     QpAttr x;
-    x.qp_state = QpState::reset;
+    x.qp_state = RdmaQpState::reset;
     ASSERT_TRUE(b[0].qp->modify(x, attr_state));
     send_from(1, 100, 0x42, 2);
     auto got = recv_wcs(1);
@@ -269,7 +269,7 @@ TEST_F(SrqTest, BadInputIsRefusedAndPostsNothing) {
     ASSERT_TRUE(lone);
     ASSERT_TRUE((*lone)->destroy());
     EXPECT_EQ((*lone)->post_recv(std::span(&one, 1)).error, ENODEV);
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.send_cq = ia.recv_cq = b[0].cq;
     ia.srq = *lone;
     EXPECT_FALSE(pair.b->create_qp(ia));
@@ -289,14 +289,14 @@ TEST_F(SrqTest, UdQueuePairsReceiveThroughAnSrq) {
     ah.dgid = pair.b->gid();
     std::memset(mu.data(), 0x66, 200);
     Sge s{reinterpret_cast<uint64_t>(mu.data()), 200, ua.mr.lkey};
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     w.ah = *pair.a->create_ah(ah);
     w.remote_qpn = ub.qp->qp_num();
     w.remote_qkey = 0x1234;
     ASSERT_TRUE(ua.qp->post_send(std::span(&w, 1)));
     auto wc = wait_wc(ub, ua, 1);
     ASSERT_EQ(wc.size(), 1u);
-    EXPECT_EQ(wc[0].status, WcStatus::success);
+    EXPECT_EQ(wc[0].status, RdmaWcStatus::success);
     EXPECT_EQ(wc[0].wr_id, 3u);
     EXPECT_EQ(wc[0].byte_len, 240u);   // after the GRH
     EXPECT_EQ(mb[3 * kSlot + 40 + 199], 0x66);

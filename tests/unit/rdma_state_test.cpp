@@ -36,7 +36,7 @@ protected:
     }
     QpAttr rtr_attr() const {
         QpAttr x;
-        x.qp_state = QpState::rtr;
+        x.qp_state = RdmaQpState::rtr;
         x.path_mtu = 3;
         x.dest_qp_num = b.qp->qp_num();
         x.rq_psn = 7;
@@ -47,7 +47,7 @@ protected:
     }
     QpAttr rts_attr() const {
         QpAttr x;
-        x.qp_state = QpState::rts;
+        x.qp_state = RdmaQpState::rts;
         x.sq_psn = 9;
         x.timeout = 8;
         x.retry_cnt = 7;
@@ -90,17 +90,17 @@ protected:
 
 TEST_F(StateTest, ResetInitRtrRtsWithTheirRequiredAttributes) {
     QpAttr x;
-    EXPECT_EQ(a.qp->state(), QpState::reset);
-    x.qp_state = QpState::rtr;
+    EXPECT_EQ(a.qp->state(), RdmaQpState::reset);
+    x.qp_state = RdmaQpState::rtr;
     auto r = a.qp->modify(rtr_attr(), kRtrMask);
     EXPECT_THAT(error_of(r), HasSubstr("RESET -> RTR is not a transition"));
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     x.qp_access_flags = kAllRemote;
     r = a.qp->modify(x, attr_state | attr_pkey_index | attr_port);
     EXPECT_THAT(error_of(r), HasSubstr("qp_access_flags must be given"));
-    EXPECT_EQ(a.qp->state(), QpState::reset) << "a refused modify changes nothing";
+    EXPECT_EQ(a.qp->state(), RdmaQpState::reset) << "a refused modify changes nothing";
     ASSERT_TRUE(a.qp->modify(x, kInitMask));
-    EXPECT_EQ(a.qp->state(), QpState::init);
+    EXPECT_EQ(a.qp->state(), RdmaQpState::init);
     ASSERT_TRUE(a.qp->modify(x, kInitMask)) << "INIT -> INIT";
     EXPECT_THAT(error_of(a.qp->modify(rts_attr(), kRtsMask)), HasSubstr("INIT -> RTS is not a transition"));
 
@@ -112,13 +112,13 @@ TEST_F(StateTest, ResetInitRtrRtsWithTheirRequiredAttributes) {
         r = a.qp->modify(rtr_attr(), kRtrMask & ~bit);
         EXPECT_THAT(error_of(r), HasSubstr("INIT -> RTR")) << name;
         EXPECT_THAT(error_of(r), HasSubstr(name));
-        EXPECT_EQ(a.qp->state(), QpState::init);
+        EXPECT_EQ(a.qp->state(), RdmaQpState::init);
     }
     ASSERT_TRUE(a.qp->modify(rtr_attr(), kRtrMask));
-    EXPECT_EQ(a.qp->state(), QpState::rtr);
+    EXPECT_EQ(a.qp->state(), RdmaQpState::rtr);
     {
         Sge s = sge_a(0, 8);
-        SendWr w = wr_of(WrOpcode::send, 1, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
         EXPECT_EQ(a.qp->post_send(std::span(&w, 1)).error, EINVAL) << "no sends before RTS";
     }
     const std::pair<uint32_t, const char*> rts_needs[] = {{attr_sq_psn, "sq_psn"},
@@ -133,14 +133,14 @@ TEST_F(StateTest, ResetInitRtrRtsWithTheirRequiredAttributes) {
     }
     EXPECT_THAT(error_of(a.qp->modify(rtr_attr(), kRtrMask)), HasSubstr("RTR -> RTR is not a transition"));
     ASSERT_TRUE(a.qp->modify(rts_attr(), kRtsMask));
-    EXPECT_EQ(a.qp->state(), QpState::rts);
+    EXPECT_EQ(a.qp->state(), RdmaQpState::rts);
 
     // RTS -> RTS changes attributes; the rest stay as given.
     QpAttr t = rts_attr();
     t.timeout = 12;
     ASSERT_TRUE(a.qp->modify(t, attr_state | attr_timeout));
     const QpAttr q = a.qp->query();
-    EXPECT_EQ(q.qp_state, QpState::rts);
+    EXPECT_EQ(q.qp_state, RdmaQpState::rts);
     EXPECT_EQ(q.timeout, 12);
     EXPECT_EQ(q.sq_psn, 9u);
     EXPECT_EQ(q.rq_psn, 7u);
@@ -152,21 +152,21 @@ TEST_F(StateTest, ResetInitRtrRtsWithTheirRequiredAttributes) {
 
     EXPECT_THAT(error_of(a.qp->modify(x, kInitMask)), HasSubstr("RTS -> INIT is not a transition"));
     QpAttr e;
-    e.qp_state = QpState::error;
+    e.qp_state = RdmaQpState::error;
     ASSERT_TRUE(a.qp->modify(e, attr_state));
-    EXPECT_EQ(a.qp->state(), QpState::error);
+    EXPECT_EQ(a.qp->state(), RdmaQpState::error);
     ASSERT_TRUE(a.qp->modify(e, attr_state)) << "ERR -> ERR";
     EXPECT_THAT(error_of(a.qp->modify(rts_attr(), kRtsMask)), HasSubstr("ERR -> RTS is not a transition"));
     QpAttr z;
-    z.qp_state = QpState::reset;
+    z.qp_state = RdmaQpState::reset;
     ASSERT_TRUE(a.qp->modify(z, attr_state));
-    EXPECT_EQ(a.qp->state(), QpState::reset);
+    EXPECT_EQ(a.qp->state(), RdmaQpState::reset);
     ASSERT_TRUE(a.qp->modify(x, kInitMask)) << "a reset queue pair starts again";
 }
 
 TEST_F(StateTest, AttributeRangesAndPathMtu) {
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     x.qp_access_flags = kAllRemote;
     ASSERT_TRUE(a.qp->modify(x, kInitMask));
     EXPECT_EQ(pair.a->active_mtu(), 3u) << "a 1500-byte link carries 1024-byte RoCE packets";
@@ -191,7 +191,7 @@ TEST_F(StateTest, AttributeRangesAndPathMtu) {
     r = rtr_attr();
     r.max_dest_rd_atomic = 129;
     EXPECT_THAT(error_of(a.qp->modify(r, kRtrMask)), HasSubstr("max_dest_rd_atomic is at most 128"));
-    EXPECT_EQ(a.qp->state(), QpState::init);
+    EXPECT_EQ(a.qp->state(), RdmaQpState::init);
     r = rtr_attr();
     r.path_mtu = 1;
     ASSERT_TRUE(a.qp->modify(r, kRtrMask)) << "256 is below the link's";
@@ -207,20 +207,20 @@ TEST_F(StateTest, AttributeRangesAndPathMtu) {
     t = rts_attr();
     t.max_rd_atomic = 129;
     EXPECT_THAT(error_of(a.qp->modify(t, kRtsMask)), HasSubstr("max_rd_atomic is at most 128"));
-    EXPECT_EQ(a.qp->state(), QpState::rtr);
+    EXPECT_EQ(a.qp->state(), RdmaQpState::rtr);
 }
 
 TEST_F(StateTest, UdTransitions) {
     std::vector<uint8_t> mem(4096);
     Side u = make_side(*pair.a, QpType::ud, mem);
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     x.qkey = 0x11111111;
     EXPECT_THAT(error_of(u.qp->modify(x, attr_state | attr_pkey_index | attr_port)), HasSubstr("qkey must be given"));
     ASSERT_TRUE(u.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_qkey));
-    x.qp_state = QpState::rtr;
+    x.qp_state = RdmaQpState::rtr;
     ASSERT_TRUE(u.qp->modify(x, attr_state)) << "UD needs nothing more for RTR";
-    x.qp_state = QpState::rts;
+    x.qp_state = RdmaQpState::rts;
     EXPECT_THAT(error_of(u.qp->modify(x, attr_state)), HasSubstr("sq_psn must be given"));
     ASSERT_TRUE(u.qp->modify(x, attr_state | attr_sq_psn));
     EXPECT_EQ(u.qp->type(), QpType::ud);
@@ -232,11 +232,11 @@ TEST_F(StateTest, ReceivesArePostedFromInitOn) {
     RecvWr r{1, &s, 1, 0};
     EXPECT_EQ(a.qp->post_recv(std::span(&r, 1)).error, EINVAL) << "RESET takes no receive";
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     x.qp_access_flags = kAllRemote;
     ASSERT_TRUE(a.qp->modify(x, kInitMask));
     EXPECT_TRUE(a.qp->post_recv(std::span(&r, 1)));
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     EXPECT_EQ(a.qp->post_send(std::span(&w, 1)).error, EINVAL) << "INIT takes no send";
 }
 
@@ -245,7 +245,7 @@ TEST_F(StateTest, ErrorFlushesEverySendAndReceiveInOrder) {
     pair.wire.faults.drop = 100;   // nothing is acknowledged: the sends stay outstanding
     for (uint64_t id = 1; id <= 7; ++id) post_recv_a(1000 + id);
     std::vector<Sge> sges(5, sge_a(4096, 2000));
-    std::vector<SendWr> wrs;
+    std::vector<RdmaSendWr> wrs;
     for (uint64_t id = 1; id <= 5; ++id) {
         wrs.push_back(wr_of(id == 3 ? WrOpcode::rdma_write : WrOpcode::send, id, &sges[id - 1]));
         wrs.back().remote_addr = reinterpret_cast<uint64_t>(mb.data());
@@ -257,31 +257,31 @@ TEST_F(StateTest, ErrorFlushesEverySendAndReceiveInOrder) {
     EXPECT_TRUE(drain(a).empty());
 
     QpAttr e;
-    e.qp_state = QpState::error;
+    e.qp_state = RdmaQpState::error;
     ASSERT_TRUE(a.qp->modify(e, attr_state));
     const std::vector<Wc> wc = drain(a);
     ASSERT_EQ(wc.size(), 12u);
     std::vector<uint64_t> sends, recvs;
     for (const Wc& c : wc) {
-        EXPECT_EQ(c.status, WcStatus::wr_flush_err) << c.wr_id;
+        EXPECT_EQ(c.status, RdmaWcStatus::wr_flush_err) << c.wr_id;
         EXPECT_EQ(c.qp_num, a.qp->qp_num());
-        (c.opcode == WcOpcode::recv ? recvs : sends).push_back(c.wr_id);
-        if (c.wr_id == 3) { EXPECT_EQ(c.opcode, WcOpcode::rdma_write); }
+        (c.opcode == RdmaWcOpcode::recv ? recvs : sends).push_back(c.wr_id);
+        if (c.wr_id == 3) { EXPECT_EQ(c.opcode, RdmaWcOpcode::rdma_write); }
     }
     EXPECT_EQ(sends, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
     EXPECT_EQ(recvs, (std::vector<uint64_t>{1001, 1002, 1003, 1004, 1005, 1006, 1007}));
 
     // Posting in ERR: accepted and flushed at once.
     post_recv_a(2001);
-    SendWr w = wr_of(WrOpcode::send, 3001, &sges[0]);
+    RdmaSendWr w = wr_of(WrOpcode::send, 3001, &sges[0]);
     w.send_flags = 0;
     EXPECT_TRUE(a.qp->post_send(std::span(&w, 1)));
     const std::vector<Wc> more = drain(a);
     ASSERT_EQ(more.size(), 2u);
     EXPECT_EQ(more[0].wr_id, 2001u);
-    EXPECT_EQ(more[0].status, WcStatus::wr_flush_err);
+    EXPECT_EQ(more[0].status, RdmaWcStatus::wr_flush_err);
     EXPECT_EQ(more[1].wr_id, 3001u);
-    EXPECT_EQ(more[1].status, WcStatus::wr_flush_err);
+    EXPECT_EQ(more[1].status, RdmaWcStatus::wr_flush_err);
     pair.a->progress();
     EXPECT_TRUE(drain(a).empty()) << "nothing completes twice";
 }
@@ -293,19 +293,19 @@ TEST_F(StateTest, ResetAndConnectAgain) {
         RecvWr rw{id, &r, 1, 0};
         ASSERT_TRUE(b.qp->post_recv(std::span(&rw, 1)));
         Sge s = sge_a(0, 64);
-        SendWr w = wr_of(WrOpcode::send, id, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send, id, &s);
         ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
         auto rx = wait_wc(b, a, 1);
         ASSERT_EQ(rx.size(), 1u);
         EXPECT_EQ(rx[0].wr_id, id);
-        EXPECT_EQ(rx[0].status, WcStatus::success);
+        EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
         auto tx = wait_wc(a, b, 1);
         ASSERT_EQ(tx.size(), 1u);
-        EXPECT_EQ(tx[0].status, WcStatus::success);
+        EXPECT_EQ(tx[0].status, RdmaWcStatus::success);
     };
     send_once(1);
     QpAttr z;
-    z.qp_state = QpState::reset;
+    z.qp_state = RdmaQpState::reset;
     ASSERT_TRUE(a.qp->modify(z, attr_state));
     ASSERT_TRUE(b.qp->modify(z, attr_state));
     connect_rc(a, b, 0xFFFFF0, 0x123);   // PSNs that wrap soon
@@ -321,20 +321,20 @@ TEST_F(StateTest, DestroyAndTheCqsRefusals) {
 
     // A send in flight when the QP goes; its slot taken by a new QP at once.
     Sge s = sge_a(0, 3000);
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     pair.wire.faults.drop = 100;
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     const uint32_t old_qpn = a.qp->qp_num();
     ASSERT_TRUE(a.qp->destroy());
     EXPECT_EQ(a.qp->destroy().error().code, ENODEV);
     Cq* cq2 = *pair.a->create_cq(16);
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.send_cq = ia.recv_cq = cq2;
     Qp* fresh = *pair.a->create_qp(ia);
     EXPECT_EQ(fresh->qp_num(), old_qpn) << "the slot is reused";
     for (int i = 0; i < 10; ++i) pair.a->progress();
     EXPECT_TRUE(drain(a).empty()) << "a destroyed QP's WRs are dropped, not completed";
-    EXPECT_EQ(fresh->state(), QpState::reset);
+    EXPECT_EQ(fresh->state(), RdmaQpState::reset);
 
     ASSERT_TRUE(a.cq->destroy()) << "no QP uses it any more";
     Wc wc[4];
@@ -349,7 +349,7 @@ TEST_F(StateTest, DestroyAndTheCqsRefusals) {
     pair.wire.faults.drop = 0;
     const uint64_t dropped = pair.a->stats().rx_dropped;
     Sge sb{reinterpret_cast<uint64_t>(mb.data()), 64, b.mr.lkey};
-    SendWr wb = wr_of(WrOpcode::send, 9, &sb);
+    RdmaSendWr wb = wr_of(WrOpcode::send, 9, &sb);
     ASSERT_TRUE(b.qp->post_send(std::span(&wb, 1)));
     progress_both();
     EXPECT_GE(pair.a->stats().rx_roce + pair.a->stats().rx_dropped, dropped + 1);
@@ -360,7 +360,7 @@ TEST_F(StateTest, DestroyAndTheCqsRefusals) {
 TEST_F(StateTest, CreateRefusals) {
     EXPECT_FALSE(pair.a->create_cq(0));
     EXPECT_FALSE(pair.a->create_cq((1u << 20) + 1));
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     auto q = pair.a->create_qp(ia);
     ASSERT_FALSE(q);
     EXPECT_THAT(q.error().message, HasSubstr("completion queues of this port"));
@@ -381,11 +381,11 @@ TEST_F(StateTest, CreateRefusals) {
 
 TEST_F(StateTest, CqOverrunIsCounted) {
     Cq* small = *pair.a->create_cq(4);
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.send_cq = ia.recv_cq = small;
     Qp* qp = *pair.a->create_qp(ia);
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     x.qp_access_flags = kAllRemote;
     ASSERT_TRUE(qp->modify(x, kInitMask));
     for (uint64_t id = 0; id < 10; ++id) {
@@ -393,7 +393,7 @@ TEST_F(StateTest, CqOverrunIsCounted) {
         RecvWr r{id, &s, 1, 0};
         ASSERT_TRUE(qp->post_recv(std::span(&r, 1)));
     }
-    x.qp_state = QpState::error;
+    x.qp_state = RdmaQpState::error;
     ASSERT_TRUE(qp->modify(x, attr_state));
     Wc wc[16];
     EXPECT_EQ(small->poll(wc), 4);
@@ -418,14 +418,14 @@ TEST_F(StateTest, ChannelWakesForACompletion) {
     ASSERT_TRUE(b.cq->arm());
 
     Sge s = sge_a(0, 100);
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     ASSERT_TRUE(readable(fd, 1000)) << "the frame's arrival wakes the channel";
     EXPECT_EQ(b.cq->take_events(), 1u) << "taking the events runs the protocol: one completion notified";
     EXPECT_FALSE(readable(fd, 0)) << "and clears the channel";
     Wc wc[4];
     ASSERT_EQ(b.cq->poll(wc), 1);
-    EXPECT_EQ(wc[0].status, WcStatus::success);
+    EXPECT_EQ(wc[0].status, RdmaWcStatus::success);
     EXPECT_EQ(wc[0].byte_len, 100u);
 
     // Not armed: a completion does not notify.
@@ -450,7 +450,7 @@ TEST_F(StateTest, SolicitedOnlyChannel) {
     ASSERT_TRUE(b.qp->post_recv(rw));
     ASSERT_TRUE(b.cq->arm(true));
     Sge s = sge_a(0, 10);
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     EXPECT_EQ(b.cq->take_events(), 0u) << "an unsolicited receive does not notify";
     w.send_flags |= wr_solicited;
@@ -465,7 +465,7 @@ TEST_F(StateTest, ChannelWakesForARetransmission) {
     connect_both(/*timeout_a=*/10);   // 4.2 ms
     pair.wire.faults.drop = 100;
     Sge s = sge_a(0, 10);
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     ASSERT_TRUE(a.cq->arm());
     const uint64_t before = pair.a->stats().retransmits;

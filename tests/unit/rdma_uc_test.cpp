@@ -34,17 +34,17 @@ bool is_roce(const uint8_t* f, uint32_t len) {
 // INIT -> RTR -> RTS towards `peer` with what ibv_uc_pingpong gives.
 void connect_uc(Side& me, const Side& peer, uint32_t my_psn, uint32_t peer_psn) {
     QpAttr a;
-    a.qp_state = QpState::init;
+    a.qp_state = RdmaQpState::init;
     a.qp_access_flags = kUcAccess;
     ASSERT_TRUE(me.qp->modify(a, kInitMask));
-    a.qp_state = QpState::rtr;
+    a.qp_state = RdmaQpState::rtr;
     a.path_mtu = 3;
     a.dest_qp_num = peer.qp->qp_num();
     a.rq_psn = peer_psn;
     a.ah_attr.dgid = peer.port->gid();
     auto r = me.qp->modify(a, kRtrMask);
     ASSERT_TRUE(r) << r.error().message;
-    a.qp_state = QpState::rts;
+    a.qp_state = RdmaQpState::rts;
     a.sq_psn = my_psn;
     r = me.qp->modify(a, kRtsMask);
     ASSERT_TRUE(r) << r.error().message;
@@ -106,7 +106,7 @@ protected:
     void post_a(WrOpcode op, uint64_t id, uint64_t off, uint32_t len, uint64_t remote_off = 0, uint32_t imm = 0,
                 uint32_t flags = wr_signaled) {
         Sge s = sge_a(off, len);
-        SendWr w = wr_of(op, id, &s);
+        RdmaSendWr w = wr_of(op, id, &s);
         w.send_flags = flags;
         w.imm_data = imm;
         w.remote_addr = reinterpret_cast<uint64_t>(mb.data() + remote_off);
@@ -122,7 +122,7 @@ protected:
     void expect_sent(size_t n) {
         std::vector<Wc> out(n + 1);
         ASSERT_EQ(a.cq->poll(std::span(out)), int(n));
-        for (size_t i = 0; i < n; ++i) EXPECT_EQ(out[i].status, WcStatus::success) << to_string(out[i].status);
+        for (size_t i = 0; i < n; ++i) EXPECT_EQ(out[i].status, RdmaWcStatus::success) << to_string(out[i].status);
     }
     RdmaPair pair;
     std::vector<uint8_t> ma, mb;
@@ -140,14 +140,14 @@ TEST_F(UcTest, SendsOfEverySizeCompleteOnTheWireAndArriveWhole) {
         // Its completion is there before B ran at all: the packets are on the wire.
         Wc tx;
         ASSERT_EQ(a.cq->poll(std::span(&tx, 1)), 1);
-        EXPECT_EQ(tx.status, WcStatus::success) << to_string(tx.status);
-        EXPECT_EQ(tx.opcode, WcOpcode::send);
+        EXPECT_EQ(tx.status, RdmaWcStatus::success) << to_string(tx.status);
+        EXPECT_EQ(tx.opcode, RdmaWcOpcode::send);
         EXPECT_EQ(tx.wr_id, 1000 + len);
         EXPECT_EQ(tx.byte_len, len);
         auto rx = wait_wc(b, a, 1);
         ASSERT_EQ(rx.size(), 1u);
-        EXPECT_EQ(rx[0].status, WcStatus::success) << to_string(rx[0].status);
-        EXPECT_EQ(rx[0].opcode, WcOpcode::recv);
+        EXPECT_EQ(rx[0].status, RdmaWcStatus::success) << to_string(rx[0].status);
+        EXPECT_EQ(rx[0].opcode, RdmaWcOpcode::recv);
         EXPECT_EQ(rx[0].wr_id, len);
         EXPECT_EQ(rx[0].byte_len, len);
         EXPECT_EQ(rx[0].qp_num, b.qp->qp_num());
@@ -156,21 +156,21 @@ TEST_F(UcTest, SendsOfEverySizeCompleteOnTheWireAndArriveWhole) {
         EXPECT_EQ(mb[len], 0xEE);
     }
     EXPECT_EQ(pair.a->stats().retransmits, 0u);
-    EXPECT_EQ(a.qp->state(), QpState::rts);
-    EXPECT_EQ(b.qp->state(), QpState::rts);
+    EXPECT_EQ(a.qp->state(), RdmaQpState::rts);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::rts);
 }
 
 TEST_F(UcTest, SendWithImmediateAndScatterGather) {
     fill_a(0, 3000, 9);
     post_recv_b(1, 0, 8192);
     Sge s[3] = {sge_a(0, 1000), sge_a(1000, 1000), sge_a(2000, 1000)};
-    SendWr w = wr_of(WrOpcode::send_with_imm, 2, s, 3);
+    RdmaSendWr w = wr_of(WrOpcode::send_with_imm, 2, s, 3);
     w.imm_data = 0x78563412;
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     expect_sent(1);
     auto rx = wait_wc(b, a, 1);
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(rx[0].wc_flags, uint32_t(wc_with_imm));
     EXPECT_EQ(rx[0].imm_data, 0x78563412u);
     EXPECT_EQ(rx[0].byte_len, 3000u);
@@ -183,8 +183,8 @@ TEST_F(UcTest, WriteAndWriteWithImmediate) {
     post_a(WrOpcode::rdma_write, 1, 0, len, 4096);
     Wc tx;
     ASSERT_EQ(a.cq->poll(std::span(&tx, 1)), 1);
-    EXPECT_EQ(tx.status, WcStatus::success);
-    EXPECT_EQ(tx.opcode, WcOpcode::rdma_write);
+    EXPECT_EQ(tx.status, RdmaWcStatus::success);
+    EXPECT_EQ(tx.opcode, RdmaWcOpcode::rdma_write);
     for (int i = 0; i < 1000 && !same(0, 4096, len); ++i) progress_both(1);
     EXPECT_TRUE(same(0, 4096, len));
 
@@ -199,13 +199,13 @@ TEST_F(UcTest, WriteAndWriteWithImmediate) {
     expect_sent(2);
     auto rx = wait_wc(b, a, 2);
     ASSERT_EQ(rx.size(), 2u);
-    EXPECT_EQ(rx[0].status, WcStatus::success);
-    EXPECT_EQ(rx[0].opcode, WcOpcode::recv_rdma_with_imm);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
+    EXPECT_EQ(rx[0].opcode, RdmaWcOpcode::recv_rdma_with_imm);
     EXPECT_EQ(rx[0].wr_id, 7u);
     EXPECT_EQ(rx[0].byte_len, 5000u);
     EXPECT_EQ(rx[0].wc_flags, uint32_t(wc_with_imm));
     EXPECT_EQ(rx[0].imm_data, 0x01020304u);
-    EXPECT_EQ(rx[1].opcode, WcOpcode::recv_rdma_with_imm);
+    EXPECT_EQ(rx[1].opcode, RdmaWcOpcode::recv_rdma_with_imm);
     EXPECT_EQ(rx[1].wr_id, 8u);
     EXPECT_EQ(rx[1].byte_len, 0u);
     EXPECT_EQ(rx[1].imm_data, 0x05060708u);
@@ -219,7 +219,7 @@ TEST_F(UcTest, ReadsAtomicsAndSendWithInvalidateAreRefusedAtPost) {
                         WrOpcode::masked_atomic_cmp_and_swp, WrOpcode::masked_atomic_fetch_and_add,
                         WrOpcode::send_with_inv}) {
         SCOPED_TRACE(int(op));
-        SendWr w = wr_of(op, 1, &s);
+        RdmaSendWr w = wr_of(op, 1, &s);
         w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
         w.rkey = b.mr.rkey;
         const PostResult r = a.qp->post_send(std::span(&w, 1));
@@ -231,11 +231,11 @@ TEST_F(UcTest, ReadsAtomicsAndSendWithInvalidateAreRefusedAtPost) {
     post_recv_b(1, 0, 64);
     post_recv_b(2, 64, 64);
     Sge d = sge_a(0, 64);
-    SendWr list[3] = {wr_of(WrOpcode::send, 10, &d), wr_of(WrOpcode::rdma_read, 11, &d), wr_of(WrOpcode::send, 12, &d)};
+    RdmaSendWr list[3] = {wr_of(WrOpcode::send, 10, &d), wr_of(WrOpcode::rdma_read, 11, &d), wr_of(WrOpcode::send, 12, &d)};
     const PostResult r = a.qp->post_send(list);
     EXPECT_EQ(r.error, EINVAL);
     EXPECT_EQ(r.posted, 1u);
-    EXPECT_EQ(a.qp->state(), QpState::rts) << "a refused post leaves the queue pair as it was";
+    EXPECT_EQ(a.qp->state(), RdmaQpState::rts) << "a refused post leaves the queue pair as it was";
     expect_sent(1);
     auto rx = wait_wc(b, a, 2, std::chrono::milliseconds(200));
     ASSERT_EQ(rx.size(), 1u);
@@ -259,7 +259,7 @@ TEST_F(UcTest, ALostMiddlePacketLosesThatMessageOnly) {
     expect_sent(2);   // both on the wire: UC never knows
     auto rx = wait_wc(b, a, 2, std::chrono::milliseconds(300));
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(rx[0].wr_id, 1u);
     EXPECT_EQ(rx[0].byte_len, 4096u);
     EXPECT_TRUE(same(8192, 0, 4096)) << "the second message, in the first receive WR";
@@ -273,7 +273,7 @@ TEST_F(UcTest, ALostMiddlePacketLosesThatMessageOnly) {
     EXPECT_EQ(rx[0].wr_id, 2u);
     EXPECT_EQ(rx[0].byte_len, 3000u);
     EXPECT_TRUE(same(16384, 8192, 3000));
-    EXPECT_EQ(b.qp->state(), QpState::rts);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::rts);
 }
 
 // The FIRST lost: its MIDDLE and LAST are dropped at the PSN check; the next message arrives.
@@ -330,7 +330,7 @@ TEST_F(UcTest, ALostWritePacketLosesTheRestOfThatWrite) {
     expect_sent(2);
     auto rx = wait_wc(b, a, 1);
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].opcode, WcOpcode::recv_rdma_with_imm);
+    EXPECT_EQ(rx[0].opcode, RdmaWcOpcode::recv_rdma_with_imm);
     EXPECT_EQ(rx[0].imm_data, 0x11223344u);
     EXPECT_TRUE(same(8192, 100000, 3000));
     EXPECT_TRUE(same(0, 0, 1024)) << "the FIRST landed";
@@ -353,7 +353,7 @@ TEST_F(UcTest, AMessageWithNoReceivePostedIsDropped) {
     EXPECT_EQ(b.cq->poll(std::span(&wc, 1)), 0);
     EXPECT_EQ(pair.b->stats().rx_dropped - dropped, 5u) << "the SEND's 3, the ONLY, the WRITE's LAST";
     EXPECT_TRUE(same(0, 50000, 1024)) << "the WRITE's FIRST landed before its LAST found no receive";
-    EXPECT_EQ(b.qp->state(), QpState::rts);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::rts);
 
     post_recv_b(9, 0, 4096);
     post_a(WrOpcode::send, 4, 8192, 500);
@@ -377,12 +377,12 @@ TEST_F(UcTest, AReceiveTooShortFailsThatReceiveOnly) {
     auto rx = wait_wc(b, a, 2);
     ASSERT_EQ(rx.size(), 2u);
     EXPECT_EQ(rx[0].wr_id, 1u);
-    EXPECT_EQ(rx[0].status, WcStatus::loc_len_err) << to_string(rx[0].status);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::loc_len_err) << to_string(rx[0].status);
     EXPECT_EQ(rx[1].wr_id, 2u);
-    EXPECT_EQ(rx[1].status, WcStatus::success);
+    EXPECT_EQ(rx[1].status, RdmaWcStatus::success);
     EXPECT_EQ(rx[1].byte_len, 50u);
     EXPECT_TRUE(same(0, 4096, 50));
-    EXPECT_EQ(b.qp->state(), QpState::rts);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::rts);
 }
 
 // The kernel's table for UC: INIT needs pkey_index, port and qp_access_flags; RTR ah_attr,
@@ -393,12 +393,12 @@ TEST_F(UcTest, ModifyNeedsTheKernelsAttributesForUc) {
     Side u = make_side(*pair.a, QpType::uc, mem);
     EXPECT_EQ(u.qp->type(), QpType::uc);
     QpAttr x;
-    x.qp_state = QpState::init;
+    x.qp_state = RdmaQpState::init;
     x.qp_access_flags = kUcAccess;
     EXPECT_THAT(error_of(u.qp->modify(x, attr_state | attr_pkey_index | attr_port)), HasSubstr("qp_access_flags must be given"));
     ASSERT_TRUE(u.qp->modify(x, kInitMask)) << "no qkey";
 
-    x.qp_state = QpState::rtr;
+    x.qp_state = RdmaQpState::rtr;
     x.path_mtu = 3;
     x.dest_qp_num = b.qp->qp_num();
     x.rq_psn = 7;
@@ -409,18 +409,18 @@ TEST_F(UcTest, ModifyNeedsTheKernelsAttributesForUc) {
         const std::string msg = error_of(u.qp->modify(x, kRtrMask & ~bit));
         EXPECT_THAT(msg, HasSubstr("INIT -> RTR")) << name;
         EXPECT_THAT(msg, HasSubstr(name));
-        EXPECT_EQ(u.qp->state(), QpState::init);
+        EXPECT_EQ(u.qp->state(), RdmaQpState::init);
     }
     auto r = u.qp->modify(x, kRtrMask);
     ASSERT_TRUE(r) << r.error().message;
 
-    x.qp_state = QpState::rts;
+    x.qp_state = RdmaQpState::rts;
     x.sq_psn = 9;
     EXPECT_THAT(error_of(u.qp->modify(x, attr_state)), HasSubstr("sq_psn must be given"));
     r = u.qp->modify(x, kRtsMask);
     ASSERT_TRUE(r) << r.error().message;
     const QpAttr q = u.qp->query();
-    EXPECT_EQ(q.qp_state, QpState::rts);
+    EXPECT_EQ(q.qp_state, RdmaQpState::rts);
     EXPECT_EQ(q.sq_psn, 9u);
     EXPECT_EQ(q.rq_psn, 7u);
     EXPECT_EQ(q.dest_qp_num, b.qp->qp_num());
@@ -539,7 +539,7 @@ TEST_F(UcInjectTest, RxeFramesAreTakenFromAnyStartingPsn) {
     inject(frame(op::kUcBase | op::send_only_imm, 0x000010, b.qp->qp_num(), ma.data(), 3, 0x44332211));
     auto rx = wait_wc(b, a, 2);
     ASSERT_EQ(rx.size(), 2u);
-    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(rx[0].byte_len, 1124u);
     EXPECT_TRUE(same(0, 0, 1124));
     EXPECT_EQ(rx[1].byte_len, 3u);
@@ -568,8 +568,8 @@ TEST_F(UcInjectTest, OpcodesOfAnotherTransportAreIgnored) {
     auto rx = wait_wc(b, a, 1);
     ASSERT_EQ(rx.size(), 1u);
     EXPECT_EQ(rx[0].wr_id, 1u);
-    EXPECT_EQ(rc_b.qp->state(), QpState::rts);
-    EXPECT_EQ(b.qp->state(), QpState::rts);
+    EXPECT_EQ(rc_b.qp->state(), RdmaQpState::rts);
+    EXPECT_EQ(b.qp->state(), RdmaQpState::rts);
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ protected:
         RecvWr r{id, &s, 1, 0};
         ASSERT_TRUE(b.qp->post_recv(std::span(&r, 1)));
     }
-    SendWr ud_wr(WrOpcode op, uint64_t id, const Sge* s, uint32_t remote_qkey = kQkey) {
-        SendWr w = wr_of(op, id, s);
+    RdmaSendWr ud_wr(WrOpcode op, uint64_t id, const Sge* s, uint32_t remote_qkey = kQkey) {
+        RdmaSendWr w = wr_of(op, id, s);
         w.ah = ah_b;
         w.remote_qpn = b.qp->qp_num();
         w.remote_qkey = remote_qkey;
@@ -55,12 +55,12 @@ TEST_F(UdTest, SendLandsAfterTheGrh) {
         std::fill(mb.begin(), mb.begin() + 4096, 0xEE);
         post_recv_b(len, 0, 2048);
         Sge s = sge_a(0, len);
-        SendWr w = ud_wr(WrOpcode::send, 500 + len, &s);
+        RdmaSendWr w = ud_wr(WrOpcode::send, 500 + len, &s);
         ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
         auto rx = wait_wc(b, a, 1);
         ASSERT_EQ(rx.size(), 1u);
-        EXPECT_EQ(rx[0].status, WcStatus::success) << to_string(rx[0].status);
-        EXPECT_EQ(rx[0].opcode, WcOpcode::recv);
+        EXPECT_EQ(rx[0].status, RdmaWcStatus::success) << to_string(rx[0].status);
+        EXPECT_EQ(rx[0].opcode, RdmaWcOpcode::recv);
         EXPECT_EQ(rx[0].wr_id, len);
         EXPECT_EQ(rx[0].byte_len, 40 + len);
         EXPECT_EQ(rx[0].src_qp, a.qp->qp_num());
@@ -79,9 +79,9 @@ TEST_F(UdTest, SendLandsAfterTheGrh) {
         EXPECT_EQ(mb[40 + len], 0xEE) << "nothing past the datagram";
         auto tx = wait_wc(a, b, 1);
         ASSERT_EQ(tx.size(), 1u);
-        EXPECT_EQ(tx[0].status, WcStatus::success);
+        EXPECT_EQ(tx[0].status, RdmaWcStatus::success);
         EXPECT_EQ(tx[0].wr_id, 500 + len);
-        EXPECT_EQ(tx[0].opcode, WcOpcode::send);
+        EXPECT_EQ(tx[0].opcode, RdmaWcOpcode::send);
     }
 }
 
@@ -92,13 +92,13 @@ TEST_F(UdTest, SendWithImmediateAndAScatteredGrh) {
     RecvWr r{7, rs, 4, 0};
     ASSERT_TRUE(b.qp->post_recv(std::span(&r, 1)));
     Sge s = sge_a(0, 300);
-    SendWr w = ud_wr(WrOpcode::send_with_imm, 8, &s);
+    RdmaSendWr w = ud_wr(WrOpcode::send_with_imm, 8, &s);
     w.imm_data = 0x44332211;
     w.send_flags |= wr_solicited;
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto rx = wait_wc(b, a, 1);
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(rx[0].byte_len, 340u);
     EXPECT_EQ(rx[0].wc_flags, uint32_t(wc_grh | wc_with_imm));
     EXPECT_EQ(rx[0].imm_data, 0x44332211u);
@@ -115,7 +115,7 @@ TEST_F(UdTest, SendWithImmediateAndAScatteredGrh) {
 
 TEST_F(UdTest, DestroyedAddressHandleIsRefused) {
     Sge s = sge_a(0, 10);
-    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 1, &s);
     ASSERT_TRUE(ah_b->destroy());
     EXPECT_EQ(a.qp->post_send(std::span(&w, 1)).error, EINVAL);
     EXPECT_EQ(ah_b->destroy().error().code, ENODEV);
@@ -125,12 +125,12 @@ TEST_F(UdTest, WrongQkeyIsDropped) {
     post_recv_b(1, 0, 2048);
     fill_a(0, 64, 1);
     Sge s = sge_a(0, 64);
-    SendWr w = ud_wr(WrOpcode::send, 1, &s, 0x22222222);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 1, &s, 0x22222222);
     const uint64_t dropped = pair.b->stats().rx_dropped;
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto tx = wait_wc(a, b, 1);
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::success) << "UD: the sender never knows";
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::success) << "UD: the sender never knows";
     EXPECT_TRUE(wait_wc(b, a, 1, std::chrono::milliseconds(20)).empty());
     EXPECT_EQ(pair.b->stats().rx_dropped, dropped + 1);
     // The receive is still there for the right Q_Key.
@@ -146,18 +146,18 @@ TEST_F(UdTest, ControlledQkeyUsesTheQpsOwn) {
     post_recv_b(1, 0, 2048);
     Sge s = sge_a(0, 32);
     // The high bit set: the WR's Q_Key is not used, the sender QP's (kQkey) is.
-    SendWr w = ud_wr(WrOpcode::send, 1, &s, 0x80000000u | 0x1234);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 1, &s, 0x80000000u | 0x1234);
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto rx = wait_wc(b, a, 1);
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].status, WcStatus::success);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
     // A sender whose own Q_Key differs: its controlled sends are dropped.
     std::vector<uint8_t> mc(4096);
     Side c = make_side(*pair.a, QpType::ud, mc);
     connect_ud(c, 0x33333333, 0x42);
     post_recv_b(2, 0, 2048);
     Sge sc{reinterpret_cast<uint64_t>(mc.data()), 32, c.mr.lkey};
-    SendWr wc_ = wr_of(WrOpcode::send, 2, &sc);
+    RdmaSendWr wc_ = wr_of(WrOpcode::send, 2, &sc);
     wc_.ah = ah_b;
     wc_.remote_qpn = b.qp->qp_num();
     wc_.remote_qkey = 0x80000000u | kQkey;
@@ -168,12 +168,12 @@ TEST_F(UdTest, ControlledQkeyUsesTheQpsOwn) {
 TEST_F(UdTest, DatagramLargerThanTheMtuIsRefusedLocally) {
     post_recv_b(1, 0, 4096);
     Sge s = sge_a(0, 1025);
-    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 1, &s);
     const uint64_t tx_frames = pair.a->stats().tx_frames;
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto tx = wait_wc(a, b, 1);
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::loc_len_err) << to_string(tx[0].status);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::loc_len_err) << to_string(tx[0].status);
     EXPECT_EQ(pair.a->stats().tx_frames, tx_frames) << "nothing went on the wire";
     EXPECT_TRUE(wait_wc(b, a, 1, std::chrono::milliseconds(10)).empty());
 }
@@ -181,17 +181,17 @@ TEST_F(UdTest, DatagramLargerThanTheMtuIsRefusedLocally) {
 TEST_F(UdTest, ReceiveTooSmallForGrhAndPayload) {
     post_recv_b(1, 0, 40 + 99);
     Sge s = sge_a(0, 100);
-    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 1, &s);
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     auto rx = wait_wc(b, a, 1);
     ASSERT_EQ(rx.size(), 1u);
-    EXPECT_EQ(rx[0].status, WcStatus::loc_len_err);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::loc_len_err);
     EXPECT_EQ(rx[0].wr_id, 1u);
 }
 
 TEST_F(UdTest, NoReceivePostedDropsTheDatagram) {
     Sge s = sge_a(0, 10);
-    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 1, &s);
     ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
     ASSERT_EQ(wait_wc(a, b, 1).size(), 1u);
     b.port->progress();
@@ -203,10 +203,10 @@ TEST_F(UdTest, RcOperationsAreRefusedOnUd) {
     Sge s = sge_a(0, 8);
     for (WrOpcode op : {WrOpcode::rdma_write, WrOpcode::rdma_write_with_imm, WrOpcode::rdma_read,
                         WrOpcode::atomic_cmp_and_swp, WrOpcode::atomic_fetch_and_add, WrOpcode::send_with_inv}) {
-        SendWr w = ud_wr(op, 1, &s);
+        RdmaSendWr w = ud_wr(op, 1, &s);
         EXPECT_EQ(a.qp->post_send(std::span(&w, 1)).error, EINVAL) << int(op);
     }
-    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 1, &s);
     w.ah = nullptr;
     EXPECT_EQ(a.qp->post_send(std::span(&w, 1)).error, EINVAL) << "UD needs an address handle";
 }
@@ -216,19 +216,19 @@ TEST_F(UdTest, DestinationThatNeverAnswersArpFailsTheWr) {
     nobody.dgid = Gid::from_ipv4(0x0a000063);   // 10.0.0.99: no port has it
     AddressHandle* ah = *pair.a->create_ah(nobody);
     Sge s = sge_a(0, 10);
-    SendWr w = ud_wr(WrOpcode::send, 1, &s);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 1, &s);
     w.ah = ah;
-    SendWr after = ud_wr(WrOpcode::send, 2, &s);   // to b, behind it
-    SendWr both[2] = {w, after};
+    RdmaSendWr after = ud_wr(WrOpcode::send, 2, &s);   // to b, behind it
+    RdmaSendWr both[2] = {w, after};
     post_recv_b(9, 0, 2048);
     ASSERT_TRUE(a.qp->post_send(both));
     auto tx = wait_wc(a, b, 2, std::chrono::seconds(3));
     ASSERT_EQ(tx.size(), 2u);
     EXPECT_EQ(tx[0].wr_id, 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::retry_exc_err) << to_string(tx[0].status);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::retry_exc_err) << to_string(tx[0].status);
     EXPECT_EQ(tx[0].vendor_err, detail::kVendorErrArpUnresolved);
     EXPECT_EQ(tx[1].wr_id, 2u);
-    EXPECT_EQ(tx[1].status, WcStatus::success) << "a UD QP stays usable";
+    EXPECT_EQ(tx[1].status, RdmaWcStatus::success) << "a UD QP stays usable";
     EXPECT_EQ(wait_wc(b, a, 1).size(), 1u);
     EXPECT_GE(pair.a->stats().arp_requests, 4u);
 }
@@ -243,7 +243,7 @@ TEST_F(UdTest, OneSenderToTwoQueuePairs) {
     post_recv_b(2, 0, 2048);
     fill_a(0, 20, 9);
     Sge s = sge_a(0, 20);
-    SendWr w[2] = {ud_wr(WrOpcode::send, 1, &s), ud_wr(WrOpcode::send, 2, &s)};
+    RdmaSendWr w[2] = {ud_wr(WrOpcode::send, 1, &s), ud_wr(WrOpcode::send, 2, &s)};
     w[0].remote_qpn = c.qp->qp_num();
     ASSERT_TRUE(a.qp->post_send(w));
     auto rx = wait_wc(b, a, 1);   // b and c share the port, not the CQ

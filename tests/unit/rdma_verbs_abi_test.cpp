@@ -33,13 +33,13 @@ static_assert(v(QpType::ud) == IBV_QPT_UD);
 static_assert(v(QpType::xrc_send) == IBV_QPT_XRC_SEND);
 static_assert(v(QpType::xrc_recv) == IBV_QPT_XRC_RECV);
 
-static_assert(v(QpState::reset) == IBV_QPS_RESET);
-static_assert(v(QpState::init) == IBV_QPS_INIT);
-static_assert(v(QpState::rtr) == IBV_QPS_RTR);
-static_assert(v(QpState::rts) == IBV_QPS_RTS);
-static_assert(v(QpState::sqd) == IBV_QPS_SQD);
-static_assert(v(QpState::sqe) == IBV_QPS_SQE);
-static_assert(v(QpState::error) == IBV_QPS_ERR);
+static_assert(v(RdmaQpState::reset) == IBV_QPS_RESET);
+static_assert(v(RdmaQpState::init) == IBV_QPS_INIT);
+static_assert(v(RdmaQpState::rtr) == IBV_QPS_RTR);
+static_assert(v(RdmaQpState::rts) == IBV_QPS_RTS);
+static_assert(v(RdmaQpState::sqd) == IBV_QPS_SQD);
+static_assert(v(RdmaQpState::sqe) == IBV_QPS_SQE);
+static_assert(v(RdmaQpState::error) == IBV_QPS_ERR);
 
 static_assert(QpAttr{}.path_mtu == IBV_MTU_1024);   // the default, as ibv_rc_pingpong's
 
@@ -63,38 +63,38 @@ static_assert(same_bit(wr_inline, IBV_SEND_INLINE));
 
 // ---- enum ibv_wc_status, ibv_wc_opcode, ibv_wc_flags -------------------------------------------
 
-static_assert(v(WcStatus::success) == IBV_WC_SUCCESS);
-static_assert(v(WcStatus::loc_len_err) == IBV_WC_LOC_LEN_ERR);
-static_assert(v(WcStatus::loc_qp_op_err) == IBV_WC_LOC_QP_OP_ERR);
-static_assert(v(WcStatus::loc_eec_op_err) == IBV_WC_LOC_EEC_OP_ERR);
-static_assert(v(WcStatus::loc_prot_err) == IBV_WC_LOC_PROT_ERR);
-static_assert(v(WcStatus::wr_flush_err) == IBV_WC_WR_FLUSH_ERR);
-static_assert(v(WcStatus::mw_bind_err) == IBV_WC_MW_BIND_ERR);
-static_assert(v(WcStatus::bad_resp_err) == IBV_WC_BAD_RESP_ERR);
-static_assert(v(WcStatus::loc_access_err) == IBV_WC_LOC_ACCESS_ERR);
-static_assert(v(WcStatus::rem_inv_req_err) == IBV_WC_REM_INV_REQ_ERR);
-static_assert(v(WcStatus::rem_access_err) == IBV_WC_REM_ACCESS_ERR);
-static_assert(v(WcStatus::rem_op_err) == IBV_WC_REM_OP_ERR);
-static_assert(v(WcStatus::retry_exc_err) == IBV_WC_RETRY_EXC_ERR);
-static_assert(v(WcStatus::rnr_retry_exc_err) == IBV_WC_RNR_RETRY_EXC_ERR);
-static_assert(v(WcStatus::loc_rdd_viol_err) == IBV_WC_LOC_RDD_VIOL_ERR);
-static_assert(v(WcStatus::rem_inv_rd_req_err) == IBV_WC_REM_INV_RD_REQ_ERR);
-static_assert(v(WcStatus::rem_abort_err) == IBV_WC_REM_ABORT_ERR);
-static_assert(v(WcStatus::inv_eecn_err) == IBV_WC_INV_EECN_ERR);
-static_assert(v(WcStatus::inv_eec_state_err) == IBV_WC_INV_EEC_STATE_ERR);
-static_assert(v(WcStatus::fatal_err) == IBV_WC_FATAL_ERR);
-static_assert(v(WcStatus::resp_timeout_err) == IBV_WC_RESP_TIMEOUT_ERR);
-static_assert(v(WcStatus::general_err) == IBV_WC_GENERAL_ERR);
+static_assert(v(RdmaWcStatus::success) == IBV_WC_SUCCESS);
+static_assert(v(RdmaWcStatus::loc_len_err) == IBV_WC_LOC_LEN_ERR);
+static_assert(v(RdmaWcStatus::loc_qp_op_err) == IBV_WC_LOC_QP_OP_ERR);
+static_assert(v(RdmaWcStatus::loc_eec_op_err) == IBV_WC_LOC_EEC_OP_ERR);
+static_assert(v(RdmaWcStatus::loc_prot_err) == IBV_WC_LOC_PROT_ERR);
+static_assert(v(RdmaWcStatus::wr_flush_err) == IBV_WC_WR_FLUSH_ERR);
+static_assert(v(RdmaWcStatus::mw_bind_err) == IBV_WC_MW_BIND_ERR);
+static_assert(v(RdmaWcStatus::bad_resp_err) == IBV_WC_BAD_RESP_ERR);
+static_assert(v(RdmaWcStatus::loc_access_err) == IBV_WC_LOC_ACCESS_ERR);
+static_assert(v(RdmaWcStatus::rem_inv_req_err) == IBV_WC_REM_INV_REQ_ERR);
+static_assert(v(RdmaWcStatus::rem_access_err) == IBV_WC_REM_ACCESS_ERR);
+static_assert(v(RdmaWcStatus::rem_op_err) == IBV_WC_REM_OP_ERR);
+static_assert(v(RdmaWcStatus::retry_exc_err) == IBV_WC_RETRY_EXC_ERR);
+static_assert(v(RdmaWcStatus::rnr_retry_exc_err) == IBV_WC_RNR_RETRY_EXC_ERR);
+static_assert(v(RdmaWcStatus::loc_rdd_viol_err) == IBV_WC_LOC_RDD_VIOL_ERR);
+static_assert(v(RdmaWcStatus::rem_inv_rd_req_err) == IBV_WC_REM_INV_RD_REQ_ERR);
+static_assert(v(RdmaWcStatus::rem_abort_err) == IBV_WC_REM_ABORT_ERR);
+static_assert(v(RdmaWcStatus::inv_eecn_err) == IBV_WC_INV_EECN_ERR);
+static_assert(v(RdmaWcStatus::inv_eec_state_err) == IBV_WC_INV_EEC_STATE_ERR);
+static_assert(v(RdmaWcStatus::fatal_err) == IBV_WC_FATAL_ERR);
+static_assert(v(RdmaWcStatus::resp_timeout_err) == IBV_WC_RESP_TIMEOUT_ERR);
+static_assert(v(RdmaWcStatus::general_err) == IBV_WC_GENERAL_ERR);
 
-static_assert(v(WcOpcode::send) == IBV_WC_SEND);
-static_assert(v(WcOpcode::rdma_write) == IBV_WC_RDMA_WRITE);
-static_assert(v(WcOpcode::rdma_read) == IBV_WC_RDMA_READ);
-static_assert(v(WcOpcode::comp_swap) == IBV_WC_COMP_SWAP);
-static_assert(v(WcOpcode::fetch_add) == IBV_WC_FETCH_ADD);
-static_assert(v(WcOpcode::bind_mw) == IBV_WC_BIND_MW);
-static_assert(v(WcOpcode::local_inv) == IBV_WC_LOCAL_INV);
-static_assert(v(WcOpcode::recv) == IBV_WC_RECV);
-static_assert(v(WcOpcode::recv_rdma_with_imm) == IBV_WC_RECV_RDMA_WITH_IMM);
+static_assert(v(RdmaWcOpcode::send) == IBV_WC_SEND);
+static_assert(v(RdmaWcOpcode::rdma_write) == IBV_WC_RDMA_WRITE);
+static_assert(v(RdmaWcOpcode::rdma_read) == IBV_WC_RDMA_READ);
+static_assert(v(RdmaWcOpcode::comp_swap) == IBV_WC_COMP_SWAP);
+static_assert(v(RdmaWcOpcode::fetch_add) == IBV_WC_FETCH_ADD);
+static_assert(v(RdmaWcOpcode::bind_mw) == IBV_WC_BIND_MW);
+static_assert(v(RdmaWcOpcode::local_inv) == IBV_WC_LOCAL_INV);
+static_assert(v(RdmaWcOpcode::recv) == IBV_WC_RECV);
+static_assert(v(RdmaWcOpcode::recv_rdma_with_imm) == IBV_WC_RECV_RDMA_WITH_IMM);
 
 static_assert(same_bit(wc_grh, IBV_WC_GRH));
 static_assert(same_bit(wc_with_imm, IBV_WC_WITH_IMM));
@@ -206,8 +206,8 @@ static_assert(v(dma::Access::zero_based) == IBV_ACCESS_ZERO_BASED);
 static_assert(sizeof(Wc) == sizeof(ibv_wc));
 static_assert(alignof(Wc) == alignof(ibv_wc));
 static_assert(std::is_standard_layout_v<Wc>);
-static_assert(sizeof(WcStatus) == sizeof(ibv_wc_status));
-static_assert(sizeof(WcOpcode) == sizeof(ibv_wc_opcode));
+static_assert(sizeof(RdmaWcStatus) == sizeof(ibv_wc_status));
+static_assert(sizeof(RdmaWcOpcode) == sizeof(ibv_wc_opcode));
 #define VFAB_SAME_FIELD(ours, theirs)                                        \
     static_assert(offsetof(Wc, ours) == offsetof(ibv_wc, theirs), #ours);     \
     static_assert(sizeof(Wc::ours) == sizeof(ibv_wc::theirs), #ours " size")
@@ -234,8 +234,8 @@ TEST(RdmaVerbsAbi, WcIsBitForBitAnIbvWc) {
     // What the static_asserts promise, exercised: a Wc read back as an ibv_wc.
     Wc wc;
     wc.wr_id = 0x0102030405060708ull;
-    wc.status = WcStatus::rnr_retry_exc_err;
-    wc.opcode = WcOpcode::recv_rdma_with_imm;
+    wc.status = RdmaWcStatus::rnr_retry_exc_err;
+    wc.opcode = RdmaWcOpcode::recv_rdma_with_imm;
     wc.vendor_err = 0x11;
     wc.byte_len = 4096;
     wc.imm_data = 0xAABBCCDD;
@@ -264,8 +264,8 @@ TEST(RdmaVerbsAbi, WcIsBitForBitAnIbvWc) {
 }
 
 TEST(RdmaVerbsAbi, StatusWordsAreLibibverbs) {
-    for (uint32_t s = 0; s <= v(WcStatus::general_err); ++s)
-        EXPECT_EQ(std::string(to_string(WcStatus(s))), std::string(ibv_wc_status_str(ibv_wc_status(s)))) << s;
+    for (uint32_t s = 0; s <= v(RdmaWcStatus::general_err); ++s)
+        EXPECT_EQ(std::string(to_string(RdmaWcStatus(s))), std::string(ibv_wc_status_str(ibv_wc_status(s)))) << s;
 }
 
 TEST(RdmaVerbsAbi, GidOfAnIpv4AddressIsTheMappedOne) {

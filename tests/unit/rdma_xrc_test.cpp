@@ -1,6 +1,6 @@
 // XRC between two ports on a fake wire (docs/rdma-xrc.md): an XRC send queue pair on A,
 // connected to an XRC receive queue pair on B, whose messages land in the XRC SRQ each names
-// (SendWr::remote_srqn) and complete on that SRQ's CQ; RDMA WRITE and READ through it; a
+// (RdmaSendWr::remote_srqn) and complete on that SRQ's CQ; RDMA WRITE and READ through it; a
 // message naming an SRQ of another domain is NAKed with nothing written; the packets carry
 // XRC opcodes and the XRCETH; bad input is refused.
 #include <cstring>
@@ -24,13 +24,13 @@ protected:
         s1 = *pair.b->create_xrc_srq(SrqAttr{16, 1, 0}, xrcd, cq_b);
         s2 = *pair.b->create_xrc_srq(SrqAttr{16, 1, 0}, xrcd, cq_b);
         foreign = *pair.b->create_xrc_srq(SrqAttr{16, 1, 0}, other_xrcd, cq_b);
-        QpInitAttr ia;
+        RdmaQpInitAttr ia;
         ia.qp_type = QpType::xrc_send;
         ia.send_cq = cq_a;
         auto ini_qp = pair.a->create_qp(ia);
         ASSERT_TRUE(ini_qp) << ini_qp.error().message;
         ini = *ini_qp;
-        QpInitAttr ta;
+        RdmaQpInitAttr ta;
         ta.qp_type = QpType::xrc_recv;
         ta.xrcd = xrcd;
         auto tgt_qp = pair.b->create_qp(ta);
@@ -44,10 +44,10 @@ protected:
     // INIT, RTR (and RTS for the sender), as ibv_xsrq_pingpong does.
     static void connect(Qp* qp, uint32_t peer_qpn, Port& peer, uint32_t my_psn, uint32_t peer_psn, bool rts) {
         QpAttr a;
-        a.qp_state = QpState::init;
+        a.qp_state = RdmaQpState::init;
         a.qp_access_flags = kAllRemote;
         ASSERT_TRUE(qp->modify(a, attr_state | attr_pkey_index | attr_port | attr_access_flags));
-        a.qp_state = QpState::rtr;
+        a.qp_state = RdmaQpState::rtr;
         a.path_mtu = 3;
         a.dest_qp_num = peer_qpn;
         a.rq_psn = peer_psn;
@@ -58,7 +58,7 @@ protected:
                                    attr_max_dest_rd_atomic | attr_min_rnr_timer);
         ASSERT_TRUE(r) << r.error().message;
         if (!rts) return;
-        a.qp_state = QpState::rts;
+        a.qp_state = RdmaQpState::rts;
         a.sq_psn = my_psn;
         a.timeout = 8;
         a.max_rd_atomic = 4;
@@ -73,7 +73,7 @@ protected:
     void send(uint64_t id, uint32_t len, uint8_t seed, uint32_t srqn) {
         std::memset(ma.data() + (id % 8) * kSlot, seed, len);
         Sge s{reinterpret_cast<uint64_t>(ma.data() + (id % 8) * kSlot), len, mr_a.lkey};
-        SendWr w = wr_of(WrOpcode::send, id, &s);
+        RdmaSendWr w = wr_of(WrOpcode::send, id, &s);
         w.remote_srqn = srqn;
         ASSERT_TRUE(ini->post_send(std::span(&w, 1)));
     }
@@ -107,7 +107,7 @@ TEST_F(XrcTest, EachMessageLandsInTheSrqItNames) {
     send(11, 100, 0x22, s1->srq_num());
     auto tx = wait(cq_a, 2);
     ASSERT_EQ(tx.size(), 2u);
-    for (const Wc& c : tx) EXPECT_EQ(c.status, WcStatus::success) << to_string(c.status);
+    for (const Wc& c : tx) EXPECT_EQ(c.status, RdmaWcStatus::success) << to_string(c.status);
     auto rx = wait(cq_b, 2);
     ASSERT_EQ(rx.size(), 2u);
     EXPECT_EQ(rx[0].wr_id, 2u);   // s2's WR took the first message
@@ -115,7 +115,7 @@ TEST_F(XrcTest, EachMessageLandsInTheSrqItNames) {
     EXPECT_EQ(rx[1].wr_id, 1u);
     EXPECT_EQ(rx[1].byte_len, 100u);
     for (const Wc& c : rx) {
-        EXPECT_EQ(c.status, WcStatus::success);
+        EXPECT_EQ(c.status, RdmaWcStatus::success);
         EXPECT_EQ(c.qp_num, tgt->qp_num());
     }
     EXPECT_EQ(mb[2 * kSlot + 2999], 0x11);
@@ -153,22 +153,22 @@ TEST_F(XrcTest, PacketsCarryXrcOpcodesAndTheXrceth) {
 TEST_F(XrcTest, WritesAndReadsGoThroughTheReceiveQueuePair) {
     std::memset(ma.data(), 0x5c, 5000);
     Sge s{reinterpret_cast<uint64_t>(ma.data()), 5000, mr_a.lkey};
-    SendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::rdma_write, 1, &s);
     w.remote_addr = reinterpret_cast<uint64_t>(mb.data() + 100000);
     w.rkey = mr_b.rkey;
     ASSERT_TRUE(ini->post_send(std::span(&w, 1)));
     auto tx = wait(cq_a, 1);
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::success) << to_string(tx[0].status);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::success) << to_string(tx[0].status);
     EXPECT_EQ(mb[100000 + 4999], 0x5c);
     Sge back{reinterpret_cast<uint64_t>(ma.data() + 20000), 5000, mr_a.lkey};
-    SendWr r = wr_of(WrOpcode::rdma_read, 2, &back);
+    RdmaSendWr r = wr_of(WrOpcode::rdma_read, 2, &back);
     r.remote_addr = w.remote_addr;
     r.rkey = mr_b.rkey;
     ASSERT_TRUE(ini->post_send(std::span(&r, 1)));
     tx = wait(cq_a, 1);
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::success);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(ma[20000 + 4999], 0x5c);
 }
 
@@ -177,7 +177,7 @@ TEST_F(XrcTest, AnSrqOfAnotherDomainIsNakedAndGetsNothing) {
     send(10, 200, 0x44, foreign->srq_num());
     auto tx = wait(cq_a, 1);
     ASSERT_EQ(tx.size(), 1u);
-    EXPECT_EQ(tx[0].status, WcStatus::rem_inv_req_err) << to_string(tx[0].status);
+    EXPECT_EQ(tx[0].status, RdmaWcStatus::rem_inv_req_err) << to_string(tx[0].status);
     EXPECT_EQ(mb[3 * kSlot], 0);
     Wc wc;
     EXPECT_EQ(cq_b->poll(std::span(&wc, 1)), 0);   // foreign's WR was not taken
@@ -187,19 +187,19 @@ TEST_F(XrcTest, AnSrqOfAnotherDomainIsNakedAndGetsNothing) {
 // ibv_xsrq_pingpong gives exactly these): a sender has no responder attributes to give at RTR,
 // a receiver no requester ones at RTS.
 TEST_F(XrcTest, EachEndNeedsOnlyItsOwnAttributes) {
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.qp_type = QpType::xrc_send;
     ia.send_cq = cq_a;
     Qp* s = *pair.a->create_qp(ia);
-    QpInitAttr ta;
+    RdmaQpInitAttr ta;
     ta.qp_type = QpType::xrc_recv;
     ta.xrcd = xrcd;
     Qp* r = *pair.b->create_qp(ta);
     QpAttr a;
-    a.qp_state = QpState::init;
+    a.qp_state = RdmaQpState::init;
     a.qp_access_flags = kAllRemote;
     for (Qp* q : {s, r}) ASSERT_TRUE(q->modify(a, attr_state | attr_pkey_index | attr_port | attr_access_flags));
-    a.qp_state = QpState::rtr;
+    a.qp_state = RdmaQpState::rtr;
     a.ah_attr.dgid = pair.b->gid();
     a.dest_qp_num = r->qp_num();
     auto ok = s->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn);
@@ -209,7 +209,7 @@ TEST_F(XrcTest, EachEndNeedsOnlyItsOwnAttributes) {
     ok = r->modify(a, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn | attr_max_dest_rd_atomic |
                           attr_min_rnr_timer);
     EXPECT_TRUE(ok) << ok.error().message;
-    a.qp_state = QpState::rts;
+    a.qp_state = RdmaQpState::rts;
     ok = r->modify(a, attr_state | attr_timeout);
     EXPECT_FALSE(ok) << "a receiver needs sq_psn";
     ok = r->modify(a, attr_state | attr_timeout | attr_sq_psn);
@@ -221,7 +221,7 @@ TEST_F(XrcTest, EachEndNeedsOnlyItsOwnAttributes) {
 }
 
 TEST_F(XrcTest, BadInputIsRefused) {
-    QpInitAttr ia;
+    RdmaQpInitAttr ia;
     ia.qp_type = QpType::xrc_recv;   // no domain
     EXPECT_FALSE(pair.b->create_qp(ia));
     ia.xrcd = xrcd;
@@ -241,10 +241,10 @@ TEST_F(XrcTest, BadInputIsRefused) {
     RecvWr rw{1, &s, 1, 0};
     EXPECT_EQ(tgt->post_recv(std::span(&rw, 1)).error, EINVAL);
     EXPECT_EQ(ini->post_recv(std::span(&rw, 1)).error, EINVAL);
-    SendWr w = wr_of(WrOpcode::send, 1, &s);
+    RdmaSendWr w = wr_of(WrOpcode::send, 1, &s);
     EXPECT_EQ(tgt->post_send(std::span(&w, 1)).error, EINVAL);
     Sge res{reinterpret_cast<uint64_t>(ma.data()), 8, mr_a.lkey};   // masked atomics are RC's only
-    SendWr m = wr_of(WrOpcode::masked_atomic_fetch_and_add, 2, &res);
+    RdmaSendWr m = wr_of(WrOpcode::masked_atomic_fetch_and_add, 2, &res);
     m.remote_addr = reinterpret_cast<uint64_t>(mb.data());
     m.rkey = mr_b.rkey;
     EXPECT_EQ(ini->post_send(std::span(&m, 1)).error, EINVAL);

@@ -79,7 +79,7 @@ enum VfabCap : uint64_t {
     vfab_cap_srq = 1ull << 3,                 // shared receive queues and their limit event
     vfab_cap_async_events = 1ull << 4,        // Port::get_async_event
     vfab_cap_masked_atomics = 1ull << 5,      // masked CMP_AND_SWP and FETCH_AND_ADD, 8 bytes, with vfab peers
-    vfab_cap_block_self_mcast_lb = 1ull << 6, // QpCreateFlags::qp_create_block_self_mcast_lb
+    vfab_cap_block_self_mcast_lb = 1ull << 6, // RdmaQpCreateFlags::qp_create_block_self_mcast_lb
     vfab_cap_p2p_memory = 1ull << 7,          // MRs of another device's memory (register_device_memory; FI_MR_P2P)
     vfab_cap_dma_buf = 1ull << 8,             // MRs of a dma-buf (register_dmabuf)
     vfab_cap_uc = 1ull << 9,                  // unreliable connected queue pairs (QpType::uc)

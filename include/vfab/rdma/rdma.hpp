@@ -126,7 +126,7 @@ public:
     // ibv_query_srq: its depth (max_wr), SGEs per WR and the armed limit (0: not armed, as
     // after the limit event fired).
     virtual SrqAttr query() const = 0;
-    // ibv_get_srq_num: the number an XRC sender names (SendWr::remote_srqn) to reach it.
+    // ibv_get_srq_num: the number an XRC sender names (RdmaSendWr::remote_srqn) to reach it.
     virtual uint32_t srq_num() const noexcept = 0;
     // EBUSY while a queue pair uses it. Its posted WRs are dropped, as ibv_destroy_srq.
     virtual Result<void> destroy() = 0;
@@ -152,15 +152,15 @@ protected:
     virtual ~XrcDomain() = default;
 };
 
-struct QpInitAttr {
+struct RdmaQpInitAttr {
     QpType qp_type = QpType::rc;
     Cq* send_cq = nullptr;
     Cq* recv_cq = nullptr;
     Srq* srq = nullptr;       // receives from this SRQ; cap.max_recv_wr and max_recv_sge are then unused
     XrcDomain* xrcd = nullptr;   // xrc_recv: its domain (it has no CQs or queues of its own)
-    QpCapsRdma cap = {};
+    RdmaQpCaps cap = {};
     bool sq_sig_all = false;
-    uint32_t create_flags = 0;   // QpCreateFlags
+    uint32_t create_flags = 0;   // RdmaQpCreateFlags
 };
 
 class Qp {
@@ -174,17 +174,17 @@ public:
     // (before RTS) cannot take, too many SGEs or inline bytes, UD without a live AH; ENOMEM: the
     // send queue is full; ENODEV: destroyed. A bad lkey fails the WR in its completion
     // (LOC_PROT_ERR) and the QP with it. Non-inline buffers are in use until the WR completes.
-    virtual PostResult post_send(std::span<const SendWr> wrs) noexcept = 0;
+    virtual PostResult post_send(std::span<const RdmaSendWr> wrs) noexcept = 0;
     // ibv_post_recv: EINVAL in RESET, with an SRQ or XRC (post to the SRQ), or more SGEs than
     // max_recv_sge; ENOMEM: the queue is full; ENODEV: destroyed. A bad lkey fails the WR in its
     // completion (LOC_PROT_ERR) and the QP with it.
     virtual PostResult post_recv(std::span<const RecvWr> wrs) noexcept = 0;
     // Its QP number: what the peer sets as dest_qp_num (RC, UC) or remote_qpn (UD).
     virtual uint32_t qp_num() const noexcept = 0;
-    // The type it was created with (QpInitAttr::qp_type).
+    // The type it was created with (RdmaQpInitAttr::qp_type).
     virtual QpType type() const noexcept = 0;
     // The current state: modify() moves it; a failed WR or exhausted retries move it to error.
-    virtual QpState state() const noexcept = 0;
+    virtual RdmaQpState state() const noexcept = 0;
     // ibv_bind_mw: binds the type 1 window `mw_key` as `info` says, through this queue pair's
     // send queue (a BIND_MW completion when signalled); the window's new key (next_key(mw_key)).
     // Type 2B windows are bound by a BIND_MW work request instead.
@@ -297,7 +297,7 @@ public:
     // ibv_create_qp: a queue pair in RESET. EINVAL: another type, CQs/SRQ/domain not of this
     // port or not as its type needs, unknown create_flags, caps out of range (WRs 1 to 16384,
     // SGEs 1 to 32, inline up to 4096 bytes); ENOSPC: PortConfig::max_qp queue pairs live.
-    virtual Result<Qp*> create_qp(const QpInitAttr& attr) = 0;
+    virtual Result<Qp*> create_qp(const RdmaQpInitAttr& attr) = 0;
     // ibv_create_flow: frames matching `rule` go to `qp`, a raw-packet queue pair of this port
     // (a raw-packet queue pair receives nothing until a flow names it). EINVAL: not such a
     // queue pair, a mask on a field the rule's kind cannot use; ENOSPC: 1024 flows live.

@@ -2,7 +2,9 @@
 // handles, with the values and (where the structure is the same) the layouts of libibverbs'
 // (enum ibv_wr_opcode, ibv_wc_status, ibv_qp_attr_mask, struct ibv_wc ...), so that a verbs
 // library over vfab maps onto it without translating. tests/unit/rdma_verbs_abi_test.cpp holds
-// them against the system's <infiniband/verbs.h>.
+// them against the system's <infiniband/verbs.h>. A name the raw API (vfab/types.hpp) has too
+// carries Rdma here (RdmaSendWr, RdmaQpState, RdmaWcStatus, RdmaWcOpcode, RdmaQpInitAttr,
+// RdmaQpCreateFlags, RdmaQpCaps): code that drives both never reads one for the other.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +23,10 @@ using vfab::Sge;
 enum class QpType : uint32_t { rc = 2, uc = 3, ud = 4, raw_packet = 8, xrc_send = 9, xrc_recv = 10 };
 
 // enum ibv_qp_state.
-enum class QpState : uint32_t { reset = 0, init = 1, rtr = 2, rts = 3, sqd = 4, sqe = 5, error = 6 };
+enum class RdmaQpState : uint32_t { reset = 0, init = 1, rtr = 2, rts = 3, sqd = 4, sqe = 5, error = 6 };
 // The state's short name: "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR" ("?" for a
 // value outside the enum). A static string: never freed, never null.
-const char* to_string(QpState s) noexcept;
+const char* to_string(RdmaQpState s) noexcept;
 
 // enum ibv_wr_opcode.
 enum class WrOpcode : uint32_t {
@@ -44,7 +46,7 @@ enum class WrOpcode : uint32_t {
     masked_atomic_cmp_and_swp = 12,
     masked_atomic_fetch_and_add = 13,
     // A vfab extension (libibverbs has no user-space fast registration; the kernel's
-    // IB_WR_REG_MR has this value): binds an MR from alloc_mr() to memory (SendWr::reg).
+    // IB_WR_REG_MR has this value): binds an MR from alloc_mr() to memory (RdmaSendWr::reg).
     reg_mr = 0x20,
 };
 
@@ -57,7 +59,7 @@ enum WrFlags : uint32_t {
 };
 
 // enum ibv_wc_status.
-enum class WcStatus : uint32_t {
+enum class RdmaWcStatus : uint32_t {
     success = 0,
     loc_len_err = 1,
     loc_qp_op_err = 2,
@@ -81,10 +83,10 @@ enum class WcStatus : uint32_t {
     resp_timeout_err = 20,
     general_err = 21,
 };
-const char* to_string(WcStatus s) noexcept;   // the words of ibv_wc_status_str
+const char* to_string(RdmaWcStatus s) noexcept;   // the words of ibv_wc_status_str
 
 // enum ibv_wc_opcode.
-enum class WcOpcode : uint32_t {
+enum class RdmaWcOpcode : uint32_t {
     send = 0,
     rdma_write = 1,
     rdma_read = 2,
@@ -109,8 +111,8 @@ enum WcFlags : uint32_t {
 // struct ibv_wc, field for field.
 struct Wc {
     uint64_t wr_id = 0;
-    WcStatus status = WcStatus::success;
-    WcOpcode opcode = WcOpcode::send;
+    RdmaWcStatus status = RdmaWcStatus::success;
+    RdmaWcOpcode opcode = RdmaWcOpcode::send;
     uint32_t vendor_err = 0;    // the AETH syndrome of a NAK that ended the WR
     uint32_t byte_len = 0;
     uint32_t imm_data = 0;      // network byte order, as on the wire; or the invalidated rkey
@@ -167,7 +169,7 @@ struct MwBindInfo {
     uint64_t length = 0;
 };
 
-struct SendWr {
+struct RdmaSendWr {
     uint64_t wr_id = 0;
     const Sge* sg_list = nullptr;
     uint32_t num_sge = 0;
@@ -232,7 +234,7 @@ enum QpAttrMask : uint32_t {
 
 // The subset of struct ibv_qp_attr the transport uses.
 struct QpAttr {
-    QpState qp_state = QpState::reset;
+    RdmaQpState qp_state = RdmaQpState::reset;
     uint32_t path_mtu = 3;           // enum ibv_mtu: 1 = 256 ... 5 = 4096 (3 = 1024)
     uint32_t qkey = 0;
     uint32_t rq_psn = 0;
@@ -278,11 +280,11 @@ enum class AsyncEventType : uint32_t {
 };
 
 // enum ibv_qp_create_flags: the ones the transport has.
-enum QpCreateFlags : uint32_t {
+enum RdmaQpCreateFlags : uint32_t {
     qp_create_block_self_mcast_lb = 1u << 1,   // a UD QP does not receive its own multicast sends
 };
 
-struct QpCapsRdma {
+struct RdmaQpCaps {
     uint32_t max_send_wr = 256;
     uint32_t max_recv_wr = 256;
     uint32_t max_send_sge = 4;
