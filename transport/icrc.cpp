@@ -1,7 +1,8 @@
 // CRC-32 and the RoCEv2 ICRC's masking of the variant header fields (Annex A17.3.3). Runs of
-// 64 bytes and more are folded with carry-less multiplication (PCLMULQDQ), 64 bytes a step,
-// where the CPU has it and it is the faster (use_crc32_method); the rest goes by slicing-by-8
-// (eight 256-entry tables built at compile time).
+// 16 bytes and more are folded with carry-less multiplication (PCLMULQDQ), 64 bytes a step
+// while they last, where the CPU has it and it is the faster (use_crc32_method); otherwise
+// slicing-by-8 (eight 256-entry tables built at compile time). An ICRC folds its masked
+// headers and the rest of its packet in one pass.
 #include "vfab/rdma/icrc.hpp"
 
 #include <cpuid.h>
@@ -58,7 +59,7 @@ constexpr long long kX160 = 0x1751997d0, kX96 = 0x0ccaa009e;    // fold 128 bits
 constexpr long long kX64 = 0x163cd6124;
 constexpr long long kMu = 0x1f7011641, kPoly33 = 0x1db710641;
 
-#define VFAB_CLMUL __attribute__((target("pclmul,sse4.1")))
+#define VFAB_CLMUL __attribute__((target("pclmul,sse4.1,ssse3")))
 
 VFAB_CLMUL inline __m128i load(const uint8_t* q) noexcept { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); }
 
@@ -68,34 +69,63 @@ VFAB_CLMUL inline __m128i fold(__m128i x, __m128i k, __m128i next) noexcept {
     return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
 }
 
-// The CRC register after the n bytes at p (n >= 64, a multiple of 16), with PCLMULQDQ: four
-// 128-bit lanes folded forward 512 bits per 64 bytes, folded into one, then reduced from 128
+// PSHUFB masks for a last block of r < 16 bytes: at kShuffle + r, the lane shifted up by 16 - r
+// bytes (its first r bytes become its last); at kShuffle + 16 + r, shifted down by r bytes.
+alignas(16) constexpr uint8_t kShuffle[48] = {
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
+
+// The CRC register after the bytes folded into x (the last 16 of them, not yet reduced) and
+// the n bytes at p (any n; when n is not a multiple of 16, the 16 bytes before p + n must be
+// readable): four 128-bit lanes folded forward 512 bits per 64 bytes while 64 remain, one lane
+// 16 bytes a step, a last partial block folded with the lane before it, then reduced from 128
 // to 32 bits (Barrett).
-VFAB_CLMUL uint32_t update_folded(uint32_t c, const uint8_t* p, size_t n) noexcept {
-    __m128i x0 = _mm_xor_si128(load(p), _mm_cvtsi32_si128(int(c)));
-    __m128i x1 = load(p + 16), x2 = load(p + 32), x3 = load(p + 48);
-    p += 64;
-    n -= 64;
-    const __m128i k512 = _mm_set_epi64x(kX480, kX544);
-    for (; n >= 64; p += 64, n -= 64) {
-        x0 = fold(x0, k512, load(p));
-        x1 = fold(x1, k512, load(p + 16));
-        x2 = fold(x2, k512, load(p + 32));
-        x3 = fold(x3, k512, load(p + 48));
-    }
+VFAB_CLMUL uint32_t finish_folded(__m128i x, const uint8_t* p, size_t n) noexcept {
     const __m128i k128 = _mm_set_epi64x(kX96, kX160);
-    x0 = fold(fold(fold(x0, k128, x1), k128, x2), k128, x3);
-    for (; n >= 16; p += 16, n -= 16) x0 = fold(x0, k128, load(p));
+    if (n >= 64) {
+        __m128i x0 = fold(x, k128, load(p)), x1 = load(p + 16), x2 = load(p + 32), x3 = load(p + 48);
+        p += 64;
+        n -= 64;
+        const __m128i k512 = _mm_set_epi64x(kX480, kX544);
+        for (; n >= 64; p += 64, n -= 64) {
+            x0 = fold(x0, k512, load(p));
+            x1 = fold(x1, k512, load(p + 16));
+            x2 = fold(x2, k512, load(p + 32));
+            x3 = fold(x3, k512, load(p + 48));
+        }
+        x = fold(fold(fold(x0, k128, x1), k128, x2), k128, x3);
+    }
+    for (; n >= 16; p += 16, n -= 16) x = fold(x, k128, load(p));
+    if (n) {   // the lane and the n bytes: its first n bytes one block, its rest and the n the next
+        const __m128i up = load(kShuffle + n), down = load(kShuffle + 16 + n);
+        const __m128i next = _mm_blendv_epi8(load(p + n - 16), _mm_shuffle_epi8(x, down), up);
+        x = fold(_mm_shuffle_epi8(x, up), k128, next);
+    }
 
     // 128 -> 64 bits: the low qword times x^96 into the high one; then the low 32 bits times x^64.
     const __m128i low32 = _mm_set_epi32(0, -1, 0, -1);
-    x0 = _mm_xor_si128(_mm_srli_si128(x0, 8), _mm_clmulepi64_si128(x0, k128, 0x10));
-    x0 = _mm_xor_si128(_mm_srli_si128(x0, 4), _mm_clmulepi64_si128(_mm_and_si128(x0, low32), _mm_set_epi64x(0, kX64), 0x00));
+    x = _mm_xor_si128(_mm_srli_si128(x, 8), _mm_clmulepi64_si128(x, k128, 0x10));
+    x = _mm_xor_si128(_mm_srli_si128(x, 4), _mm_clmulepi64_si128(_mm_and_si128(x, low32), _mm_set_epi64x(0, kX64), 0x00));
     // Barrett: q = (low 32 bits) * mu, keep 32 bits, times P; the remainder is in bits 32-63.
     const __m128i barrett = _mm_set_epi64x(kMu, kPoly33);
-    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x0, low32), barrett, 0x10);
+    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x, low32), barrett, 0x10);
     t = _mm_clmulepi64_si128(_mm_and_si128(t, low32), barrett, 0x00);
-    return uint32_t(_mm_extract_epi32(_mm_xor_si128(x0, t), 1));
+    return uint32_t(_mm_extract_epi32(_mm_xor_si128(x, t), 1));
+}
+
+// The CRC register after the n >= 16 bytes at p, from register c.
+VFAB_CLMUL uint32_t update_folded(uint32_t c, const uint8_t* p, size_t n) noexcept {
+    return finish_folded(_mm_xor_si128(load(p), _mm_cvtsi32_si128(int(c))), p + 16, n - 16);
+}
+
+// The ICRC's register after its 48 masked header bytes (three blocks) and the n bytes at rest
+// (which the packet's BTH precedes: a short rest's last block may reach back into it).
+VFAB_CLMUL uint32_t icrc_folded(const uint8_t* masked, const uint8_t* rest, size_t n) noexcept {
+    const __m128i k128 = _mm_set_epi64x(kX96, kX160);
+    __m128i x = _mm_xor_si128(load(masked), _mm_cvtsi32_si128(-1));   // the register starts at ones
+    x = fold(fold(x, k128, load(masked + 16)), k128, load(masked + 32));
+    return finish_folded(x, rest, n);
 }
 #undef VFAB_CLMUL
 
@@ -154,38 +184,45 @@ Crc32Method use_crc32_method(Crc32Method m) noexcept {
 Crc32Method crc32_method() noexcept { return Crc32Method(g_method.load(std::memory_order_relaxed)); }
 
 void Crc32::update(const uint8_t* p, size_t n) noexcept {
-    uint32_t c = reg;
-    if (n >= 64 && g_method.load(std::memory_order_relaxed) == uint8_t(Crc32Method::clmul)) {
-        const size_t folded = n & ~size_t(15);
-        c = update_folded(c, p, folded);
-        p += folded;
-        n -= folded;
-    }
-    reg = update_tables(c, p, n);
+    if (n >= 16 && g_method.load(std::memory_order_relaxed) == uint8_t(Crc32Method::clmul)) reg = update_folded(reg, p, n);
+    else reg = update_tables(reg, p, n);
 }
 
-Crc32 icrc_begin_ipv4(const uint8_t* ipv4) noexcept {
-    constexpr size_t kHeaders = wire::kIpv4Header + wire::kUdpHeader + wire::kBth;
-    uint8_t masked[8 + kHeaders];
-    std::memset(masked, 0xFF, 8);   // the dummy LRH
+namespace {
+constexpr size_t kIcrcHeaders = wire::kIpv4Header + wire::kUdpHeader + wire::kBth;
+
+// The dummy LRH of ones and the IP, UDP and BTH headers with the fields a router may change
+// masked with ones (A17.3.3): 48 bytes, three blocks for the folding.
+void masked_headers(const uint8_t* ipv4, uint8_t (&masked)[8 + kIcrcHeaders]) noexcept {
+    std::memset(masked, 0xFF, 8);
     uint8_t* h = masked + 8;
-    std::memcpy(h, ipv4, kHeaders);
-    // The fields a router may change, masked with ones (A17.3.3).
+    std::memcpy(h, ipv4, kIcrcHeaders);
     auto& ip = *hdr::at<hdr::Ipv4>(h);
     ip.tos = 0xFF;   // DSCP, ECN
     ip.ttl = 0xFF;
     ip.checksum.set(0xFFFF);
     hdr::at<hdr::Udp>(h + sizeof(hdr::Ipv4))->checksum.set(0xFFFF);
     hdr::at<hdr::Bth>(h + sizeof(hdr::Ipv4) + sizeof(hdr::Udp))->fecn_becn_resv = 0xFF;
+}
+static_assert(8 + kIcrcHeaders == 48);
+}  // namespace
+
+Crc32 icrc_begin_ipv4(const uint8_t* ipv4) noexcept {
+    alignas(16) uint8_t masked[8 + kIcrcHeaders];
+    masked_headers(ipv4, masked);
     Crc32 c;
     c.update(masked, sizeof masked);
     return c;
 }
 
 uint32_t icrc_ipv4(const uint8_t* ipv4, size_t len) noexcept {
-    constexpr size_t kHeaders = wire::kIpv4Header + wire::kUdpHeader + wire::kBth;
-    Crc32 c = icrc_begin_ipv4(ipv4);
-    c.update(ipv4 + kHeaders, len - kHeaders);
+    alignas(16) uint8_t masked[8 + kIcrcHeaders];
+    masked_headers(ipv4, masked);
+    if (g_method.load(std::memory_order_relaxed) == uint8_t(Crc32Method::clmul))
+        return ~icrc_folded(masked, ipv4 + kIcrcHeaders, len - kIcrcHeaders);
+    Crc32 c;
+    c.update(masked, sizeof masked);
+    c.update(ipv4 + kIcrcHeaders, len - kIcrcHeaders);
     return c.value();
 }
 
