@@ -22,16 +22,23 @@ bool Responder::pump() noexcept {
     return true;
 }
 
-// Responses leave in PSN order (9.7.5.1.1): an ACK or NAK for a request after a READ whose
-// responses still wait for send buffers waits behind them (send_read_responses sends it after
-// the last); one that found no buffer goes before the responses of a READ that comes later. An
-// ACK is cumulative, so one pending is replaced by the next. A NAK that ends the connection
-// goes at once: the responses still waiting will never be sent.
+// Responses leave in PSN order (9.7.5.1.1). An ACK waits for the end of the port's round of
+// progress, which pumps the queue pair: ACKs are cumulative, and the next one in the same round
+// replaces it — a burst of requests is answered by one ACK (coalescing, 9.7.5.1.1). An ACK for
+// a request after a READ whose responses still wait for send buffers waits behind them
+// (send_read_responses sends it after the last); one that came before them goes first. A NAK
+// goes at once (it acknowledges what came before it, the waiting ACK with it) unless READ
+// responses wait; one that ends the connection goes at once always: the responses still
+// waiting will never be sent.
 bool Responder::send_ack(uint8_t syndrome, uint32_t psn) noexcept {
-    const bool fatal = (syndrome & aeth::kTypeMask) == aeth::kNak && syndrome != aeth::kNakPsnSeqError;
+    const uint8_t type = syndrome & aeth::kTypeMask;
+    const bool fatal = type == aeth::kNak && syndrome != aeth::kNakPsnSeqError;
     s_.ack_syndrome = syndrome;
     s_.ack_psn = psn;
-    if ((!s_.res_sending || fatal) && write_ack()) return true;
+    if (type != aeth::kAck && (!s_.res_sending || fatal) && write_ack()) {
+        s_.ack_pending = false;
+        return true;
+    }
     s_.ack_first = s_.res_sending == 0;
     s_.ack_pending = true;
     qp_.ready();
@@ -65,6 +72,7 @@ bool Responder::write_ack() noexcept {
 }
 
 bool Responder::send_atomic_ack(const Resource& r) noexcept {
+    if (s_.ack_pending && !s_.res_sending && !send_pending_ack()) return false;   // the ACK before it first
     uint8_t* buf = c_.port.tx_buffer();
     if (!buf) return false;   // the requester asks again; the duplicate is answered from `r`
     PacketHeader h;
