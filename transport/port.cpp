@@ -54,6 +54,8 @@ PortImpl::~PortImpl() {
 
 Result<void> PortImpl::init() {
     const DeviceAttr& a = link_->attr();
+    std::memcpy(mac_, a.mac, sizeof mac_);
+    mrs_ = &link_->pd().table();
     if (cfg_.ipv4 == 0 || cfg_.ipv4 == 0xFFFFFFFFu || (cfg_.ipv4 >> 24) == 127)
         return Error{EINVAL, "RDMA port: give it an IPv4 address of its own (PortConfig::ipv4), not 0, a broadcast or "
                              "a loopback address, and not one a kernel interface on the same link has"};

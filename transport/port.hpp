@@ -73,10 +73,10 @@ public:
     // ARP: the MAC of `ip` when known (true); starts resolving it otherwise. `failed` is set
     // when the peer did not answer.
     bool resolve(uint32_t ip, uint8_t* mac, bool& failed) noexcept;
-    const uint8_t* mac() const noexcept { return link_->attr().mac; }
+    const uint8_t* mac() const noexcept { return mac_; }
     uint32_t ipv4() const noexcept { return cfg_.ipv4; }
     uint8_t ttl() const noexcept { return cfg_.ttl; }
-    dma::MrTable& mrs() noexcept { return link_->pd().table(); }
+    dma::MrTable& mrs() noexcept { return *mrs_; }
     RawLink& link() noexcept { return *link_; }
     int timer_fd() const noexcept { return timer_fd_.get(); }
     void arm_timer() noexcept;
@@ -124,6 +124,8 @@ private:
 
     std::unique_ptr<RawLink> link_;
     PortConfig cfg_;
+    dma::MrTable* mrs_ = nullptr;   // the link's, looked up once: the fast path asks for every SGE
+    uint8_t mac_[6] = {};            // the link's
     uint32_t active_mtu_ = 3;
     dma::MemoryRegion mr_{};
     uint8_t* buffers_ = nullptr;

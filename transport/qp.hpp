@@ -27,7 +27,7 @@ class SrqImpl;
 class XrcdImpl;
 class QpImpl;
 
-// A send WR as the requester keeps it until it completes.
+// A send WR as the requester keeps it until it completes (SendQueue::prepare sets every field).
 struct SendWqe {
     RdmaSendWr wr;
     uint32_t seg0 = 0, nseg = 0;   // its segments in the send queue's

@@ -50,12 +50,15 @@ void SendQueue::init(uint32_t depth, uint32_t max_sge, uint32_t max_inline) {
 SendWqe& SendQueue::prepare(const RdmaSendWr& wr, bool signaled) noexcept {
     const uint32_t slot = tail & mask_;
     SendWqe& w = wqes_[slot];
-    w = SendWqe{};
     w.wr = wr;
     w.wr.sg_list = nullptr;
     w.wr.reg = nullptr;
     w.seg0 = slot * segs_per_wqe_;
+    w.nseg = w.length = w.first_psn = w.npkts = w.read_pkts = 0;
+    w.started = w.done = false;
     w.signaled = signaled;
+    w.status = RdmaWcStatus::success;
+    w.vendor_err = 0;
     return w;
 }
 

@@ -153,12 +153,14 @@ bool Responder::on_send(const Packet& p) noexcept {
 
 bool Responder::on_write(const Packet& p) noexcept {
     const bool first = p.info.has(is_first), last = p.info.has(is_last), imm = p.info.has(has_immdt);
+    dma::Translation t{};   // of the whole message at FIRST; an ONLY lands through it
     if (first) {
         if (!granted(c_.attr.qp_access_flags, dma::Access::remote_write)) return reject(p, aeth::kNakRemoteAccessError);
         if (p.dma_len > kMaxDmaLength) return reject(p, aeth::kNakInvalidRequest);
-        if (p.dma_len && c_.port.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_write, c_.qpn).status !=
-                             dma::MrStatus::ok)
-            return reject(p, aeth::kNakRemoteAccessError);
+        if (p.dma_len) {
+            t = c_.port.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_write, c_.qpn);
+            if (t.status != dma::MrStatus::ok) return reject(p, aeth::kNakRemoteAccessError);
+        }
         s_.write_rkey = p.rkey;
         s_.write_va = p.va;
         s_.write_len = p.dma_len;
@@ -172,10 +174,12 @@ bool Responder::on_write(const Packet& p) noexcept {
         s_.in_write = !first;
         return no_receive(p);
     }
-    if (p.payload_len) {   // the key again for each packet: revoked since FIRST, the rest is refused
-        const dma::Translation t = c_.port.mrs().translate_span(s_.write_rkey, s_.write_va + s_.write_offset,
-                                                                p.payload_len, dma::Access::remote_write, c_.qpn);
-        if (t.status != dma::MrStatus::ok) return reject(p, aeth::kNakRemoteAccessError);
+    if (p.payload_len) {   // the key again for each later packet: revoked since FIRST, the rest is refused
+        if (!first) {
+            t = c_.port.mrs().translate_span(s_.write_rkey, s_.write_va + s_.write_offset, p.payload_len,
+                                             dma::Access::remote_write, c_.qpn);
+            if (t.status != dma::MrStatus::ok) return reject(p, aeth::kNakRemoteAccessError);
+        }
         copy_to(Segment::of(t, p.payload_len), 0, p.payload, p.payload_len);
     }
     s_.write_offset += p.payload_len;
