@@ -73,6 +73,7 @@ bool QpImpl::on_packet(const Packet& p) noexcept {
     if (!c_.peer.known) {   // its ARP answer may still be on its way: answer where the request came from
         std::memcpy(c_.peer.mac, p.src_mac, 6);
         c_.peer.known = true;
+        c_.headers_changed();
     }
     if (request) return resp_.on_request(p);
     comp_.on_response(p);

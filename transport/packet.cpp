@@ -17,14 +17,21 @@ constexpr uint8_t kBroadcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 
 uint32_t pad_of(uint32_t payload_len) noexcept { return (4 - (payload_len & 3)) & 3; }
 
-}  // namespace
-
-uint16_t ipv4_checksum(const uint8_t* h) noexcept {
+// The 16-bit one's-complement sum of the IPv4 header's words (RFC 1071), not yet folded.
+uint32_t ipv4_sum(const uint8_t* h) noexcept {
     uint32_t sum = 0;
     for (size_t i = 0; i < kIpv4Header; i += 2) sum += load16(h + i);
+    return sum;
+}
+
+uint16_t fold_checksum(uint32_t sum) noexcept {
     while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
     return uint16_t(~sum);
 }
+
+}  // namespace
+
+uint16_t ipv4_checksum(const uint8_t* h) noexcept { return fold_checksum(ipv4_sum(h)); }
 
 uint32_t frame_size(uint8_t opcode, uint32_t payload_len) noexcept {
     return uint32_t(kExtAt + ext_header_size(op_info(opcode)) + payload_len + pad_of(payload_len) + kIcrc);
@@ -137,25 +144,24 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
     return ParseResult::roce;
 }
 
-uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) noexcept {
-    // XRC, UC: RC's opcodes under their transport's bits (vfab's manufacturer-specific ones have none).
-    const bool rc_opcode = (h.opcode & 0xE0) == op::kRcBase;
-    const uint8_t base = h.xrc ? op::kXrcBase : h.uc ? op::kUcBase : op::kRcBase;
-    const uint8_t opcode = rc_opcode ? uint8_t(base | h.opcode) : h.opcode;
-    const OpInfo info = op_info(opcode);
-    const uint32_t ext = uint32_t(ext_header_size(info));
-    const uint32_t pad = pad_of(payload_len);
-    const uint32_t udp_len = uint32_t(kUdpHeader + kBth + ext + payload_len + pad + kIcrc);
+namespace {
 
+// The opcode on the wire: XRC and UC put RC's under their transport's bits (vfab's
+// manufacturer-specific ones have none).
+uint8_t wire_opcode(uint8_t opcode, bool xrc, bool uc) noexcept {
+    if ((opcode & 0xE0) != op::kRcBase) return opcode;
+    return uint8_t((xrc ? op::kXrcBase : uc ? op::kUcBase : op::kRcBase) | opcode);
+}
+
+void write_addresses(uint8_t* f, const PacketHeader& h) noexcept {
     Eth& eth = *at<Eth>(f);
     std::memcpy(eth.dst, h.dst_mac, 6);
     std::memcpy(eth.src, h.src_mac, 6);
     eth.type.set(kEtherTypeIpv4);
-
     Ipv4& ip = *at<Ipv4>(f + kIpAt);
     ip.version_ihl = 0x45;
     ip.tos = h.tos;
-    ip.total_length.set(uint16_t(kIpv4Header + udp_len));
+    ip.total_length.set(0);
     ip.id.set(0);   // unused: DF is set
     ip.flags_fragment.set(Ipv4::kDontFragment);
     ip.ttl = h.ttl;
@@ -163,20 +169,36 @@ uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) 
     ip.checksum.set(0);
     ip.src.set(h.src_ip);
     ip.dst.set(h.dst_ip);
-    ip.checksum.set(ipv4_checksum(f + kIpAt));
-
     Udp& udp = *at<Udp>(f + kUdpAt);
     udp.src_port.set(h.src_port);
     udp.dst_port.set(kRoceUdpPort);
-    udp.length.set(uint16_t(udp_len));
+    udp.length.set(0);
     udp.checksum.set(0);   // none: the ICRC covers the packet (A17.3.1)
-
     Bth& bth = *at<Bth>(f + kBthAt);
-    bth.opcode = opcode;
-    bth.se_m_pad_tver = uint8_t((h.solicited ? kBthSolicited : 0) | pad << 4);
+    bth.opcode = 0;
+    bth.se_m_pad_tver = 0;
     bth.pkey.set(kDefaultPkey);
     bth.fecn_becn_resv = 0;
     bth.dest_qp.set(h.dest_qp & kQpnMask);
+    bth.ack_req = 0;
+    bth.psn.set(0);
+}
+
+// The lengths, the IPv4 checksum (from the sum of the rest), the BTH's per-packet fields and
+// the opcode's extension headers, over Ethernet/IPv4/UDP/BTH bytes already written.
+uint8_t* write_packet_fields(uint8_t* f, uint8_t opcode, uint32_t ip_sum, const PacketHeader& h,
+                             uint32_t payload_len) noexcept {
+    const OpInfo info = op_info(opcode);
+    const uint32_t pad = pad_of(payload_len);
+    const uint32_t udp_len = uint32_t(kUdpHeader + kBth + ext_header_size(info) + payload_len + pad + kIcrc);
+    const uint16_t ip_len = uint16_t(kIpv4Header + udp_len);
+    Ipv4& ip = *at<Ipv4>(f + kIpAt);
+    ip.total_length.set(ip_len);
+    ip.checksum.set(fold_checksum(ip_sum + ip_len));
+    at<Udp>(f + kUdpAt)->length.set(uint16_t(udp_len));
+    Bth& bth = *at<Bth>(f + kBthAt);
+    bth.opcode = opcode;
+    bth.se_m_pad_tver = uint8_t((h.solicited ? kBthSolicited : 0) | pad << 4);
     bth.ack_req = h.ack_req ? kBthAckReq : 0;
     bth.psn.set(h.psn & kPsnMask);
 
@@ -235,6 +257,25 @@ uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) 
         x += sizeof(Ieth);
     }
     return x;
+}
+
+}  // namespace
+
+uint8_t* write_headers(uint8_t* f, const PacketHeader& h, uint32_t payload_len) noexcept {
+    write_addresses(f, h);
+    return write_packet_fields(f, wire_opcode(h.opcode, h.xrc, h.uc), ipv4_sum(f + kIpAt), h, payload_len);
+}
+
+void make_template(const PacketHeader& h, HeaderTemplate& t) noexcept {
+    write_addresses(t.bytes, h);
+    t.ip_sum = ipv4_sum(t.bytes + kIpAt);   // total length and checksum are 0 there
+    t.xrc = h.xrc;
+    t.uc = h.uc;
+}
+
+uint8_t* write_headers(uint8_t* f, const HeaderTemplate& t, const PacketHeader& h, uint32_t payload_len) noexcept {
+    std::memcpy(f, t.bytes, sizeof t.bytes);
+    return write_packet_fields(f, wire_opcode(h.opcode, t.xrc, t.uc), t.ip_sum, h, payload_len);
 }
 
 uint32_t finish_frame(uint8_t* f, uint32_t payload_len) noexcept {

@@ -101,6 +101,21 @@ struct PacketHeader {
 // of `payload_len` bytes; returns where the payload goes. finish_frame() then pads, writes the
 // ICRC and returns the frame's length.
 uint8_t* write_headers(uint8_t* frame, const PacketHeader& h, uint32_t payload_len) noexcept;
+
+// The Ethernet, IPv4, UDP and BTH bytes every packet of a connected queue pair shares (its
+// peer's and its own addresses, ports, TTL, TOS, P_Key, destination QP), made once: a packet's
+// headers are then a copy of them with its own lengths, IPv4 checksum, opcode, flags and PSN.
+struct HeaderTemplate {
+    uint8_t bytes[wire::kEthHeader + wire::kIpv4Header + wire::kUdpHeader + wire::kBth] = {};
+    uint32_t ip_sum = 0;   // the IPv4 header's 16-bit sum without its total length and checksum
+    bool xrc = false, uc = false;
+};
+// The template of packets with h's addresses, ports, TTL, TOS, destination QP and transport.
+void make_template(const PacketHeader& h, HeaderTemplate& t) noexcept;
+// write_headers() from a template: h gives the rest (opcode, solicited, ack_req, psn, and the
+// extension headers' fields); its addresses, ports, TTL, TOS, dest_qp, xrc and uc are the
+// template's.
+uint8_t* write_headers(uint8_t* frame, const HeaderTemplate& t, const PacketHeader& h, uint32_t payload_len) noexcept;
 uint32_t finish_frame(uint8_t* frame, uint32_t payload_len) noexcept;
 
 // The bytes a packet of this opcode and payload takes on the wire (no FCS).

@@ -85,8 +85,23 @@ struct QpContext {
     bool connected() const noexcept { return type != QpType::ud; }
     // ... and acknowledged, retransmitted: all of them but UC.
     bool reliable() const noexcept { return connected() && type != QpType::uc; }
-    // The headers every packet to the peer carries.
+    // The headers every packet to the peer carries, and their template (made when first needed
+    // once the peer or the attributes changed: headers_changed()).
     void fill_common(PacketHeader& h) const noexcept;
+    const HeaderTemplate& headers() noexcept {
+        if (!headers_ok_) [[unlikely]] {
+            PacketHeader h;
+            fill_common(h);
+            make_template(h, headers_);
+            headers_ok_ = true;
+        }
+        return headers_;
+    }
+    void headers_changed() noexcept { headers_ok_ = false; }
+
+private:
+    HeaderTemplate headers_;
+    bool headers_ok_ = false;
 };
 
 // The send queue: WRs [head, next) sent and waiting for acknowledgement, [next, tail) waiting

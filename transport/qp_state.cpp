@@ -127,6 +127,7 @@ Result<void> QpImpl::check_modify(const QpAttr& a, uint32_t mask) const {
 Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
     auto g = c_.port.guard();
     if (auto r = check_modify(a, mask); !r) return r;
+    c_.headers_changed();
     QpAttr& at = c_.attr;
     if (mask & attr_access_flags) at.qp_access_flags = a.qp_access_flags;
     if (mask & attr_pkey_index) at.pkey_index = a.pkey_index;
@@ -179,6 +180,7 @@ void QpImpl::reset() noexcept {
     resp_.reset();
     rq_.reset();
     c_.peer = {};
+    c_.headers_changed();
     c_.state = RdmaQpState::reset;
 }
 

@@ -209,6 +209,7 @@ void Requester::rewind(uint32_t index, uint32_t psn) noexcept {
 bool Requester::resolve_peer() noexcept {
     bool failed = false;
     c_.peer.known = c_.port.resolve(c_.peer.ip, c_.peer.mac, failed);
+    c_.headers_changed();
     if (c_.peer.known) return true;
     if (failed) {
         qp_.comp_.fail_head(RdmaWcStatus::retry_exc_err, kVendorErrArpUnresolved);
@@ -222,7 +223,6 @@ bool Requester::send_rc_packet(SendWqe& w) noexcept {
     uint8_t* buf = c_.port.tx_buffer();
     if (!buf) return false;
     PacketHeader h;
-    c_.fill_common(h);
     h.xrc_srqn = w.wr.remote_srqn;   // XRC: every request names the target's SRQ (9.3.8)
     const uint32_t psn = s_.next_psn;
     const uint32_t idx = uint32_t(psn_diff(psn, w.first_psn));
@@ -280,7 +280,7 @@ bool Requester::send_rc_packet(SendWqe& w) noexcept {
         s_.next_psn = psn_add(psn, 1);
     }
     }
-    uint8_t* data = write_headers(buf, h, payload);
+    uint8_t* data = write_headers(buf, c_.headers(), h, payload);
     copy_from_segments(sq.segments(w), w.nseg, offset, data, payload);
     c_.port.tx_queue(buf, finish_frame(buf, payload));
     if (c_.reliable() && !qp_.comp_.retry_armed()) qp_.comp_.arm_retry(now_ns());

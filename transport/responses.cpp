@@ -60,12 +60,11 @@ bool Responder::write_ack() noexcept {
     if (!buf) return false;
     const uint8_t syndrome = s_.ack_syndrome;
     PacketHeader h;
-    c_.fill_common(h);
     h.opcode = op::acknowledge;
     h.psn = s_.ack_psn;
     h.syndrome = syndrome;
     h.msn = s_.msn;
-    write_headers(buf, h, 0);
+    write_headers(buf, c_.headers(), h, 0);
     c_.port.tx_queue(buf, finish_frame(buf, 0));
     if ((syndrome & aeth::kTypeMask) != aeth::kAck) c_.port.count_nak_sent();
     return true;
@@ -76,13 +75,12 @@ bool Responder::send_atomic_ack(const Resource& r) noexcept {
     uint8_t* buf = c_.port.tx_buffer();
     if (!buf) return false;   // the requester asks again; the duplicate is answered from `r`
     PacketHeader h;
-    c_.fill_common(h);
     h.opcode = op::atomic_acknowledge;
     h.psn = r.psn;
     h.syndrome = aeth::kAckNoCredits;
     h.msn = s_.msn;
     h.atomic_orig = r.orig;
-    write_headers(buf, h, 0);
+    write_headers(buf, c_.headers(), h, 0);
     c_.port.tx_queue(buf, finish_frame(buf, 0));
     return true;
 }
@@ -103,7 +101,6 @@ bool Responder::send_read_responses() noexcept {
             const bool first = r.restart;   // the first response of the READ, or of its replay
             const bool last = payload == left;
             PacketHeader h;
-            c_.fill_common(h);
             h.opcode = first && last ? op::read_response_only
                        : first       ? op::read_response_first
                        : last        ? op::read_response_last
@@ -111,7 +108,7 @@ bool Responder::send_read_responses() noexcept {
             h.psn = r.next_psn;
             h.syndrome = aeth::kAckNoCredits;
             h.msn = s_.msn;
-            uint8_t* data = write_headers(buf, h, payload);
+            uint8_t* data = write_headers(buf, c_.headers(), h, payload);
             if (payload) {
                 // The key is looked at again for every response: one revoked since the READ
                 // arrived ends it here (a remote access error, as at its first packet).
