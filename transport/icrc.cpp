@@ -59,7 +59,10 @@ constexpr long long kX160 = 0x1751997d0, kX96 = 0x0ccaa009e;    // fold 128 bits
 constexpr long long kX64 = 0x163cd6124;
 constexpr long long kMu = 0x1f7011641, kPoly33 = 0x1db710641;
 
-#define VFAB_CLMUL __attribute__((target("pclmul,sse4.1,ssse3")))
+// The folding functions are written once, inlined into an SSE and an AVX copy (VEX encoding:
+// three operands, no register copies; 31 -> 19 instructions per 64 bytes), the AVX one taken
+// where the CPU has it.
+#define VFAB_CLMUL __attribute__((target("pclmul,sse4.1,ssse3"), always_inline))
 
 VFAB_CLMUL inline __m128i load(const uint8_t* q) noexcept { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)); }
 
@@ -81,7 +84,7 @@ alignas(16) constexpr uint8_t kShuffle[48] = {
 // readable): four 128-bit lanes folded forward 512 bits per 64 bytes while 64 remain, one lane
 // 16 bytes a step, a last partial block folded with the lane before it, then reduced from 128
 // to 32 bits (Barrett).
-VFAB_CLMUL uint32_t finish_folded(__m128i x, const uint8_t* p, size_t n) noexcept {
+VFAB_CLMUL inline uint32_t finish_folded(__m128i x, const uint8_t* p, size_t n) noexcept {
     const __m128i k128 = _mm_set_epi64x(kX96, kX160);
     if (n >= 64) {
         __m128i x0 = fold(x, k128, load(p)), x1 = load(p + 16), x2 = load(p + 32), x3 = load(p + 48);
@@ -115,19 +118,37 @@ VFAB_CLMUL uint32_t finish_folded(__m128i x, const uint8_t* p, size_t n) noexcep
 }
 
 // The CRC register after the n >= 16 bytes at p, from register c.
-VFAB_CLMUL uint32_t update_folded(uint32_t c, const uint8_t* p, size_t n) noexcept {
+VFAB_CLMUL inline uint32_t update_folded_body(uint32_t c, const uint8_t* p, size_t n) noexcept {
     return finish_folded(_mm_xor_si128(load(p), _mm_cvtsi32_si128(int(c))), p + 16, n - 16);
 }
 
 // The ICRC's register after its 48 masked header bytes (three blocks) and the n bytes at rest
 // (which the packet's BTH precedes: a short rest's last block may reach back into it).
-VFAB_CLMUL uint32_t icrc_folded(const uint8_t* masked, const uint8_t* rest, size_t n) noexcept {
+VFAB_CLMUL inline uint32_t icrc_folded_body(const uint8_t* masked, const uint8_t* rest, size_t n) noexcept {
     const __m128i k128 = _mm_set_epi64x(kX96, kX160);
     __m128i x = _mm_xor_si128(load(masked), _mm_cvtsi32_si128(-1));   // the register starts at ones
     x = fold(fold(x, k128, load(masked + 16)), k128, load(masked + 32));
     return finish_folded(x, rest, n);
 }
 #undef VFAB_CLMUL
+
+#define VFAB_SSE __attribute__((target("pclmul,sse4.1,ssse3")))
+#define VFAB_AVX __attribute__((target("avx,pclmul,sse4.1,ssse3")))
+VFAB_SSE uint32_t update_folded_sse(uint32_t c, const uint8_t* p, size_t n) noexcept { return update_folded_body(c, p, n); }
+VFAB_AVX uint32_t update_folded_avx(uint32_t c, const uint8_t* p, size_t n) noexcept { return update_folded_body(c, p, n); }
+VFAB_SSE uint32_t icrc_folded_sse(const uint8_t* m, const uint8_t* rest, size_t n) noexcept { return icrc_folded_body(m, rest, n); }
+VFAB_AVX uint32_t icrc_folded_avx(const uint8_t* m, const uint8_t* rest, size_t n) noexcept { return icrc_folded_body(m, rest, n); }
+#undef VFAB_SSE
+#undef VFAB_AVX
+
+// The copies this CPU runs, chosen once (constant-initialised to the SSE ones: no constructor).
+std::atomic<bool> g_avx{false};
+uint32_t update_folded(uint32_t c, const uint8_t* p, size_t n) noexcept {
+    return g_avx.load(std::memory_order_relaxed) ? update_folded_avx(c, p, n) : update_folded_sse(c, p, n);
+}
+uint32_t icrc_folded(const uint8_t* masked, const uint8_t* rest, size_t n) noexcept {
+    return g_avx.load(std::memory_order_relaxed) ? icrc_folded_avx(masked, rest, n) : icrc_folded_sse(masked, rest, n);
+}
 
 // The process's method (Crc32Method), tables until use_crc32_method() says otherwise. Constant-
 // initialised: no constructor runs.
@@ -172,6 +193,7 @@ Crc32Method calibrate() noexcept {
 }  // namespace
 
 Crc32Method use_crc32_method(Crc32Method m) noexcept {
+    g_avx.store(__builtin_cpu_supports("avx"), std::memory_order_relaxed);
     if (!__builtin_cpu_supports("pclmul")) m = Crc32Method::tables;
     else if (m == Crc32Method::automatic) {
         m = Crc32Method(g_calibrated.load(std::memory_order_relaxed));
