@@ -307,6 +307,7 @@ IovaTranslation MrTable::translate_iova_slow(uint32_t key, uint64_t addr, uint64
 }
 
 void MrTable::sync_local(uint32_t index) noexcept {
+    ++revision_;
     Slot& s = slots_[index];
     const uint32_t key = make_key(index, s.key);
     const bool inline_ok = s.state == MrState::valid && s.kind != Kind::window && !s.map;

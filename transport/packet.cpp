@@ -17,11 +17,21 @@ constexpr uint8_t kBroadcast[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
 
 uint32_t pad_of(uint32_t payload_len) noexcept { return (4 - (payload_len & 3)) & 3; }
 
-// The 16-bit one's-complement sum of the IPv4 header's words (RFC 1071), not yet folded.
+// The 16-bit one's-complement sum of the IPv4 header's big-endian words (RFC 1071), at most
+// 0xFFFF. The sum is taken 32 bits at a time in the host's order and swapped at the end (1071
+// section 2: it does not depend on the order).
 uint32_t ipv4_sum(const uint8_t* h) noexcept {
-    uint32_t sum = 0;
-    for (size_t i = 0; i < kIpv4Header; i += 2) sum += load16(h + i);
-    return sum;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < kIpv4Header; i += 4) {
+        uint32_t w;
+        std::memcpy(&w, h + i, 4);
+        sum += w;
+    }
+    sum = (sum & 0xFFFFFFFF) + (sum >> 32);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    return __builtin_bswap16(uint16_t(sum));
 }
 
 uint16_t fold_checksum(uint32_t sum) noexcept {

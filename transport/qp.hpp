@@ -300,9 +300,11 @@ private:
         bool in_send = false;        // a multi-packet SEND is being received
         uint32_t recv_offset = 0;
         bool in_write = false;       // a multi-packet WRITE is being received
-        uint32_t write_rkey = 0;     // where it lands: translated again for every packet, so that a
-        uint64_t write_va = 0;       // key revoked between FIRST and LAST stops the rest
-        uint32_t write_len = 0, write_offset = 0;
+        uint32_t write_rkey = 0;     // where it lands: translated again for every packet once the
+        uint64_t write_va = 0;       // MR table changed, so that a key revoked between FIRST and
+        uint32_t write_len = 0, write_offset = 0;   // LAST stops the rest
+        dma::Translation write_at;   // its translation at FIRST, good while the table's revision
+        uint64_t write_revision = 0; // is still this
         uint32_t res_next = 0;
         uint32_t res_sending = 0;    // resources with responses still to send (a READ being answered)
         // An ACK or NAK that found no send buffer, sent on the next pump.

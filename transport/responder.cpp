@@ -165,6 +165,10 @@ bool Responder::on_write(const Packet& p) noexcept {
         s_.write_va = p.va;
         s_.write_len = p.dma_len;
         s_.write_offset = 0;
+        if (!last) {   // packets follow
+            s_.write_at = t;
+            s_.write_revision = c_.port.mrs().revision();
+        }
     }
     if (s_.write_offset + p.payload_len > s_.write_len || (last && s_.write_offset + p.payload_len != s_.write_len))
         return reject(p, aeth::kNakInvalidRequest);
@@ -174,13 +178,18 @@ bool Responder::on_write(const Packet& p) noexcept {
         s_.in_write = !first;
         return no_receive(p);
     }
-    if (p.payload_len) {   // the key again for each later packet: revoked since FIRST, the rest is refused
-        if (!first) {
-            t = c_.port.mrs().translate_span(s_.write_rkey, s_.write_va + s_.write_offset, p.payload_len,
-                                             dma::Access::remote_write, c_.qpn);
+    if (p.payload_len) {
+        const dma::MrTable& mrs = c_.port.mrs();
+        if (first) {
+            copy_to(Segment::of(t, p.payload_len), 0, p.payload, p.payload_len);
+        } else if (mrs.revision() == s_.write_revision) {   // no key changed since FIRST
+            copy_to(Segment::of(s_.write_at, s_.write_len), s_.write_offset, p.payload, p.payload_len);
+        } else {   // the key again: revoked since FIRST, the rest is refused
+            t = mrs.translate_span(s_.write_rkey, s_.write_va + s_.write_offset, p.payload_len, dma::Access::remote_write,
+                                   c_.qpn);
             if (t.status != dma::MrStatus::ok) return reject(p, aeth::kNakRemoteAccessError);
+            copy_to(Segment::of(t, p.payload_len), 0, p.payload, p.payload_len);
         }
-        copy_to(Segment::of(t, p.payload_len), 0, p.payload, p.payload_len);
     }
     s_.write_offset += p.payload_len;
     s_.in_write = !last;

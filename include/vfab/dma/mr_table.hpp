@@ -258,6 +258,10 @@ public:
     uint32_t capacity() const noexcept { return capacity_; }
     // Slots in use, valid or not.
     uint32_t size() const noexcept { return capacity() - free_count_; }
+    // A count of the changes to the table's slots: a translation made while it had a value still
+    // holds while it has it. Registration, binding, rights changes, invalidation and removal
+    // all change it (the RDMA responder keeps a multi-packet WRITE's translation while it holds).
+    uint64_t revision() const noexcept { return revision_; }
 
 private:
     enum class Kind : uint8_t { region, fast_reg, window };
@@ -316,6 +320,7 @@ private:
     std::vector<Slot> slots_;
     std::vector<LocalEntry> local_;
     uint32_t capacity_ = 0;   // slots_.size(), kept apart: the fast path's bound, one load
+    uint64_t revision_ = 0;   // sync_local() counts
     // Free slot indices as a FIFO ring: reusing the oldest-freed slot keeps stale keys
     // detectable for as long as possible.
     std::vector<uint32_t> free_ring_;

@@ -150,6 +150,7 @@ enum OpFlags : uint32_t {
 
 struct OpInfo {
     uint32_t flags = 0;   // OpFlags; 0: not an opcode this transport knows
+    uint32_t ext = 0;     // bytes of its extension headers (ext_header_size), as op_info() gives
     // Whether the opcode is one this transport knows (flags not 0).
     constexpr bool valid() const noexcept { return flags != 0; }
     // Whether every OpFlags bit of `f` is set.
@@ -189,41 +190,53 @@ constexpr OpInfo rc_op_info(uint8_t code) noexcept {
     }
 }
 
+// Bytes of the extension headers with these OpFlags, in their wire order: DETH, XRCETH, RETH,
+// AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (9.2, figure 35 and tables 38).
+constexpr uint32_t ext_header_bytes(uint32_t f) noexcept {
+    auto has = [f](uint32_t bit) { return (f & bit) == bit; };
+    return uint32_t((has(has_deth) ? kDeth : 0) + (has(has_xrceth) ? kXrcEth : 0) + (has(has_reth) ? kReth : 0) +
+                    (has(has_atomic_eth) ? kAtomicEth : 0) + (has(has_masked_atomic_eth) ? kMaskedAtomicEth : 0) +
+                    (has(has_aeth) ? kAeth : 0) + (has(has_atomic_ack_eth) ? kAtomicAckEth : 0) +
+                    (has(has_immdt) ? kImmDt : 0) + (has(has_ieth) ? kIeth : 0));
+}
+
 // What a BTH opcode (9.2.1, table 38) carries: RC's, UC's (is_uc: RC's SENDs and WRITEs), UD's two
 // SENDs (with DETH), XRC's (is_xrc, and has_xrceth on requests) and vfab's masked atomics; invalid
 // for any other, CNP included.
-constexpr OpInfo op_info(uint8_t opcode) noexcept {
-    if ((opcode & 0xE0) == op::kRcBase) return rc_op_info(opcode);
-    if ((opcode & 0xE0) == op::kUcBase) {   // UC: no READ, atomics or acknowledgements
+constexpr OpInfo classify_opcode(uint8_t opcode) noexcept {
+    OpInfo i;
+    if ((opcode & 0xE0) == op::kRcBase) {
+        i = rc_op_info(opcode);
+    } else if ((opcode & 0xE0) == op::kUcBase) {   // UC: no READ, atomics or acknowledgements
         if ((opcode & 0x1F) > op::write_only_imm) return {};
-        OpInfo i = rc_op_info(opcode & 0x1F);
+        i = rc_op_info(opcode & 0x1F);
         i.flags |= is_uc;
-        return i;
-    }
-    if ((opcode & 0xE0) == op::kXrcBase) {   // XRC: RC's meanings; requests carry XRCETH
-        OpInfo i = rc_op_info(opcode & 0x1F);
+    } else if ((opcode & 0xE0) == op::kXrcBase) {   // XRC: RC's meanings; requests carry XRCETH
+        i = rc_op_info(opcode & 0x1F);
         if (i.valid()) i.flags |= is_xrc | (i.has(is_request) ? uint32_t(has_xrceth) : 0u);
-        return i;
-    }
-    if (opcode == op::vfab_masked_cmp_swap || opcode == op::vfab_masked_fetch_add)
-        return {is_request | is_atomic | is_first | is_last | has_masked_atomic_eth};
-    if (opcode == op::ud_send_only || opcode == op::ud_send_only_imm) {
-        OpInfo i = rc_op_info(opcode & 0x1F);
+    } else if (opcode == op::vfab_masked_cmp_swap || opcode == op::vfab_masked_fetch_add) {
+        i.flags = is_request | is_atomic | is_first | is_last | has_masked_atomic_eth;
+    } else if (opcode == op::ud_send_only || opcode == op::ud_send_only_imm) {
+        i = rc_op_info(opcode & 0x1F);
         i.flags |= has_deth;
-        return i;
     }
-    return {};
+    i.ext = ext_header_bytes(i.flags);
+    return i;
 }
 
-// Bytes of the extension headers an opcode carries, in their wire order: DETH, XRCETH, RETH,
-// AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (9.2, figure 35 and tables 38).
-constexpr size_t ext_header_size(OpInfo i) noexcept {
-    return (i.has(has_deth) ? kDeth : 0) + (i.has(has_xrceth) ? kXrcEth : 0) + (i.has(has_reth) ? kReth : 0) +
-           (i.has(has_atomic_eth) ? kAtomicEth : 0) +
-           (i.has(has_masked_atomic_eth) ? kMaskedAtomicEth : 0) +
-           (i.has(has_aeth) ? kAeth : 0) + (i.has(has_atomic_ack_eth) ? kAtomicAckEth : 0) +
-           (i.has(has_immdt) ? kImmDt : 0) + (i.has(has_ieth) ? kIeth : 0);
-}
+// Every opcode's OpInfo, computed at compile time: the fast path looks one up.
+struct OpTable {
+    OpInfo info[256];
+    constexpr OpTable() noexcept {
+        for (uint32_t o = 0; o < 256; ++o) info[o] = classify_opcode(uint8_t(o));
+    }
+};
+inline constexpr OpTable kOpTable{};
+
+constexpr OpInfo op_info(uint8_t opcode) noexcept { return kOpTable.info[opcode]; }
+
+// Bytes of the extension headers an opcode carries (op_info() fills it in).
+constexpr size_t ext_header_size(OpInfo i) noexcept { return i.ext; }
 
 // ---- AETH syndromes (9.7.5.1, table 43) ---------------------------------------------------------
 
