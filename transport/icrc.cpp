@@ -54,7 +54,8 @@ uint32_t update_tables(uint32_t c, const uint8_t* p, size_t n) noexcept {
 
 // Folding constants of the bit-reflected polynomial: reflect32(x^e mod P) << 1 for the e each
 // names, and Barrett's mu = reflect33(x^64 / P) and P itself reflected (33 bits).
-constexpr long long kX544 = 0x154442bd4, kX480 = 0x1c6e41596;   // fold 512 bits: low, high qword
+constexpr long long kX1056 = 0x1e88ef372, kX992 = 0x14a7fe880;  // fold 1024 bits: low, high qword
+constexpr long long kX544 = 0x154442bd4, kX480 = 0x1c6e41596;   // fold 512 bits
 constexpr long long kX160 = 0x1751997d0, kX96 = 0x0ccaa009e;    // fold 128 bits: low, high qword
 constexpr long long kX64 = 0x163cd6124;
 constexpr long long kMu = 0x1f7011641, kPoly33 = 0x1db710641;
@@ -81,23 +82,46 @@ alignas(16) constexpr uint8_t kShuffle[48] = {
 
 // The CRC register after the bytes folded into x (the last 16 of them, not yet reduced) and
 // the n bytes at p (any n; when n is not a multiple of 16, the 16 bytes before p + n must be
-// readable): four 128-bit lanes folded forward 512 bits per 64 bytes while 64 remain, one lane
-// 16 bytes a step, a last partial block folded with the lane before it, then reduced from 128
+// readable): eight 128-bit lanes folded forward 1024 bits per 128 bytes while 128 remain, then
+// four, one lane 16 bytes a step, a last partial block folded with the lane before it, then reduced from 128
 // to 32 bits (Barrett).
 VFAB_CLMUL inline uint32_t finish_folded(__m128i x, const uint8_t* p, size_t n) noexcept {
     const __m128i k128 = _mm_set_epi64x(kX96, kX160);
-    if (n >= 64) {
+    const __m128i k512 = _mm_set_epi64x(kX480, kX544);
+    if (n >= 128) {   // eight lanes, 1024 bits a step; then folded into four
         __m128i x0 = fold(x, k128, load(p)), x1 = load(p + 16), x2 = load(p + 32), x3 = load(p + 48);
-        p += 64;
-        n -= 64;
-        const __m128i k512 = _mm_set_epi64x(kX480, kX544);
-        for (; n >= 64; p += 64, n -= 64) {
+        __m128i x4 = load(p + 64), x5 = load(p + 80), x6 = load(p + 96), x7 = load(p + 112);
+        p += 128;
+        n -= 128;
+        const __m128i k1024 = _mm_set_epi64x(kX992, kX1056);
+        for (; n >= 128; p += 128, n -= 128) {
+            x0 = fold(x0, k1024, load(p));
+            x1 = fold(x1, k1024, load(p + 16));
+            x2 = fold(x2, k1024, load(p + 32));
+            x3 = fold(x3, k1024, load(p + 48));
+            x4 = fold(x4, k1024, load(p + 64));
+            x5 = fold(x5, k1024, load(p + 80));
+            x6 = fold(x6, k1024, load(p + 96));
+            x7 = fold(x7, k1024, load(p + 112));
+        }
+        x0 = fold(x0, k512, x4);
+        x1 = fold(x1, k512, x5);
+        x2 = fold(x2, k512, x6);
+        x3 = fold(x3, k512, x7);
+        if (n >= 64) {
             x0 = fold(x0, k512, load(p));
             x1 = fold(x1, k512, load(p + 16));
             x2 = fold(x2, k512, load(p + 32));
             x3 = fold(x3, k512, load(p + 48));
+            p += 64;
+            n -= 64;
         }
         x = fold(fold(fold(x0, k128, x1), k128, x2), k128, x3);
+    } else if (n >= 64) {
+        __m128i x0 = fold(x, k128, load(p)), x1 = load(p + 16), x2 = load(p + 32), x3 = load(p + 48);
+        x = fold(fold(fold(x0, k128, x1), k128, x2), k128, x3);
+        p += 64;
+        n -= 64;
     }
     for (; n >= 16; p += 16, n -= 16) x = fold(x, k128, load(p));
     if (n) {   // the lane and the n bytes: its first n bytes one block, its rest and the n the next
