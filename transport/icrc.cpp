@@ -146,13 +146,28 @@ VFAB_CLMUL inline uint32_t update_folded_body(uint32_t c, const uint8_t* p, size
     return finish_folded(_mm_xor_si128(load(p), _mm_cvtsi32_si128(int(c))), p + 16, n - 16);
 }
 
-// The ICRC's register after its 48 masked header bytes (three blocks) and the n bytes at rest
-// (which the packet's BTH precedes: a short rest's last block may reach back into it).
-VFAB_CLMUL inline uint32_t icrc_folded_body(const uint8_t* masked, const uint8_t* rest, size_t n) noexcept {
+// The ICRC's 48 header bytes (A17.3.3): a dummy LRH of ones, then the IP, UDP and BTH headers
+// with the fields a router may change masked with ones. As three blocks over the frame from 8
+// bytes before its IP header, these are OR-ed in: the LRH, IPv4 TOS; TTL, header checksum;
+// UDP checksum, the BTH's FECN/BECN byte.
+alignas(16) constexpr uint8_t kIcrcMask[48] = {
+    0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0xFF, 0, 0, 0, 0, 0, 0,
+    0xFF, 0, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0xFF, 0xFF, 0, 0, 0, 0, 0xFF, 0, 0, 0, 0, 0, 0, 0};
+static_assert(8 + offsetof(hdr::Ipv4, tos) == 9 && 8 + offsetof(hdr::Ipv4, ttl) == 16 &&
+              8 + offsetof(hdr::Ipv4, checksum) == 18 && 8 + sizeof(hdr::Ipv4) + offsetof(hdr::Udp, checksum) == 34 &&
+              8 + sizeof(hdr::Ipv4) + sizeof(hdr::Udp) + offsetof(hdr::Bth, fecn_becn_resv) == 40);
+
+// The ICRC's register over the packet whose IP header is at ipv4 (the 8 bytes before it
+// readable: its Ethernet header) and whose n bytes after the BTH follow.
+VFAB_CLMUL inline uint32_t icrc_folded_body(const uint8_t* ipv4, size_t n) noexcept {
     const __m128i k128 = _mm_set_epi64x(kX96, kX160);
-    __m128i x = _mm_xor_si128(load(masked), _mm_cvtsi32_si128(-1));   // the register starts at ones
-    x = fold(fold(x, k128, load(masked + 16)), k128, load(masked + 32));
-    return finish_folded(x, rest, n);
+    const uint8_t* h = ipv4 - 8;
+    __m128i x = _mm_or_si128(load(h), load(kIcrcMask));
+    x = _mm_xor_si128(x, _mm_cvtsi32_si128(-1));   // the register starts at ones
+    x = fold(x, k128, _mm_or_si128(load(h + 16), load(kIcrcMask + 16)));
+    x = fold(x, k128, _mm_or_si128(load(h + 32), load(kIcrcMask + 32)));
+    return finish_folded(x, h + 48, n);
 }
 #undef VFAB_CLMUL
 
@@ -160,8 +175,8 @@ VFAB_CLMUL inline uint32_t icrc_folded_body(const uint8_t* masked, const uint8_t
 #define VFAB_AVX __attribute__((target("avx,pclmul,sse4.1,ssse3")))
 VFAB_SSE uint32_t update_folded_sse(uint32_t c, const uint8_t* p, size_t n) noexcept { return update_folded_body(c, p, n); }
 VFAB_AVX uint32_t update_folded_avx(uint32_t c, const uint8_t* p, size_t n) noexcept { return update_folded_body(c, p, n); }
-VFAB_SSE uint32_t icrc_folded_sse(const uint8_t* m, const uint8_t* rest, size_t n) noexcept { return icrc_folded_body(m, rest, n); }
-VFAB_AVX uint32_t icrc_folded_avx(const uint8_t* m, const uint8_t* rest, size_t n) noexcept { return icrc_folded_body(m, rest, n); }
+VFAB_SSE uint32_t icrc_folded_sse(const uint8_t* ipv4, size_t n) noexcept { return icrc_folded_body(ipv4, n); }
+VFAB_AVX uint32_t icrc_folded_avx(const uint8_t* ipv4, size_t n) noexcept { return icrc_folded_body(ipv4, n); }
 #undef VFAB_SSE
 #undef VFAB_AVX
 
@@ -170,8 +185,8 @@ std::atomic<bool> g_avx{false};
 uint32_t update_folded(uint32_t c, const uint8_t* p, size_t n) noexcept {
     return g_avx.load(std::memory_order_relaxed) ? update_folded_avx(c, p, n) : update_folded_sse(c, p, n);
 }
-uint32_t icrc_folded(const uint8_t* masked, const uint8_t* rest, size_t n) noexcept {
-    return g_avx.load(std::memory_order_relaxed) ? icrc_folded_avx(masked, rest, n) : icrc_folded_sse(masked, rest, n);
+uint32_t icrc_folded(const uint8_t* ipv4, size_t n) noexcept {
+    return g_avx.load(std::memory_order_relaxed) ? icrc_folded_avx(ipv4, n) : icrc_folded_sse(ipv4, n);
 }
 
 // The process's method (Crc32Method), tables until use_crc32_method() says otherwise. Constant-
@@ -262,10 +277,10 @@ Crc32 icrc_begin_ipv4(const uint8_t* ipv4) noexcept {
 }
 
 uint32_t icrc_ipv4(const uint8_t* ipv4, size_t len) noexcept {
+    if (g_method.load(std::memory_order_relaxed) == uint8_t(Crc32Method::clmul))
+        return ~icrc_folded(ipv4, len - kIcrcHeaders);
     alignas(16) uint8_t masked[8 + kIcrcHeaders];
     masked_headers(ipv4, masked);
-    if (g_method.load(std::memory_order_relaxed) == uint8_t(Crc32Method::clmul))
-        return ~icrc_folded(masked, ipv4 + kIcrcHeaders, len - kIcrcHeaders);
     Crc32 c;
     c.update(masked, sizeof masked);
     c.update(ipv4 + kIcrcHeaders, len - kIcrcHeaders);

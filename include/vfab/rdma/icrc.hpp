@@ -38,7 +38,8 @@ Crc32Method crc32_method() noexcept;
 Crc32 icrc_begin_ipv4(const uint8_t* ipv4) noexcept;
 
 // The ICRC of the IPv4 packet at `ipv4` whose bytes up to the ICRC number `len`
-// (IP header through the pad).
+// (IP header through the pad). The 8 bytes before `ipv4` must be readable (the packet's
+// Ethernet header: the folding reads its masked headers as three blocks from there).
 uint32_t icrc_ipv4(const uint8_t* ipv4, size_t len) noexcept;
 
 // Writes / reads an ICRC at `p` in its wire order (least significant byte first).
