@@ -233,6 +233,7 @@ struct OpTable {
 };
 inline constexpr OpTable kOpTable{};
 
+// What the BTH opcode `opcode` carries (classify_opcode), looked up in kOpTable.
 constexpr OpInfo op_info(uint8_t opcode) noexcept { return kOpTable.info[opcode]; }
 
 // Bytes of the extension headers an opcode carries (op_info() fills it in).
