@@ -70,12 +70,8 @@ bool QpImpl::on_packet(const Packet& p) noexcept {
     if (c_.type == QpType::xrc_send && request) return false;   // a sender only sends
     if (c_.type == QpType::xrc_recv && !request) return false;  // a receiver only receives
     if (p.src_ip != c_.peer.ip) return false;   // only the connected peer (as rxe checks the GIDs)
-    if (!c_.peer.known) {   // its ARP answer may still be on its way: answer where the request came from
-        std::memcpy(c_.peer.mac, p.src_mac, 6);
-        c_.peer.known = true;
-        c_.headers_changed();
-    }
     if (request) return resp_.on_request(p);
+    if (!c_.peer.known) return false;   // a response to nothing: the requester sends once the MAC is known
     comp_.on_response(p);
     return true;
 }

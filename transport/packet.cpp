@@ -87,6 +87,8 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
     if (udp_len < fixed + p.pad) return ParseResult::malformed;
     p.payload_len = udp_len - fixed - p.pad;
     if (!p.info.has(has_payload) && (p.payload_len != 0 || p.pad != 0)) return ParseResult::malformed;
+    // The pad makes the payload a multiple of 4 bytes (9.2.2): none on a full-MTU FIRST or MIDDLE.
+    if ((p.payload_len + p.pad) & 3) return ParseResult::malformed;
 
     const uint8_t* end = f + kIpAt + ip_len;
     if (icrc_ipv4(f + kIpAt, ip_len - kIcrc) != load_icrc(end - kIcrc)) return ParseResult::bad_icrc;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -98,6 +99,12 @@ struct QpContext {
         return headers_;
     }
     void headers_changed() noexcept { headers_ok_ = false; }
+    // The peer's MAC from a request it sent in sequence, while its ARP answer is still on its way.
+    void learn_peer_mac(const uint8_t* mac) noexcept {
+        std::memcpy(peer.mac, mac, 6);
+        peer.known = true;
+        headers_changed();
+    }
 
 private:
     HeaderTemplate headers_;

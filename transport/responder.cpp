@@ -17,6 +17,9 @@ namespace vfab::rdma::detail {
 using namespace wire;
 
 namespace {
+// Whether the queue pair takes remote requests of this kind (its qp_access_flags). One it does
+// not take is an invalid request, as rxe answers it (an unsupported operation for this queue
+// pair; the spec's remote access error is for keys and their rights, 9.7.5.2.4).
 bool granted(uint32_t qp_access, dma::Access a) { return (qp_access & uint32_t(a)) == uint32_t(a); }
 }  // namespace
 
@@ -88,15 +91,18 @@ bool Responder::on_request(const Packet& p) noexcept {
     }
     if (!c_.reliable()) {
         if (!uc_in_sequence(p)) return false;
-    } else if (const int32_t d = psn_diff(p.psn, s_.epsn); d < 0) {
-        return on_duplicate(p);
-    } else if (d > 0) {   // a gap: one NAK until the expected PSN comes (9.7.5.1.3)
-        if (!s_.nak_seq_sent) {
+    } else if (const int32_t d = psn_diff(p.psn, s_.epsn); d != 0) {
+        if (!c_.peer.known) return false;   // nowhere to answer yet; the requester sends it again
+        if (d < 0) return on_duplicate(p);
+        if (!s_.nak_seq_sent) {   // a gap: one NAK until the expected PSN comes (9.7.5.1.3)
             s_.nak_seq_sent = true;
             send_ack(aeth::kNakPsnSeqError, s_.epsn);
         }
         return true;
     }
+    // Before the peer's ARP answer, its MAC from a request at the expected PSN: a sender that
+    // does not know the connection's PSNs cannot make this port answer elsewhere.
+    if (!c_.peer.known && c_.reliable()) c_.learn_peer_mac(p.src_mac);
     s_.nak_seq_sent = false;
     const OpInfo& i = p.info;
     const bool first = i.has(is_first), last = i.has(is_last);
@@ -155,7 +161,7 @@ bool Responder::on_write(const Packet& p) noexcept {
     const bool first = p.info.has(is_first), last = p.info.has(is_last), imm = p.info.has(has_immdt);
     dma::Translation t{};   // of the whole message at FIRST; an ONLY lands through it
     if (first) {
-        if (!granted(c_.attr.qp_access_flags, dma::Access::remote_write)) return reject(p, aeth::kNakRemoteAccessError);
+        if (!granted(c_.attr.qp_access_flags, dma::Access::remote_write)) return reject(p, aeth::kNakInvalidRequest);
         if (p.dma_len > kMaxDmaLength) return reject(p, aeth::kNakInvalidRequest);
         if (p.dma_len) {
             t = c_.port.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_write, c_.qpn);
@@ -206,7 +212,7 @@ bool Responder::on_write(const Packet& p) noexcept {
 
 bool Responder::on_read(const Packet& p) noexcept {
     if (c_.attr.max_dest_rd_atomic == 0) return respond_error(p.psn, aeth::kNakInvalidRequest);   // no resources (rxe)
-    if (!granted(c_.attr.qp_access_flags, dma::Access::remote_read)) return respond_error(p.psn, aeth::kNakRemoteAccessError);
+    if (!granted(c_.attr.qp_access_flags, dma::Access::remote_read)) return respond_error(p.psn, aeth::kNakInvalidRequest);
     if (p.dma_len > kMaxDmaLength) return respond_error(p.psn, aeth::kNakInvalidRequest);
     if (p.dma_len && c_.port.mrs().translate_span(p.rkey, p.va, p.dma_len, dma::Access::remote_read, c_.qpn).status !=
                          dma::MrStatus::ok)
@@ -230,8 +236,7 @@ bool Responder::on_read(const Packet& p) noexcept {
 
 bool Responder::on_atomic(const Packet& p) noexcept {
     if (c_.attr.max_dest_rd_atomic == 0) return respond_error(p.psn, aeth::kNakInvalidRequest);
-    if (!granted(c_.attr.qp_access_flags, dma::Access::remote_atomic))
-        return respond_error(p.psn, aeth::kNakRemoteAccessError);
+    if (!granted(c_.attr.qp_access_flags, dma::Access::remote_atomic)) return respond_error(p.psn, aeth::kNakInvalidRequest);
     if (p.va & 7) return respond_error(p.psn, aeth::kNakInvalidRequest);   // atomics are 8-byte aligned (9.4.5)
     const dma::Translation t = c_.port.mrs().translate(p.rkey, p.va, 8, dma::Access::remote_atomic, c_.qpn);
     if (t.status == dma::MrStatus::discontiguous || (t.status == dma::MrStatus::ok && t.host & 7))

@@ -301,5 +301,105 @@ TEST(KeyTable, DeregistrationWaitsForTheProgressThreadsCopy) {
     GTEST_LOG_(INFO) << refused << " of 200 WRITEs refused part-way";
 }
 
+// A queue pair that does not take WRITEs (or READs, or atomics) refuses one as an invalid
+// request — an operation this queue pair does not support, as rxe answers it — not as a
+// remote access error, which names keys and their rights (9.7.5.2.4); the application hears
+// of it by an affiliated asynchronous error (qp_req_err).
+TEST_F(HostilePeer, AnOperationTheQueuePairDoesNotTakeIsAnInvalidRequest) {
+    const struct {
+        uint8_t opcode;
+        uint32_t dma_len, len;
+    } cases[] = {{op::write_only, 64, 64}, {op::read_request, 64, 0}, {op::fetch_add, 8, 0}};
+    for (const auto& c : cases) {
+        SCOPED_TRACE(int(c.opcode));
+        QpAttr x;
+        x.qp_access_flags = uint32_t(dma::Access::local_write);   // no remote access at all
+        ASSERT_TRUE(b.qp->modify(x, attr_access_flags));
+        (void)answers();
+        for (AsyncEvent e; pair->b->get_async_event(e);) {
+        }
+        request(c.opcode, 100, va_b(0), b.mr.rkey, c.dma_len, c.len, 0x66);
+        auto ans = answers();
+        ASSERT_FALSE(ans.empty());
+        EXPECT_TRUE(ans.front().nak() && ans.front().syndrome == aeth::kNakInvalidRequest)
+            << "opcode " << int(ans.front().opcode) << " syndrome " << int(ans.front().syndrome);
+        EXPECT_TRUE(b_untouched(0, 64));
+        EXPECT_EQ(b.qp->state(), RdmaQpState::error);
+        bool req_err = false;
+        for (AsyncEvent e; pair->b->get_async_event(e);) req_err |= e.type == AsyncEventType::qp_req_err && e.qp == b.qp;
+        EXPECT_TRUE(req_err);
+        x.qp_state = RdmaQpState::reset;
+        ASSERT_TRUE(b.qp->modify(x, attr_state));
+        connect_rc(b, a, 200, 100);
+    }
+}
+
+// Until the peer answers ARP, an RC responder answers where a request came from — but only a
+// request at the expected PSN teaches it the peer's MAC: frames from the peer's address at
+// other PSNs (a sender that does not know the connection) are dropped unanswered, and never
+// redirect the answers.
+TEST_F(HostilePeer, OnlyARequestInSequenceTeachesThePeersMac) {
+    constexpr uint32_t kSilentIp = 0x0A0000C7;   // 10.0.0.199: never answers ARP
+    constexpr uint8_t kEvilMac[6] = {0x02, 0xEE, 0xEE, 0xEE, 0xEE, 0x01};
+    constexpr uint8_t kPeerMac[6] = {0x02, 0x11, 0x22, 0x33, 0x44, 0x55};
+    std::vector<uint8_t> mc(4096, 0);
+    Side c = make_side(*pair->b, QpType::rc, mc);
+    QpAttr x;
+    x.qp_state = RdmaQpState::init;
+    x.qp_access_flags = kAllRemote;
+    ASSERT_TRUE(c.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_access_flags));
+    x.qp_state = RdmaQpState::rtr;
+    x.path_mtu = 3;
+    x.dest_qp_num = 0x123;
+    x.rq_psn = 500;
+    x.max_dest_rd_atomic = 4;
+    x.min_rnr_timer = 1;
+    x.ah_attr.dgid = Gid::from_ipv4(kSilentIp);
+    ASSERT_TRUE(c.qp->modify(x, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
+                                    attr_max_dest_rd_atomic | attr_min_rnr_timer));
+    auto from_peer = [&](const uint8_t* mac, uint32_t psn) {
+        PacketHeader h;
+        h.dst_mac = kMacB;
+        h.src_mac = mac;
+        h.src_ip = kSilentIp;
+        h.dst_ip = kIpB;
+        h.src_port = 0xC002;
+        h.opcode = op::write_only;
+        h.ack_req = true;
+        h.dest_qp = c.qp->qp_num();
+        h.psn = psn;
+        h.va = reinterpret_cast<uint64_t>(mc.data());
+        h.rkey = c.mr.rkey;
+        h.dma_len = 8;
+        std::vector<uint8_t> f(256);
+        std::memset(write_headers(f.data(), h, 8), 0x5A, 8);
+        f.resize(finish_frame(f.data(), 8));
+        pair->wire.inject(1, f.data(), uint32_t(f.size()));
+        for (int i = 0; i < 4; ++i) pair->b->progress();
+    };
+    auto acks_to = [&](const uint8_t* mac) {
+        int n = 0, elsewhere = 0;
+        std::lock_guard g(pair->wire.mu);
+        for (auto& f : pair->wire.in_flight[0]) {
+            Packet p;
+            if (parse_frame(f.data(), uint32_t(f.size()), kSilentIp, p) != ParseResult::roce) continue;
+            ++(std::memcmp(f.data(), mac, 6) == 0 ? n : elsewhere);
+        }
+        pair->wire.in_flight[0].clear();
+        EXPECT_EQ(elsewhere, 0) << "an answer went to another MAC";
+        return n;
+    };
+    (void)acks_to(kPeerMac);
+    from_peer(kEvilMac, 400);   // a duplicate's PSN
+    from_peer(kEvilMac, 600);   // ahead: a gap
+    EXPECT_EQ(acks_to(kEvilMac), 0) << "answered a sender that does not know the PSNs";
+    EXPECT_EQ(mc[0], 0);
+    from_peer(kPeerMac, 500);   // the expected PSN: this is the peer
+    EXPECT_EQ(mc[0], 0x5A);
+    EXPECT_EQ(acks_to(kPeerMac), 1) << "the ACK goes to the MAC the request came from";
+    from_peer(kEvilMac, 499);   // a duplicate from elsewhere: answered to the peer's MAC, not to it
+    EXPECT_EQ(acks_to(kPeerMac), 1);
+}
+
 }  // namespace
 }  // namespace vfab::rdma::test

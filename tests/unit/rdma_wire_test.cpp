@@ -412,6 +412,36 @@ TEST(RdmaWire, ArpRefusals) {
     }
 }
 
+// The pad count makes the payload a multiple of 4 bytes (IB spec 9.2.2): a packet whose payload
+// and pad do not (a full-MTU FIRST with a pad, a LAST padded to an odd length) is malformed.
+TEST(RdmaWire, APadThatDoesNotAlignThePayloadIsMalformed) {
+    PacketHeader h;
+    h.dst_mac = kMacB;
+    h.src_mac = kMacA;
+    h.src_ip = kIpA;
+    h.dst_ip = kIpB;
+    h.opcode = op::write_middle;
+    h.dest_qp = 0x101;
+    for (uint32_t pad = 1; pad <= 3; ++pad) {
+        SCOPED_TRACE(pad);
+        std::vector<uint8_t> f(2048, 0);
+        write_headers(f.data(), h, 1024);   // 1024 bytes and no pad: well formed
+        uint8_t* ip = f.data() + kIpOff;
+        const uint32_t grow = pad;          // the same payload, `pad` more bytes, the pad count saying so
+        store16(ip + 2, uint16_t(load16(ip + 2) + grow));
+        store16(f.data() + kUdpOff + 4, uint16_t(load16(f.data() + kUdpOff + 4) + grow));
+        f[kBthOff + 1] = uint8_t(pad << 4);
+        store16(ip + 10, 0);
+        store16(ip + 10, ipv4_checksum(ip));
+        const uint32_t ip_len = load16(ip + 2);
+        store_icrc(ip + ip_len - kIcrc, icrc_ipv4(ip, ip_len - kIcrc));
+        std::vector<uint8_t> frame(f.begin(), f.begin() + ptrdiff_t(kEthHeader + ip_len));
+        Packet p;
+        EXPECT_EQ(parse_frame(frame.data(), uint32_t(frame.size()), kIpB, p), ParseResult::malformed)
+            << "payload " << p.payload_len << " pad " << int(p.pad);
+    }
+}
+
 TEST(RdmaWire, Ipv4ChecksumOfAKnownHeader) {
     // RFC 1071's style of example: a header whose checksum is known (Wikipedia's IPv4 example).
     const uint8_t h[20] = {0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11,
