@@ -45,7 +45,7 @@ for op in write send; do
             post=$(inclusive "$out" 'counted_post_send')
             rpoll=$(inclusive "$out" 'counted_requester_poll')
             resp=$(inclusive "$out" 'counted_responder_')
-            icrc=$(exclusive "$out" 'Crc32::update|icrc_begin_ipv4|icrc_ipv4|_folded|masked_headers')
+            icrc=$(exclusive "$out" 'Crc32::update|icrc_begin_ipv4|icrc_ipv4|_folded|masked_headers|icrc_by_')
             copy=$(exclusive "$out" '__memcpy|__memmove')
             printf '%-5s %6s %-10s %8d | %9d %9d %9d | %7d %7d\n' "$op" "$size" "w$1/s$2" $((total / messages)) \
                 $((post / messages)) $((rpoll / messages)) $((resp / messages)) $((icrc / messages)) $((copy / messages))

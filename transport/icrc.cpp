@@ -175,8 +175,10 @@ VFAB_CLMUL inline uint32_t icrc_folded_body(const uint8_t* ipv4, size_t n) noexc
 #define VFAB_AVX __attribute__((target("avx,pclmul,sse4.1,ssse3")))
 VFAB_SSE uint32_t update_folded_sse(uint32_t c, const uint8_t* p, size_t n) noexcept { return update_folded_body(c, p, n); }
 VFAB_AVX uint32_t update_folded_avx(uint32_t c, const uint8_t* p, size_t n) noexcept { return update_folded_body(c, p, n); }
-VFAB_SSE uint32_t icrc_folded_sse(const uint8_t* ipv4, size_t n) noexcept { return icrc_folded_body(ipv4, n); }
-VFAB_AVX uint32_t icrc_folded_avx(const uint8_t* ipv4, size_t n) noexcept { return icrc_folded_body(ipv4, n); }
+// An ICRC by folding: `len` bytes from the IP header through the pad.
+constexpr size_t kIcrcHeaders = wire::kIpv4Header + wire::kUdpHeader + wire::kBth;
+VFAB_SSE uint32_t icrc_by_sse(const uint8_t* ipv4, size_t len) noexcept { return ~icrc_folded_body(ipv4, len - kIcrcHeaders); }
+VFAB_AVX uint32_t icrc_by_avx(const uint8_t* ipv4, size_t len) noexcept { return ~icrc_folded_body(ipv4, len - kIcrcHeaders); }
 #undef VFAB_SSE
 #undef VFAB_AVX
 
@@ -184,9 +186,6 @@ VFAB_AVX uint32_t icrc_folded_avx(const uint8_t* ipv4, size_t n) noexcept { retu
 std::atomic<bool> g_avx{false};
 uint32_t update_folded(uint32_t c, const uint8_t* p, size_t n) noexcept {
     return g_avx.load(std::memory_order_relaxed) ? update_folded_avx(c, p, n) : update_folded_sse(c, p, n);
-}
-uint32_t icrc_folded(const uint8_t* ipv4, size_t n) noexcept {
-    return g_avx.load(std::memory_order_relaxed) ? icrc_folded_avx(ipv4, n) : icrc_folded_sse(ipv4, n);
 }
 
 // The process's method (Crc32Method), tables until use_crc32_method() says otherwise. Constant-
@@ -231,27 +230,7 @@ Crc32Method calibrate() noexcept {
 
 }  // namespace
 
-Crc32Method use_crc32_method(Crc32Method m) noexcept {
-    g_avx.store(__builtin_cpu_supports("avx"), std::memory_order_relaxed);
-    if (!__builtin_cpu_supports("pclmul")) m = Crc32Method::tables;
-    else if (m == Crc32Method::automatic) {
-        m = Crc32Method(g_calibrated.load(std::memory_order_relaxed));
-        if (m == Crc32Method::automatic) g_calibrated.store(uint8_t(m = calibrate()), std::memory_order_relaxed);
-    }
-    g_method.store(uint8_t(m), std::memory_order_relaxed);
-    return m;
-}
-
-Crc32Method crc32_method() noexcept { return Crc32Method(g_method.load(std::memory_order_relaxed)); }
-
-void Crc32::update(const uint8_t* p, size_t n) noexcept {
-    if (n >= 16 && g_method.load(std::memory_order_relaxed) == uint8_t(Crc32Method::clmul)) reg = update_folded(reg, p, n);
-    else reg = update_tables(reg, p, n);
-}
-
 namespace {
-constexpr size_t kIcrcHeaders = wire::kIpv4Header + wire::kUdpHeader + wire::kBth;
-
 // The dummy LRH of ones and the IP, UDP and BTH headers with the fields a router may change
 // masked with ones (A17.3.3): 48 bytes, three blocks for the folding.
 void masked_headers(const uint8_t* ipv4, uint8_t (&masked)[8 + kIcrcHeaders]) noexcept {
@@ -266,7 +245,41 @@ void masked_headers(const uint8_t* ipv4, uint8_t (&masked)[8 + kIcrcHeaders]) no
     hdr::at<hdr::Bth>(h + sizeof(hdr::Ipv4) + sizeof(hdr::Udp))->fecn_becn_resv = 0xFF;
 }
 static_assert(8 + kIcrcHeaders == 48);
+
+uint32_t icrc_by_tables(const uint8_t* ipv4, size_t len) noexcept {
+    alignas(16) uint8_t masked[8 + kIcrcHeaders];
+    masked_headers(ipv4, masked);
+    Crc32 c;
+    c.update(masked, sizeof masked);
+    c.update(ipv4 + kIcrcHeaders, len - kIcrcHeaders);
+    return c.value();
+}
+
+// How icrc_ipv4() computes, set with the method (use_crc32_method): constant-initialised.
+using IcrcFn = uint32_t (*)(const uint8_t*, size_t) noexcept;
+std::atomic<IcrcFn> g_icrc{icrc_by_tables};
 }  // namespace
+
+Crc32Method use_crc32_method(Crc32Method m) noexcept {
+    g_avx.store(__builtin_cpu_supports("avx"), std::memory_order_relaxed);
+    if (!__builtin_cpu_supports("pclmul")) m = Crc32Method::tables;
+    else if (m == Crc32Method::automatic) {
+        m = Crc32Method(g_calibrated.load(std::memory_order_relaxed));
+        if (m == Crc32Method::automatic) g_calibrated.store(uint8_t(m = calibrate()), std::memory_order_relaxed);
+    }
+    g_method.store(uint8_t(m), std::memory_order_relaxed);
+    const bool avx = g_avx.load(std::memory_order_relaxed);
+    g_icrc.store(m == Crc32Method::clmul ? (avx ? icrc_by_avx : icrc_by_sse) : icrc_by_tables, std::memory_order_relaxed);
+    return m;
+}
+
+Crc32Method crc32_method() noexcept { return Crc32Method(g_method.load(std::memory_order_relaxed)); }
+
+void Crc32::update(const uint8_t* p, size_t n) noexcept {
+    if (n >= 16 && g_method.load(std::memory_order_relaxed) == uint8_t(Crc32Method::clmul)) reg = update_folded(reg, p, n);
+    else reg = update_tables(reg, p, n);
+}
+
 
 Crc32 icrc_begin_ipv4(const uint8_t* ipv4) noexcept {
     alignas(16) uint8_t masked[8 + kIcrcHeaders];
@@ -276,15 +289,6 @@ Crc32 icrc_begin_ipv4(const uint8_t* ipv4) noexcept {
     return c;
 }
 
-uint32_t icrc_ipv4(const uint8_t* ipv4, size_t len) noexcept {
-    if (g_method.load(std::memory_order_relaxed) == uint8_t(Crc32Method::clmul))
-        return ~icrc_folded(ipv4, len - kIcrcHeaders);
-    alignas(16) uint8_t masked[8 + kIcrcHeaders];
-    masked_headers(ipv4, masked);
-    Crc32 c;
-    c.update(masked, sizeof masked);
-    c.update(ipv4 + kIcrcHeaders, len - kIcrcHeaders);
-    return c.value();
-}
+uint32_t icrc_ipv4(const uint8_t* ipv4, size_t len) noexcept { return g_icrc.load(std::memory_order_relaxed)(ipv4, len); }
 
 }  // namespace vfab::rdma

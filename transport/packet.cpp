@@ -62,7 +62,7 @@ ParseResult parse_frame(const uint8_t* f, uint32_t len, uint32_t local_ip, Packe
     if (ip.flags_fragment.get() & Ipv4::kFragmentMask) return ParseResult::malformed;
     const uint32_t ip_len = ip.total_length.get();
     if (ip_len + kEthHeader > len || ip_len < kIpv4Header + kUdpHeader + kBth + kIcrc) return ParseResult::malformed;
-    if (ipv4_checksum(f + kIpAt) != 0) return ParseResult::malformed;
+    if (ipv4_sum(f + kIpAt) != 0xFFFF) return ParseResult::malformed;   // the checksum included: all ones
     const uint32_t udp_len = udp.length.get();
     if (udp_len != ip_len - kIpv4Header) return ParseResult::malformed;
 
@@ -294,8 +294,9 @@ uint32_t finish_frame(uint8_t* f, uint32_t payload_len) noexcept {
     const uint8_t* ip = f + kIpAt;
     const uint32_t ip_len = at<Ipv4>(ip)->total_length.get();
     uint8_t* icrc_at = f + kIpAt + ip_len - kIcrc;
-    const uint32_t pad = pad_of(payload_len);
-    std::memset(icrc_at - pad, 0, pad);
+    // The pad's zeros, as four bytes from its start: what spills into the ICRC's place is written next.
+    const uint32_t zero = 0;
+    std::memcpy(icrc_at - pad_of(payload_len), &zero, 4);
     store_icrc(icrc_at, icrc_ipv4(ip, ip_len - kIcrc));
     return uint32_t(kEthHeader + ip_len);
 }

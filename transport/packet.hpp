@@ -10,44 +10,41 @@
 namespace vfab::rdma {
 
 // A received RoCEv2 packet, its fields in host order.
-struct Packet {
+struct Packet {   // fields ordered by size: parse_frame's callers clear it for every frame
     const uint8_t* frame = nullptr;
-    uint32_t frame_len = 0;
     const uint8_t* src_mac = nullptr;
     const uint8_t* ipv4 = nullptr;   // the IPv4 header (a UD receive's GRH holds it)
-    uint32_t src_ip = 0;
-    uint32_t dst_ip = 0;
-    uint16_t src_port = 0;
-
-    uint8_t opcode = 0;
-    wire::OpInfo info;
-    bool solicited = false;
-    bool ack_req = false;
-    uint8_t pad = 0;
-    uint16_t pkey = 0;
-    uint32_t dest_qp = 0;
-    uint32_t psn = 0;
-
+    const uint8_t* payload = nullptr;
     uint64_t va = 0;            // RETH or AtomicETH
-    uint32_t rkey = 0;
-    uint32_t dma_len = 0;       // RETH
     uint64_t swap_add = 0;      // AtomicETH
     uint64_t compare = 0;
     uint64_t swap_mask = 0;     // vfab's masked AtomicETH
     uint64_t compare_mask = 0;
-    uint8_t syndrome = 0;       // AETH
-    uint32_t msn = 0;
     uint64_t atomic_orig = 0;   // AtomicAckETH
+    wire::OpInfo info;
+    uint32_t frame_len = 0;
+    uint32_t payload_len = 0;
+    uint32_t src_ip = 0;
+    uint32_t dst_ip = 0;
+    uint32_t dest_qp = 0;
+    uint32_t psn = 0;
+    uint32_t rkey = 0;
+    uint32_t dma_len = 0;       // RETH
+    uint32_t msn = 0;           // AETH
     uint32_t imm_be = 0;        // ImmDt, as on the wire (network order)
     uint32_t inv_rkey = 0;      // IETH
     uint32_t qkey = 0;          // DETH
     uint32_t src_qp = 0;
+    uint32_t xrc_srqn = 0;      // XRCETH
+    uint16_t src_port = 0;
+    uint16_t pkey = 0;
+    uint8_t opcode = 0;
+    uint8_t syndrome = 0;       // AETH
+    uint8_t pad = 0;
+    bool solicited = false;
+    bool ack_req = false;
     bool xrc = false;           // an XRC opcode (`opcode` holds RC's equivalent: its low 5 bits)
     bool uc = false;            // a UC opcode (the same)
-    uint32_t xrc_srqn = 0;      // XRCETH
-
-    const uint8_t* payload = nullptr;
-    uint32_t payload_len = 0;
 };
 
 enum class ParseResult : uint8_t {

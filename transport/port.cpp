@@ -106,32 +106,42 @@ Result<void> PortImpl::init() {
 
     tx_free_.reserve(cfg_.tx_buffers);
     for (uint32_t i = cfg_.tx_buffers; i-- > 0;) tx_free_.push_back(cfg_.rx_buffers + i);
-    tx_batch_.reserve(cfg_.tx_buffers);
     loopback_.reserve(cfg_.tx_buffers);   // each holds a tx slot: never more than there are
-    tx_sges_.resize(cfg_.tx_buffers);
-    rx_batch_.reserve(cfg_.rx_buffers);
-    rx_sges_.resize(cfg_.rx_buffers);
+    raw_wc_.resize(kRawBatch);
+    // The batches' WRs made once, each with its own SGE: a frame fills in its slot and address.
+    tx_sges_.assign(cfg_.tx_buffers, Sge{0, 0, mr_.lkey});
+    tx_batch_.resize(cfg_.tx_buffers);
+    for (uint32_t i = 0; i < cfg_.tx_buffers; ++i) tx_batch_[i] = {0, &tx_sges_[i], 1, 0};
+    rx_sges_.assign(cfg_.rx_buffers, Sge{0, slot_size_, mr_.lkey});
+    rx_batch_.resize(cfg_.rx_buffers);
+    for (uint32_t i = 0; i < cfg_.rx_buffers; ++i) rx_batch_[i] = {0, &rx_sges_[i], 1, 0};
     qps_.resize(cfg_.max_qp);
     ready_.reserve(cfg_.max_qp);
     arp_.resize(kArpEntries);
     for (uint32_t i = 0; i < cfg_.rx_buffers; ++i) post_rx(i);
     flush_rx();
-    if (rx_batch_.size()) return Error{EIO, "RDMA port: the raw queue pair refused its receive buffers"};
+    if (rx_count_) return Error{EIO, "RDMA port: the raw queue pair refused its receive buffers"};
     return {};
 }
 
 // ---- raw buffers --------------------------------------------------------------------------------
 
 void PortImpl::post_rx(uint32_t slot) noexcept {
-    const size_t i = rx_batch_.size();
-    rx_sges_[i] = {reinterpret_cast<uint64_t>(buffers_ + size_t(slot) * slot_size_), slot_size_, mr_.lkey};
-    rx_batch_.push_back({slot, &rx_sges_[i], 1, 0});
+    const uint32_t i = rx_count_++;
+    rx_sges_[i].addr = reinterpret_cast<uint64_t>(buffers_ + size_t(slot) * slot_size_);
+    rx_batch_[i].wr_id = slot;
 }
 
 void PortImpl::flush_rx() noexcept {
-    if (rx_batch_.empty()) return;
-    const PostResult r = link_->post_recv(rx_batch_);
-    rx_batch_.erase(rx_batch_.begin(), rx_batch_.begin() + r.posted);
+    if (!rx_count_) return;
+    const PostResult r = link_->post_recv(std::span(rx_batch_.data(), rx_count_));
+    // What the queue did not take waits for the next flush, first in the batch.
+    uint32_t left = 0;
+    for (uint32_t i = r.posted; i < rx_count_; ++i, ++left) {
+        rx_batch_[left].wr_id = rx_batch_[i].wr_id;
+        rx_sges_[left].addr = rx_sges_[i].addr;
+    }
+    rx_count_ = left;
 }
 
 uint8_t* PortImpl::tx_buffer() noexcept {
@@ -158,21 +168,22 @@ void PortImpl::tx_queue(uint8_t* buf, uint32_t len) noexcept {
         kick();
         return;
     }
-    const size_t i = tx_batch_.size();
-    tx_sges_[i] = {reinterpret_cast<uint64_t>(buf), len, mr_.lkey};
-    tx_batch_.push_back({slot, &tx_sges_[i], 1, 0});
+    const uint32_t i = tx_count_++;
+    tx_sges_[i].addr = reinterpret_cast<uint64_t>(buf);
+    tx_sges_[i].length = len;
+    tx_batch_[i].wr_id = slot;
     ++stats_.tx_frames;
-    if (tx_batch_.size() == tx_batch_.capacity()) tx_flush();
+    if (tx_count_ == tx_batch_.size()) tx_flush();
 }
 
 void PortImpl::tx_release(uint8_t* buf) noexcept { tx_free_.push_back(uint32_t((buf - buffers_) / slot_size_)); }
 
 void PortImpl::tx_flush() noexcept {
-    if (tx_batch_.empty()) return;
-    const PostResult r = link_->post_send(tx_batch_);
+    if (!tx_count_) return;
+    const PostResult r = link_->post_send(std::span(tx_batch_.data(), tx_count_));
     // A refused frame (the device in error) is given back; the protocol's timers resend.
-    for (size_t i = r.posted; i < tx_batch_.size(); ++i) tx_free_.push_back(uint32_t(tx_batch_[i].wr_id));
-    tx_batch_.clear();
+    for (uint32_t i = r.posted; i < tx_count_; ++i) tx_free_.push_back(uint32_t(tx_batch_[i].wr_id));
+    tx_count_ = 0;
 }
 
 // ---- progress ------------------------------------------------------------------------------------
@@ -184,7 +195,7 @@ int PortImpl::poll_raw() noexcept {
     int n = int(deferred_rx_.size());
     for (const Completion& c : deferred_rx_) on_raw_recv(c);
     deferred_rx_.clear();
-    Completion wc[kRawBatch];
+    std::span<Completion> wc(raw_wc_.data(), kRawBatch);
     const int got = link_->poll_recv(wc);
     for (int i = 0; i < got; ++i) {
         if (wc[i].opcode == vfab::WcOpcode::send) tx_free_.push_back(uint32_t(wc[i].wr_id));
@@ -201,7 +212,7 @@ void PortImpl::on_raw_recv(const Completion& c) noexcept {
 }
 
 void PortImpl::reap_tx() noexcept {
-    Completion wc[kRawBatch];
+    std::span<Completion> wc(raw_wc_.data(), kRawBatch);
     int n;
     while ((n = link_->poll_send(wc)) > 0)
         for (int i = 0; i < n; ++i) {

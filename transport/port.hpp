@@ -131,11 +131,14 @@ private:
     uint8_t* buffers_ = nullptr;
     uint32_t slot_size_ = 0;
     std::vector<uint32_t> tx_free_;     // free tx slot indices (a stack)
-    std::vector<vfab::SendWr> tx_batch_;
+    std::vector<vfab::SendWr> tx_batch_;   // tx_buffers WRs, made once; the first tx_count_ queued
     std::vector<Sge> tx_sges_;
+    uint32_t tx_count_ = 0;
     std::vector<Completion> deferred_rx_;   // received frames met while taking back send buffers
-    std::vector<RecvWr> rx_batch_;
+    std::vector<Completion> raw_wc_;        // the raw queue's completions, polled into (made once)
+    std::vector<RecvWr> rx_batch_;         // rx_buffers WRs, made once; the first rx_count_ to post
     std::vector<Sge> rx_sges_;
+    uint32_t rx_count_ = 0;
     std::vector<std::unique_ptr<QpImpl>> qps_;     // by index
     std::vector<std::unique_ptr<CqImpl>> cqs_;
     std::vector<std::unique_ptr<AhImpl>> ahs_;

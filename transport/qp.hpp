@@ -168,6 +168,7 @@ private:
 
     QpImpl& qp_;
     QpContext& c_;
+    PacketHeader hdr_;   // send_rc_packet's, kept: a packet's fields written over the last one's
     struct State {
         uint32_t next_psn = 0;       // of the next packet to send
         uint32_t pkts_unacked = 0;   // since the last AckReq

@@ -176,16 +176,19 @@ void Requester::pump() noexcept {
                           : 1;
             if (rd) ++sq.rd_atomic;
         }
-        if (c_.reliable() && psn_diff(s_.next_psn, qp_.comp_.una()) >= kMaxUnackedPsns) return;   // an ACK readies us
-        // A READ asks for its next part once every response of the last part is in: the responder
-        // keeps one resource per request, max_dest_rd_atomic of them, and two parts of one READ
-        // with atomics behind would push out the first part's, which its lost responses need.
-        if (w.wr.opcode == WrOpcode::rdma_read && psn_diff(s_.next_psn, psn_add(w.first_psn, w.read_pkts)) > 0) return;
-        if (!send_rc_packet(w)) {
-            qp_.ready();
-            return;
-        }
-        if (psn_diff(s_.next_psn, w.first_psn) < int32_t(w.npkts)) continue;
+        const bool reliable = c_.reliable(), read = w.wr.opcode == WrOpcode::rdma_read;
+        do {   // the WR's packets, while the send window and send buffers allow
+            if (reliable && psn_diff(s_.next_psn, qp_.comp_.una()) >= kMaxUnackedPsns) return;   // an ACK readies us
+            // A READ asks for its next part once every response of the last part is in: the
+            // responder keeps one resource per request, max_dest_rd_atomic of them, and two parts
+            // of one READ with atomics behind would push out the first part's, which its lost
+            // responses need.
+            if (read && psn_diff(s_.next_psn, psn_add(w.first_psn, w.read_pkts)) > 0) return;
+            if (!send_rc_packet(w)) {
+                qp_.ready();
+                return;
+            }
+        } while (psn_diff(s_.next_psn, w.first_psn) < int32_t(w.npkts));
         ++sq.next;
         if (!c_.reliable()) {   // UC: no acknowledgement will come (9.8)
             w.done = true;
@@ -222,7 +225,10 @@ bool Requester::resolve_peer() noexcept {
 bool Requester::send_rc_packet(SendWqe& w) noexcept {
     uint8_t* buf = c_.port.tx_buffer();
     if (!buf) return false;
-    PacketHeader h;
+    // The packet's fields, over the last packet's: each opcode's path sets what its headers carry
+    // (write_headers reads nothing else), the BTH's flags here.
+    PacketHeader& h = hdr_;
+    h.solicited = h.ack_req = false;
     h.xrc_srqn = w.wr.remote_srqn;   // XRC: every request names the target's SRQ (9.3.8)
     const uint32_t psn = s_.next_psn;
     const uint32_t idx = uint32_t(psn_diff(psn, w.first_psn));

@@ -5,7 +5,7 @@
 
 namespace vfab::rdma::detail {
 
-void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept {
+void copy_to_segments_walk(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept {
     for (uint32_t i = 0; i < n && len; ++i) {
         if (offset >= s[i].len) {
             offset -= s[i].len;
@@ -20,7 +20,7 @@ void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8
     }
 }
 
-void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept {
+void copy_from_segments_walk(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept {
     for (uint32_t i = 0; i < n && len; ++i) {
         if (offset >= s[i].len) {
             offset -= s[i].len;

@@ -34,8 +34,21 @@ inline void copy_from(const Segment& s, uint32_t offset, uint8_t* to, uint32_t l
     else dma::copy_from(*s.map, s.pos + offset, to, len);
 }
 
-// Copies between segments (at byte `offset` of their concatenation) and a flat buffer.
-void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
-void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept;
+// Copies between segments (at byte `offset` of their concatenation) and a flat buffer: one
+// run of memory inline, the rest (several segments, scattered blocks) out of line.
+void copy_to_segments_walk(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept;
+void copy_from_segments_walk(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept;
+inline void copy_to_segments(const Segment* s, uint32_t n, uint32_t offset, const uint8_t* from, uint32_t len) noexcept {
+    if (n == 1 && !s->map && len <= s->len && offset <= s->len - len) [[likely]]
+        std::memcpy(s->host + offset, from, len);
+    else
+        copy_to_segments_walk(s, n, offset, from, len);
+}
+inline void copy_from_segments(const Segment* s, uint32_t n, uint32_t offset, uint8_t* to, uint32_t len) noexcept {
+    if (n == 1 && !s->map && len <= s->len && offset <= s->len - len) [[likely]]
+        std::memcpy(to, s->host + offset, len);
+    else
+        copy_from_segments_walk(s, n, offset, to, len);
+}
 
 }  // namespace vfab::rdma::detail
