@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "vfab/rdma/wire.hpp"
+
 namespace vfab::cm {
 
 // ---- MAD (13.4.2): a 24-byte common header and 232 bytes of data, 256 in all ------------------------
@@ -22,8 +24,7 @@ inline constexpr uint8_t kBaseVersion = 1;
 inline constexpr uint8_t kClassCm = 0x07;
 inline constexpr uint8_t kCmClassVersion = 2;
 inline constexpr uint8_t kMethodSend = 0x03;   // every CM message (12.6)
-inline constexpr uint32_t kGsiQpn = 1;          // QP1, where CM MADs go (the kernel sends nowhere else)
-inline constexpr uint32_t kGsiQkey = 0x80010000u;
+// CM MADs go to QP1 (wire::kGsiQpn, Q_Key wire::kGsiQkey): the kernel sends them nowhere else.
 
 // CM attribute IDs (12.6, table 104).
 enum class Attr : uint16_t {

@@ -32,6 +32,8 @@ void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
     bool taken = false;
     if (is_ipv4_multicast(p.dst_ip)) {
         taken = deliver_multicast(p, nullptr);
+    } else if (p.dest_qp == kGsiQpn) {   // QP1, the management datagrams' (create_qp1)
+        taken = qp1_ && !qp1_->destroyed && qp1_->on_packet(p);
     } else {
         const uint32_t index = p.dest_qp - kFirstQpn;
         if (p.dest_qp >= kFirstQpn && index < qps_.size() && qps_[index] && !qps_[index]->destroyed)

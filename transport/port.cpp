@@ -47,6 +47,7 @@ PortImpl::PortImpl(std::unique_ptr<RawLink> link, const PortConfig& cfg) : link_
 PortImpl::~PortImpl() {
     stop_progress_thread();
     qps_.clear();
+    qp1_.reset();
     cqs_.clear();
     link_->close();   // the device lets go of the buffers before they are deregistered
     if (mr_.lkey) (void)link_->pd().deregister(mr_);
@@ -268,8 +269,9 @@ void PortImpl::fail_overrun_cqs() noexcept {
         e.type = AsyncEventType::cq_error;
         e.cq = cq;
         raise(e);
-        for (auto& qp : qps_)
-            if (qp && !qp->destroyed && qp->uses(cq)) qp->cq_overran();
+        each_qp([&](QpImpl& qp) {
+            if (qp.uses(cq)) qp.cq_overran();
+        });
         for (auto& qp : raw_qps_)
             if (!qp->destroyed && qp->uses(cq)) qp->cq_overran();
     }
@@ -325,12 +327,11 @@ void PortImpl::wake() noexcept {
 void PortImpl::run_timers(uint64_t now) noexcept {
     next_deadline_ = 0;
     arp_timers(now);
-    for (auto& qp : qps_) {
-        if (!qp || qp->destroyed) continue;
-        const uint64_t d = qp->deadline();
-        if (d && d <= now) qp->on_timer(now);
-        note_deadline(qp->deadline());
-    }
+    each_qp([&](QpImpl& qp) {
+        const uint64_t d = qp.deadline();
+        if (d && d <= now) qp.on_timer(now);
+        note_deadline(qp.deadline());
+    });
 }
 
 void PortImpl::arm_timer() noexcept {
@@ -381,8 +382,7 @@ void PortImpl::on_arp(const uint8_t* f, uint32_t len) noexcept {
 
 // A peer's MAC was learnt, changed or given up on: the queue pairs waiting for one look again.
 void PortImpl::wake_arp_waiters() noexcept {
-    for (auto& qp : qps_)
-        if (qp && !qp->destroyed) qp->on_arp_change();
+    each_qp([](QpImpl& qp) { qp.on_arp_change(); });
 }
 
 bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
@@ -450,6 +450,31 @@ Result<Cq*> PortImpl::create_cq(uint32_t cqe) {
 Result<Qp*> PortImpl::create_qp(const RdmaQpInitAttr& a) {
     Guard g(*this);
     if (a.qp_type == QpType::raw_packet) return create_raw_packet_qp(a);
+    if (auto r = check_qp_init(a); !r) return r.take_error();
+    for (uint32_t i = 0; i < qps_.size(); ++i) {
+        if (qps_[i] && !qps_[i]->destroyed) continue;
+        auto qp = std::make_unique<QpImpl>(*this, kFirstQpn + i, a);
+        if (auto r = qp->init(); !r) return r.take_error();
+        if (qps_[i]) std::erase(ready_, qps_[i].get());   // a destroyed QP may still be listed
+        qps_[i] = std::move(qp);
+        return qps_[i].get();
+    }
+    return Error{ENOSPC, str_cat("create_qp: the port has ", qps_.size(), " queue pairs already (PortConfig::max_qp)")};
+}
+
+Result<Qp*> PortImpl::create_qp1(const RdmaQpInitAttr& a) {
+    Guard g(*this);
+    if (a.qp_type != QpType::ud) return Error{EINVAL, "create_qp1: QP1 is a UD queue pair (qp_type ud)"};
+    if (qp1_ && !qp1_->destroyed) return Error{EBUSY, "create_qp1: the port has its QP1 already; destroy it first"};
+    if (auto r = check_qp_init(a); !r) return r.take_error();
+    auto qp = std::make_unique<QpImpl>(*this, kGsiQpn, a);
+    if (auto r = qp->init(); !r) return r.take_error();
+    if (qp1_) std::erase(ready_, qp1_.get());
+    qp1_ = std::move(qp);
+    return qp1_.get();
+}
+
+Result<void> PortImpl::check_qp_init(const RdmaQpInitAttr& a) {
     auto mine = [&](Cq* c) { return owns(cqs_, c); };
     const bool ini = a.qp_type == QpType::xrc_send, tgt = a.qp_type == QpType::xrc_recv;
     if (a.qp_type != QpType::rc && a.qp_type != QpType::uc && a.qp_type != QpType::ud && !ini && !tgt)
@@ -478,15 +503,7 @@ Result<Qp*> PortImpl::create_qp(const RdmaQpInitAttr& a) {
         c.max_inline_data > kMaxInline)
         return Error{EINVAL, str_cat("create_qp: max_send_wr/max_recv_wr 1 to ", kMaxQpWr, ", SGEs 1 to ", kMaxSge,
                                      ", inline data up to ", kMaxInline)};
-    for (uint32_t i = 0; i < qps_.size(); ++i) {
-        if (qps_[i] && !qps_[i]->destroyed) continue;
-        auto qp = std::make_unique<QpImpl>(*this, kFirstQpn + i, a);
-        if (auto r = qp->init(); !r) return r.take_error();
-        if (qps_[i]) std::erase(ready_, qps_[i].get());   // a destroyed QP may still be listed
-        qps_[i] = std::move(qp);
-        return qps_[i].get();
-    }
-    return Error{ENOSPC, str_cat("create_qp: the port has ", qps_.size(), " queue pairs already (PortConfig::max_qp)")};
+    return {};
 }
 
 Result<AddressHandle*> PortImpl::create_ah(const AhAttr& a) {

@@ -32,6 +32,7 @@ public:
     dma::ProtectionDomain& pd() override { return link_->pd(); }
     Result<Cq*> create_cq(uint32_t cqe) override;
     Result<Qp*> create_qp(const RdmaQpInitAttr& attr) override;
+    Result<Qp*> create_qp1(const RdmaQpInitAttr& attr) override;
     Result<Flow*> create_flow(Qp* qp, const FlowRule& rule) override;
     void flows_changed() noexcept;   // a flow made or destroyed: the counts steer() looks at
     Result<AddressHandle*> create_ah(const AhAttr& attr) override;
@@ -140,6 +141,15 @@ private:
     std::vector<Sge> rx_sges_;
     uint32_t rx_count_ = 0;
     std::vector<std::unique_ptr<QpImpl>> qps_;     // by index
+    std::unique_ptr<QpImpl> qp1_;                  // the GSI queue pair (create_qp1)
+    Result<void> check_qp_init(const RdmaQpInitAttr& a);   // create_qp's checks of RC, UC, UD and XRC
+    // Each live RC, UC, UD or XRC queue pair, QP1 included.
+    template <class F>
+    void each_qp(F f) {
+        for (auto& qp : qps_)
+            if (qp && !qp->destroyed) f(*qp);
+        if (qp1_ && !qp1_->destroyed) f(*qp1_);
+    }
     std::vector<std::unique_ptr<CqImpl>> cqs_;
     std::vector<std::unique_ptr<AhImpl>> ahs_;
     std::vector<std::unique_ptr<SrqImpl>> srqs_;   // SRQ number: kFirstSrqn + index

@@ -133,6 +133,7 @@ Result<void> QpImpl::modify(const QpAttr& a, uint32_t mask) {
     if (mask & attr_pkey_index) at.pkey_index = a.pkey_index;
     if (mask & attr_port) at.port_num = a.port_num;
     if (mask & attr_qkey) at.qkey = a.qkey;
+    if (c_.qpn == kGsiQpn) at.qkey = kGsiQkey;   // QP1's is the well-known one (13.5.1)
     if (mask & attr_av) at.ah_attr = a.ah_attr;
     if (mask & attr_path_mtu) at.path_mtu = a.path_mtu;
     if (mask & attr_timeout) at.timeout = a.timeout;

@@ -257,5 +257,77 @@ TEST_F(UdTest, OneSenderToTwoQueuePairs) {
     EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 20, mc.begin() + 40));
 }
 
+// QP1 (the GSI, IB spec 13.5.1), where the connection manager's MADs go (docs/cm.md): one per
+// port, numbered 1, taking only datagrams with the well-known Q_Key 0x80010000 whatever modify
+// gave it, and sending from source QP 1.
+TEST(Qp1, ManagementDatagramsBetweenTwoPortsQp1s) {
+    RdmaPair pair;
+    std::vector<uint8_t> ma(1 << 16, 0), mb(1 << 16, 0);
+    auto qp1 = [](Port& port, std::vector<uint8_t>& mem) {
+        Side s;
+        s.port = &port;
+        s.cq = *port.create_cq(64);
+        RdmaQpInitAttr ia;
+        ia.qp_type = QpType::ud;
+        ia.send_cq = ia.recv_cq = s.cq;
+        ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
+        auto qp = port.create_qp1(ia);
+        EXPECT_TRUE(qp) << qp.error().message;
+        s.qp = *qp;
+        s.mem = &mem;
+        s.mr = *port.pd().register_memory(mem.data(), mem.size(), dma::Access(kAllRemote));
+        return s;
+    };
+    Side a = qp1(*pair.a, ma), b = qp1(*pair.b, mb);
+    ASSERT_EQ(a.qp->qp_num(), wire::kGsiQpn);
+    connect_ud(a, 0x1234);   // whatever it is given: QP1 keeps the well-known Q_Key
+    connect_ud(b, 0x1234);
+    EXPECT_EQ(b.qp->query().qkey, wire::kGsiQkey);
+
+    RdmaQpInitAttr again;
+    again.qp_type = QpType::ud;
+    again.send_cq = again.recv_cq = a.cq;
+    again.cap.max_send_wr = again.cap.max_recv_wr = 1;
+    auto second = pair.a->create_qp1(again);
+    ASSERT_FALSE(second);
+    EXPECT_EQ(second.error().code, EBUSY);
+    again.qp_type = QpType::rc;
+    EXPECT_EQ(pair.a->create_qp1(again).error().code, EINVAL);
+
+    AhAttr ah;
+    ah.dgid = pair.b->gid();
+    AddressHandle* to_b = *pair.a->create_ah(ah);
+    for (uint32_t i = 0; i < 256; ++i) ma[i] = uint8_t(i);
+    Sge rs{reinterpret_cast<uint64_t>(mb.data()), 40 + 256, b.mr.lkey};
+    RecvWr r{7, &rs, 1, 0};
+    ASSERT_TRUE(b.qp->post_recv(std::span(&r, 1)));
+    Sge s{reinterpret_cast<uint64_t>(ma.data()), 256, a.mr.lkey};
+    auto send = [&](uint32_t qkey) {
+        RdmaSendWr w = wr_of(WrOpcode::send, qkey, &s);
+        w.ah = to_b;
+        w.remote_qpn = wire::kGsiQpn;
+        w.remote_qkey = qkey;
+        ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+        ASSERT_EQ(wait_wc(a, b, 1).size(), 1u);
+    };
+    const uint64_t dropped = pair.b->stats().rx_dropped;
+    send(0x1234);   // another Q_Key (not a controlled one): B's QP1 takes none of it
+    for (int i = 0; i < 8; ++i) pair.b->progress();
+    EXPECT_EQ(pair.b->stats().rx_dropped, dropped + 1);
+    send(wire::kGsiQkey);
+    auto rx = wait_wc(b, a, 1);
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success) << to_string(rx[0].status);
+    EXPECT_EQ(rx[0].wr_id, 7u);
+    EXPECT_EQ(rx[0].byte_len, 40u + 256u);
+    EXPECT_EQ(rx[0].src_qp, wire::kGsiQpn);
+    EXPECT_EQ(rx[0].qp_num, wire::kGsiQpn);
+    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 256, mb.begin() + 40));
+    // Destroyed, the port makes another.
+    ASSERT_TRUE(a.qp->destroy());
+    again.qp_type = QpType::ud;
+    EXPECT_TRUE(pair.a->create_qp1(again));
+}
+
 }  // namespace
 }  // namespace vfab::rdma::test

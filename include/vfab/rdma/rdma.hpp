@@ -298,6 +298,11 @@ public:
     // port or not as its type needs, unknown create_flags, caps out of range (WRs 1 to 16384,
     // SGEs 1 to 32, inline up to 4096 bytes); ENOSPC: PortConfig::max_qp queue pairs live.
     virtual Result<Qp*> create_qp(const RdmaQpInitAttr& attr) = 0;
+    // The port's QP1 (GSI, IB spec 13.5.1): a UD queue pair numbered 1 whose datagrams carry the
+    // well-known Q_Key 0x80010000 (its own, whatever modify gives), for management datagrams —
+    // the connection manager's MADs (docs/cm.md). `attr` as create_qp's, qp_type UD. EBUSY: the
+    // port has its QP1 already (destroy it first).
+    virtual Result<Qp*> create_qp1(const RdmaQpInitAttr& attr) = 0;
     // ibv_create_flow: frames matching `rule` go to `qp`, a raw-packet queue pair of this port
     // (a raw-packet queue pair receives nothing until a flow names it). EINVAL: not such a
     // queue pair, a mask on a field the rule's kind cannot use; ENOSPC: 1024 flows live.

@@ -82,6 +82,10 @@ inline constexpr uint8_t kBthAckReq = 0x80;
 inline constexpr uint32_t kPsnMask = 0xFFFFFF;
 inline constexpr uint32_t kQpnMask = 0xFFFFFF;
 inline constexpr uint32_t kMulticastQpn = 0xFFFFFF;   // the DestQP of a multicast datagram (10.5.2.x, as ibv's)
+// QP1, the general services interface (GSI): where management datagrams, the connection
+// manager's among them, go; it takes datagrams carrying the well-known Q_Key (IB spec 13.5.1).
+inline constexpr uint32_t kGsiQpn = 1;
+inline constexpr uint32_t kGsiQkey = 0x80010000u;
 
 // Extended transport headers (9.3).
 inline constexpr size_t kReth = 16;        // VA, R_Key, DMA length
