@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cm/mad.hpp"
+#include "cm/messages.hpp"
 
 namespace vfab::cm {
 namespace {
@@ -182,6 +183,110 @@ TEST(CmMad, TimeoutCodes) {
     EXPECT_EQ(timeout_ns(0), 4096u);
     EXPECT_EQ(timeout_ns(20), 4096ull << 20);   // ~4.3 s: rdma_cm's CM response timeout
     EXPECT_EQ(timeout_ns(40), 4096ull << 31);
+}
+
+// Every message through a MAD and back: what was put in comes out, with its transaction ID.
+TEST(CmMessages, EveryMessageRoundTrips) {
+    std::mt19937 rng(9);
+    auto fill = [&](auto& a) {
+        for (auto& b : a) b = uint8_t(rng());
+    };
+    Req q;
+    q.local_comm_id = 0x12345678;
+    q.service_id = service_id(kPsTcp, 7471);
+    q.local_ca_guid = 0x0250569fffe0a1b2ull;
+    q.local_qpn = 0x000123;
+    q.responder_resources = 16;
+    q.initiator_depth = 8;
+    q.flow_control = true;
+    q.starting_psn = 0x654321;
+    q.path_mtu = 5;
+    q.srq = true;
+    q.local_gid[10] = q.local_gid[11] = 0xFF;
+    q.local_gid[15] = 1;
+    q.remote_gid[15] = 2;
+    q.flow_label = 0xABCDE;
+    q.traffic_class = 0x20;
+    q.sl = 3;
+    fill(q.private_data);
+    Rep p;
+    p.local_comm_id = 1;
+    p.remote_comm_id = 0x12345678;
+    p.local_qpn = 0x000456;
+    p.starting_psn = 0x111111;
+    p.rnr_retry_count = 5;
+    p.local_ca_guid = 0x0250569fffe0c3d4ull;
+    fill(p.private_data);
+    Rtu t{1, 2, {}};
+    fill(t.private_data);
+    Rej j;
+    j.remote_comm_id = 9;
+    j.reason = uint16_t(RejReason::invalid_service_id);
+    j.ari_length = 8;
+    fill(j.ari);
+    fill(j.private_data);
+    Mra m{3, 4, 1, 24, {}};
+    Dreq dq{5, 6, 0x000789, {}};
+    fill(dq.private_data);
+    Drep dp{6, 5, {}};
+    SidrReq sq{77, 0xFFFF, service_id(kPsUdp, 4791), {}};
+    fill(sq.private_data);
+    SidrRep sp{77, uint8_t(SidrStatus::success), 0x000321, service_id(kPsUdp, 4791), 0x01234567, {}};
+    const Message all[] = {q, p, t, j, m, dq, dp, sq, sp};
+    uint64_t tid = 0x0000000100000000ull;
+    for (const Message& in : all) {
+        SCOPED_TRACE(in.index());
+        std::array<uint8_t, kMadSize> mad;
+        encode(in, ++tid, mad.data());
+        Message out;
+        uint64_t got_tid = 0;
+        ASSERT_EQ(decode(mad.data(), mad.size(), out, got_tid), DecodeResult::ok);
+        EXPECT_EQ(got_tid, tid);
+        ASSERT_EQ(out.index(), in.index());
+        std::array<uint8_t, kMadSize> again;
+        encode(out, tid, again.data());
+        EXPECT_EQ(mad, again) << "decoded and encoded again, the same bytes";
+    }
+    // What the fields hold, for one of each kind of field.
+    std::array<uint8_t, kMadSize> mad;
+    encode(q, 1, mad.data());
+    Message out;
+    ASSERT_EQ(decode(mad.data(), mad.size(), out, tid), DecodeResult::ok);
+    const Req& r = std::get<Req>(out);
+    EXPECT_EQ(r.service_id, q.service_id);
+    EXPECT_EQ(r.local_ca_guid, q.local_ca_guid);
+    EXPECT_EQ(r.starting_psn, 0x654321u);
+    EXPECT_EQ(r.path_mtu, 5);
+    EXPECT_TRUE(r.flow_control);
+    EXPECT_TRUE(r.srq);
+    EXPECT_EQ(r.flow_label, 0xABCDEu);
+    EXPECT_EQ(r.sl, 3);
+    EXPECT_EQ(r.local_gid, q.local_gid);
+    EXPECT_EQ(r.private_data, q.private_data);
+    EXPECT_EQ(get(mad.data() + kMadHeader, req::primary_local_lid), 0xFFFFu) << "RoCE: permissive LIDs";
+    EXPECT_EQ(get(mad.data() + kMadHeader, req::alternate_local_lid), 0u) << "no alternate path";
+    EXPECT_EQ(get(mad.data(), mad::attr_id), uint16_t(Attr::req));
+    EXPECT_EQ(get(mad.data(), mad::method), kMethodSend);
+}
+
+TEST(CmMessages, WhatIsNotTheCmsIsRefused) {
+    std::array<uint8_t, kMadSize> mad;
+    encode(Rtu{}, 1, mad.data());
+    Message out;
+    uint64_t tid;
+    EXPECT_EQ(decode(mad.data(), kMadSize - 1, out, tid), DecodeResult::short_mad);
+    auto with = [&](Field f, uint64_t v) {
+        auto m = mad;
+        set(m.data(), f, v);
+        return decode(m.data(), m.size(), out, tid);
+    };
+    EXPECT_EQ(with(mad::base_version, 2), DecodeResult::not_cm);
+    EXPECT_EQ(with(mad::mgmt_class, 0x01), DecodeResult::not_cm) << "a subnet-management MAD";
+    EXPECT_EQ(with(mad::class_version, 1), DecodeResult::not_cm);
+    EXPECT_EQ(with(mad::method, 0x01), DecodeResult::bad_method) << "a Get";
+    EXPECT_EQ(with(mad::attr_id, uint16_t(Attr::lap)), DecodeResult::unknown_attribute) << "LAP: refused over RoCE";
+    EXPECT_EQ(with(mad::attr_id, uint16_t(Attr::class_port_info)), DecodeResult::unknown_attribute);
+    EXPECT_EQ(with(mad::attr_id, 0x7777), DecodeResult::unknown_attribute);
 }
 
 }  // namespace
