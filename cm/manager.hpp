@@ -1,0 +1,99 @@
+// The connection manager of one port (IB spec 12.9, the communication state machine; docs/cm.md):
+// connections by local communication ID, listeners by service ID, MADs sent again on their
+// timeout and given up after their retries. The active side sends a REQ and, on the REP, an RTU;
+// the passive side hears a connect request, accepts with a REP and is established by the RTU.
+// A REQ for a service nobody listens on is rejected (REJ 8). Progress is the caller's
+// (progress()); what happened comes out as events (next_event()).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "mad_port.hpp"
+
+namespace vfab::cm {
+
+using ConnId = uint32_t;   // the local communication ID
+
+enum class EventType : uint8_t {
+    connect_request,   // passive: a REQ for a service listened on (`req`); accept() or reject()
+    established,       // active: the REP came (`rep`), the RTU went; passive: the RTU came
+    rejected,          // the peer sent REJ (`reason`)
+    unreachable,       // the peer never answered the REQ (or REP) through its retries
+    disconnected,      // a DREQ came (answered) or ours was answered or timed out
+};
+
+struct Event {
+    EventType type = EventType::connect_request;
+    ConnId conn = 0;
+    uint32_t peer_ip = 0;
+    uint16_t reason = 0;   // rejected: RejReason
+    Req req;               // connect_request
+    Rep rep;               // established, active side
+};
+
+struct ManagerConfig {
+    uint64_t ca_guid = 0;               // this port's: the peer tells repeated REQs by it
+    uint8_t response_timeout = 20;      // the CM response timeout we give (4.096 µs × 2^t)
+    uint8_t max_retries = 15;           // sends of a REQ or REP after the first
+    uint64_t retry_ns = 0;              // tests: a fixed retransmission interval instead
+};
+
+class Manager {
+public:
+    static Result<std::unique_ptr<Manager>> open(rdma::Port& port, const ManagerConfig& cfg);
+
+    // Connect requests for `service_id` come as events. EEXIST: listened on already.
+    Result<void> listen(uint64_t service_id);
+    // Sends `req` (its comm ID, CA GUID and timeouts filled in here) to the CM at `peer_ip`.
+    Result<ConnId> connect(uint32_t peer_ip, Req req);
+    // Passive: answers a connect request with `rep` (comm IDs and CA GUID filled in here).
+    Result<void> accept(ConnId conn, Rep rep);
+    // Passive: refuses a connect request (REJ `reason`, RejReason::consumer for an application's).
+    Result<void> reject(ConnId conn, uint16_t reason);
+    // Sends DREQ for an established connection.
+    Result<void> disconnect(ConnId conn);
+
+    void progress();   // received MADs, then due retransmissions and timeouts
+    bool next_event(Event& out);
+    MadPort& mads() noexcept { return *mads_; }
+
+private:
+    enum class State : uint8_t { req_sent, req_rcvd, rep_sent, established, dreq_sent, closed };
+    struct Conn {
+        ConnId id = 0;
+        uint32_t remote_id = 0;
+        uint32_t peer_ip = 0;
+        uint32_t remote_qpn = 0;
+        uint64_t tid = 0;
+        State state = State::closed;
+        Message last;              // sent, and sent again on its timeout
+        uint64_t deadline = 0;     // 0: no timer
+        uint64_t timeout_ns = 0;
+        uint32_t retries_left = 0;
+    };
+    Manager(const ManagerConfig& cfg, std::unique_ptr<MadPort> mads) : cfg_(cfg), mads_(std::move(mads)) {}
+    Conn* find(ConnId id) noexcept;
+    Conn* find_remote(uint32_t peer_ip, uint32_t remote_id) noexcept;
+    void send(Conn& c, const Message& m, bool timed);
+    void on_message(const MadPort::Received& r);
+    void on_req(const Req& m, const MadPort::Received& r);
+    void on_rep(const Rep& m);
+    void on_rtu(const Rtu& m);
+    void on_rej(const Rej& m);
+    void on_dreq(const Dreq& m, const MadPort::Received& r);
+    void on_drep(const Drep& m);
+    void expire(Conn& c);
+    uint64_t timeout_for(uint8_t code) const noexcept;
+
+    ManagerConfig cfg_;
+    std::unique_ptr<MadPort> mads_;
+    std::vector<uint64_t> listening_;
+    std::vector<Conn> conns_;
+    std::deque<Event> events_;
+    uint32_t next_id_ = 1;
+};
+
+}  // namespace vfab::cm
