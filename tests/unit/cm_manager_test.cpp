@@ -7,6 +7,8 @@
 #include <chrono>
 
 #include "cm/manager.hpp"
+#include "cm/qp_attrs.hpp"
+#include "rdma_connect.hpp"
 #include "rdma_fake_link.hpp"
 
 namespace vfab::cm {
@@ -122,6 +124,64 @@ TEST_F(CmManagerTest, APeerThatNeverAnswersIsUnreachable) {
     ASSERT_TRUE(event_of(*a, e));
     EXPECT_EQ(e.type, EventType::unreachable);
     EXPECT_EQ(e.conn, *id);
+}
+
+void apply(rdma::Qp& qp, const QpTransition& t) { ASSERT_TRUE(qp.modify(t.attr, t.mask)); }
+
+// Two RC queue pairs connected by nothing but the CM's exchange: the attributes each side takes
+// from the REQ and REP (qp_attrs.hpp) let A WRITE into B's memory and READ it back.
+TEST_F(CmManagerTest, QueuePairsConnectedThroughTheCmWriteAndRead) {
+    std::vector<uint8_t> ma(1 << 16, 0), mb(1 << 16, 0);
+    rdma::test::Side qa = rdma::test::make_side(*pair.a, rdma::QpType::rc, ma);
+    rdma::test::Side qb = rdma::test::make_side(*pair.b, rdma::QpType::rc, mb);
+    ASSERT_TRUE(b->listen(service_id(kPsTcp, 20000)));
+    Req req = request(20000);
+    req.local_qpn = qa.qp->qp_num();
+    req.starting_psn = 0x111;
+    req.path_mtu = 3;
+    auto id = a->connect(kIpB, req);
+    ASSERT_TRUE(id);
+    Event in;
+    ASSERT_TRUE(event_of(*b, in));
+    ASSERT_EQ(in.type, EventType::connect_request);
+    Rep rep;
+    rep.local_qpn = qb.qp->qp_num();
+    rep.starting_psn = 0x222;
+    rep.responder_resources = 4;
+    rep.initiator_depth = 4;
+    // As rdma_accept: the QP through RTR and RTS before the REP goes.
+    apply(*qb.qp, to_init(in.req, rep, Side::passive));
+    apply(*qb.qp, to_rtr(in.req, rep, Side::passive, in.peer_ip));
+    apply(*qb.qp, to_rts(in.req, rep, Side::passive));
+    ASSERT_TRUE(b->accept(in.conn, rep));
+    Event est;
+    ASSERT_TRUE(event_of(*a, est));
+    ASSERT_EQ(est.type, EventType::established);
+    apply(*qa.qp, to_init(req, est.rep, Side::active));
+    apply(*qa.qp, to_rtr(req, est.rep, Side::active, kIpB));
+    apply(*qa.qp, to_rts(req, est.rep, Side::active));
+    EXPECT_EQ(qa.qp->query().dest_qp_num, qb.qp->qp_num());
+    EXPECT_EQ(qb.qp->query().dest_qp_num, qa.qp->qp_num());
+
+    for (size_t i = 0; i < 4096; ++i) ma[i] = uint8_t(i * 7 + 1);
+    Sge s{reinterpret_cast<uint64_t>(ma.data()), 4096, qa.mr.lkey};
+    rdma::RdmaSendWr w = rdma::test::wr_of(rdma::WrOpcode::rdma_write, 1, &s);
+    w.remote_addr = reinterpret_cast<uint64_t>(mb.data());
+    w.rkey = qb.mr.rkey;
+    ASSERT_TRUE(qa.qp->post_send(std::span(&w, 1)));
+    auto wc = rdma::test::wait_wc(qa, qb, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, rdma::RdmaWcStatus::success) << rdma::to_string(wc[0].status);
+    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 4096, mb.begin()));
+    Sge back{reinterpret_cast<uint64_t>(ma.data() + 8192), 4096, qa.mr.lkey};
+    rdma::RdmaSendWr r = rdma::test::wr_of(rdma::WrOpcode::rdma_read, 2, &back);
+    r.remote_addr = reinterpret_cast<uint64_t>(mb.data());
+    r.rkey = qb.mr.rkey;
+    ASSERT_TRUE(qa.qp->post_send(std::span(&r, 1)));
+    wc = rdma::test::wait_wc(qa, qb, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, rdma::RdmaWcStatus::success) << rdma::to_string(wc[0].status);
+    EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 4096, ma.begin() + 8192));
 }
 
 }  // namespace
