@@ -47,6 +47,8 @@ inline constexpr size_t kReqPrivate = 92, kMraPrivate = 222, kRejPrivate = 148, 
                         kRtuPrivate = 224, kDreqPrivate = 220, kDrepPrivate = 224, kSidrReqPrivate = 216,
                         kSidrRepPrivate = 136;
 inline constexpr size_t kRejAri = 72;   // REJ's additional rejection information
+// The service timeout an MRA asks for (4.096 µs × 2^24, ~67 s: what the kernel's ib_cm sends).
+inline constexpr uint8_t kMraServiceTimeout = 24;
 
 // REJ reasons (12.6.7.2, table 109), those vfab sends or meets.
 enum class RejReason : uint16_t {
@@ -175,6 +177,8 @@ constexpr uint64_t timeout_ns(uint32_t t) noexcept { return 4096ull << (t > 31 ?
 
 // Port spaces of rdma_cm (enum rdma_port_space) and the service ID of a port in one.
 inline constexpr uint16_t kPsTcp = 0x0106, kPsUdp = 0x0111, kPsIb = 0x013F, kPsIpoib = 0x0002;
+// The Q_Key of rdma_cm's UD queue pairs (RDMA_UDP_QKEY), which a SIDR_REP for RDMA_PS_UDP carries.
+inline constexpr uint32_t kRdmaUdpQkey = 0x01234567;
 constexpr uint64_t service_id(uint16_t ps, uint16_t port) noexcept { return uint64_t(ps) << 16 | port; }
 constexpr uint16_t port_space_of(uint64_t sid) noexcept { return uint16_t(sid >> 16); }
 constexpr uint16_t port_of(uint64_t sid) noexcept { return uint16_t(sid); }

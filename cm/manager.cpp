@@ -80,15 +80,41 @@ Result<void> Manager::accept(ConnId id, Rep rep) {
     return {};
 }
 
-Result<void> Manager::reject(ConnId id, uint16_t reason) {
+Result<void> Manager::reject(ConnId id, uint16_t reason, std::span<const uint8_t> private_data) {
     Conn* c = find(id);
     if (!c || c->state != State::req_rcvd) return Error{EINVAL, "CM reject: not a connect request waiting for an answer"};
+    if (private_data.size() > kRejPrivate) return Error{EINVAL, "CM reject: at most 148 bytes of private data"};
     Rej r;
+    std::copy(private_data.begin(), private_data.end(), r.private_data.begin());
     r.local_comm_id = c->id;
     r.remote_comm_id = c->remote_id;
     r.message_rejected = rej::rejected_req;
     r.reason = reason;
     send(*c, r, false);
+    c->state = State::closed;
+    return {};
+}
+
+Result<ConnId> Manager::resolve(uint32_t peer_ip, SidrReq req) {
+    Conn c;
+    c.id = next_id_++;
+    c.peer_ip = peer_ip;
+    c.tid = uint64_t(1) << 32 | c.id;
+    c.state = State::sidr_sent;
+    c.timeout_ns = timeout_for(cfg_.response_timeout);
+    c.retries_left = cfg_.max_retries;
+    req.request_id = c.id;
+    conns_.push_back(c);
+    send(conns_.back(), req, true);
+    return c.id;
+}
+
+Result<void> Manager::sidr_answer(ConnId id, SidrRep rep) {
+    Conn* c = find(id);
+    if (!c || c->state != State::sidr_rcvd) return Error{EINVAL, "CM: not a SIDR request waiting for an answer"};
+    rep.request_id = c->remote_id;
+    rep.service_id = c->service_id;
+    send(*c, rep, false);
     c->state = State::closed;
     return {};
 }
@@ -108,12 +134,51 @@ Result<void> Manager::disconnect(ConnId id) {
     return {};
 }
 
+void Manager::release(ConnId id) {
+    Conn* c = find(id);
+    if (!c) return;
+    c->released = true;
+    if (c->state == State::established) {
+        (void)disconnect(id);
+    } else if (c->state == State::sidr_sent || c->state == State::sidr_rcvd) {
+        c->state = State::closed;   // the peer's SIDR_REQ goes unanswered: it times out
+    } else if (c->state == State::req_sent) {
+        // Before the REP: REJ "timeout" with this side's CA GUID as its information, the peer
+        // finds the connection by our comm ID (as the kernel's ib_cm sends it).
+        Rej r;
+        r.local_comm_id = c->id;
+        r.message_rejected = rej::rejected_other;
+        r.reason = uint16_t(RejReason::timeout);
+        r.ari_length = 8;
+        for (int i = 0; i < 8; ++i) r.ari[size_t(i)] = uint8_t(cfg_.ca_guid >> (56 - 8 * i));
+        send(*c, r, false);
+        c->state = State::closed;
+    } else if (c->state == State::req_rcvd || c->state == State::rep_sent) {
+        Rej r;   // 12.9.6: a connection abandoned while being set up is rejected
+        r.local_comm_id = c->id;
+        r.remote_comm_id = c->remote_id;
+        r.message_rejected = c->state == State::rep_sent ? rej::rejected_rep : rej::rejected_req;
+        r.reason = uint16_t(RejReason::consumer);
+        send(*c, r, false);
+        c->state = State::closed;
+    }
+}
+
+void Manager::emit(const Conn& c, Event e) {
+    if (c.released) return;
+    e.conn = c.id;
+    e.peer_ip = c.peer_ip;
+    events_.push_back(e);
+}
+
 bool Manager::next_event(Event& out) {
     if (events_.empty()) return false;
     out = events_.front();
     events_.pop_front();
     return true;
 }
+
+void Manager::unlisten(uint64_t service_id) { std::erase(listening_, service_id); }
 
 void Manager::progress() {
     MadPort::Received in[16];
@@ -136,10 +201,8 @@ void Manager::progress() {
 // a DREQ never answered still ends it.
 void Manager::expire(Conn& c) {
     Event e;
-    e.conn = c.id;
-    e.peer_ip = c.peer_ip;
     e.type = c.state == State::dreq_sent ? EventType::disconnected : EventType::unreachable;
-    events_.push_back(e);
+    emit(c, e);
     c.state = State::closed;
 }
 
@@ -150,10 +213,12 @@ void Manager::on_message(const MadPort::Received& r) {
             if constexpr (std::is_same_v<T, Req>) on_req(m, r);
             else if constexpr (std::is_same_v<T, Rep>) on_rep(m);
             else if constexpr (std::is_same_v<T, Rtu>) on_rtu(m);
-            else if constexpr (std::is_same_v<T, Rej>) on_rej(m);
+            else if constexpr (std::is_same_v<T, Rej>) on_rej(m, r);
             else if constexpr (std::is_same_v<T, Dreq>) on_dreq(m, r);
             else if constexpr (std::is_same_v<T, Drep>) on_drep(m);
-            // MRA and SIDR: not yet (docs/cm.md)
+            else if constexpr (std::is_same_v<T, Mra>) on_mra(m);
+            else if constexpr (std::is_same_v<T, SidrReq>) on_sidr_req(m, r);
+            else if constexpr (std::is_same_v<T, SidrRep>) on_sidr_rep(m);
         },
         r.msg);
 }
@@ -161,6 +226,14 @@ void Manager::on_message(const MadPort::Received& r) {
 void Manager::on_req(const Req& m, const MadPort::Received& r) {
     if (Conn* dup = find_remote(r.src_ip, m.local_comm_id)) {   // the same REQ again (12.9.5)
         if (dup->state == State::rep_sent) send(*dup, dup->last, true);   // our REP was lost
+        if (dup->state == State::req_rcvd) {   // the application has not answered yet: MRA (12.6.6)
+            Mra a;
+            a.local_comm_id = dup->id;
+            a.remote_comm_id = dup->remote_id;
+            a.message_mraed = 0;
+            a.service_timeout = kMraServiceTimeout;
+            (void)mads_->send(a, dup->tid, dup->peer_ip);
+        }
         return;
     }
     Conn c;
@@ -206,10 +279,8 @@ void Manager::on_rep(const Rep& m) {
     send(*c, t, false);
     Event e;
     e.type = EventType::established;
-    e.conn = c->id;
-    e.peer_ip = c->peer_ip;
     e.rep = m;
-    events_.push_back(e);
+    emit(*c, e);
 }
 
 void Manager::on_rtu(const Rtu& m) {
@@ -219,20 +290,21 @@ void Manager::on_rtu(const Rtu& m) {
     c->deadline = 0;
     Event e;
     e.type = EventType::established;
-    e.conn = c->id;
-    e.peer_ip = c->peer_ip;
-    events_.push_back(e);
+    emit(*c, e);
 }
 
-void Manager::on_rej(const Rej& m) {
-    Conn* c = find(m.remote_comm_id);
-    if (!c || (c->state != State::req_sent && c->state != State::rep_sent)) return;
+void Manager::on_rej(const Rej& m, const MadPort::Received& r) {
+    // A REJ from an active side that gave up before our REP reached it names only its own
+    // comm ID (12.6.7; the kernel's "timeout" REJ of a destroyed id).
+    Conn* c = m.remote_comm_id ? find(m.remote_comm_id) : find_remote(r.src_ip, m.local_comm_id);
+    if (!c) return;
+    const bool waiting = c->state == State::req_sent || c->state == State::rep_sent || (!m.remote_comm_id && c->state == State::req_rcvd);
+    if (!waiting) return;
     Event e;
     e.type = EventType::rejected;
-    e.conn = c->id;
-    e.peer_ip = c->peer_ip;
     e.reason = m.reason;
-    events_.push_back(e);
+    e.rej = m;
+    emit(*c, e);
     c->state = State::closed;
 }
 
@@ -247,9 +319,7 @@ void Manager::on_dreq(const Dreq& m, const MadPort::Received& r) {
     if (!c || c->remote_id != m.local_comm_id || (c->state != State::established && c->state != State::dreq_sent)) return;
     Event e;
     e.type = EventType::disconnected;
-    e.conn = c->id;
-    e.peer_ip = c->peer_ip;
-    events_.push_back(e);
+    emit(*c, e);
     c->state = State::closed;
 }
 
@@ -258,10 +328,57 @@ void Manager::on_drep(const Drep& m) {
     if (!c || c->state != State::dreq_sent) return;
     Event e;
     e.type = EventType::disconnected;
-    e.conn = c->id;
-    e.peer_ip = c->peer_ip;
-    events_.push_back(e);
+    emit(*c, e);
     c->state = State::closed;
+}
+
+// A SIDR_REQ (12.11): the service's listener answers it (sidr_request event); nobody listening,
+// SIDR_REP "service ID not supported" at once, as the kernel answers. A repeated one is the same
+// request while it waits for the application.
+void Manager::on_sidr_req(const SidrReq& m, const MadPort::Received& r) {
+    for (Conn& c : conns_)
+        if (c.state == State::sidr_rcvd && c.peer_ip == r.src_ip && c.remote_id == m.request_id) return;
+    if (std::find(listening_.begin(), listening_.end(), m.service_id) == listening_.end()) {
+        SidrRep rep;
+        rep.request_id = m.request_id;
+        rep.service_id = m.service_id;
+        rep.status = uint8_t(SidrStatus::unsupported_sid);
+        (void)mads_->send(rep, r.tid, r.src_ip);
+        return;
+    }
+    Conn c;
+    c.id = next_id_++;
+    c.remote_id = m.request_id;
+    c.peer_ip = r.src_ip;
+    c.tid = r.tid;
+    c.service_id = m.service_id;
+    c.state = State::sidr_rcvd;
+    conns_.push_back(c);
+    Event e;
+    e.type = EventType::sidr_request;
+    e.sidr_req = m;
+    emit(conns_.back(), e);
+}
+
+void Manager::on_sidr_rep(const SidrRep& m) {
+    Conn* c = find(m.request_id);
+    if (!c || c->state != State::sidr_sent) return;
+    Event e;
+    e.type = EventType::sidr_reply;
+    e.sidr_rep = m;
+    emit(*c, e);
+    c->state = State::closed;
+}
+
+// The peer needs longer to answer our REQ or REP (12.6.6): the timer waits the service timeout
+// it gave on top of the response timeout, and the retries start again.
+void Manager::on_mra(const Mra& m) {
+    Conn* c = find(m.remote_comm_id);
+    if (!c) return;
+    const bool ours = (m.message_mraed == 0 && c->state == State::req_sent) || (m.message_mraed == 1 && c->state == State::rep_sent);
+    if (!ours) return;
+    c->deadline = now_ns() + timeout_for(m.service_timeout) + c->timeout_ns;
+    c->retries_left = cfg_.max_retries;
 }
 
 }  // namespace vfab::cm

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "mad_port.hpp"
@@ -23,6 +24,8 @@ enum class EventType : uint8_t {
     rejected,          // the peer sent REJ (`reason`)
     unreachable,       // the peer never answered the REQ (or REP) through its retries
     disconnected,      // a DREQ came (answered) or ours was answered or timed out
+    sidr_request,      // passive: a SIDR_REQ for a service listened on (`sidr_req`); sidr_reply()
+    sidr_reply,        // active: the SIDR_REP came (`sidr_rep`)
 };
 
 struct Event {
@@ -32,6 +35,9 @@ struct Event {
     uint16_t reason = 0;   // rejected: RejReason
     Req req;               // connect_request
     Rep rep;               // established, active side
+    Rej rej;               // rejected: the REJ with its private data
+    SidrReq sidr_req;      // sidr_request
+    SidrRep sidr_rep;      // sidr_reply
 };
 
 struct ManagerConfig {
@@ -47,32 +53,45 @@ public:
 
     // Connect requests for `service_id` come as events. EEXIST: listened on already.
     Result<void> listen(uint64_t service_id);
+    void unlisten(uint64_t service_id);   // its connect requests are refused from now on (REJ 8)
     // Sends `req` (its comm ID, CA GUID and timeouts filled in here) to the CM at `peer_ip`.
     Result<ConnId> connect(uint32_t peer_ip, Req req);
     // Passive: answers a connect request with `rep` (comm IDs and CA GUID filled in here).
     Result<void> accept(ConnId conn, Rep rep);
-    // Passive: refuses a connect request (REJ `reason`, RejReason::consumer for an application's).
-    Result<void> reject(ConnId conn, uint16_t reason);
+    // Passive: refuses a connect request (REJ `reason`, RejReason::consumer for an application's,
+    // with up to kRejPrivate bytes of the application's).
+    Result<void> reject(ConnId conn, uint16_t reason, std::span<const uint8_t> private_data = {});
+    // Service ID resolution for UD (12.11): sends `req` (its request ID filled in here) to the CM at
+    // `peer_ip`; the SIDR_REP comes as a sidr_reply event, or unreachable after the retries.
+    Result<ConnId> resolve(uint32_t peer_ip, SidrReq req);
+    // Passive: answers a SIDR request (`rep`'s request ID and service ID filled in here).
+    Result<void> sidr_answer(ConnId conn, SidrRep rep);
     // Sends DREQ for an established connection.
     Result<void> disconnect(ConnId conn);
+    // The connection's owner is gone (rdma_destroy_id, the program exiting): an established
+    // connection is disconnected (DREQ), one being set up is rejected (REJ 28, or REJ 4 before
+    // the REP); no more events come for it.
+    void release(ConnId conn);
 
     void progress();   // received MADs, then due retransmissions and timeouts
     bool next_event(Event& out);
     MadPort& mads() noexcept { return *mads_; }
 
 private:
-    enum class State : uint8_t { req_sent, req_rcvd, rep_sent, established, dreq_sent, closed };
+    enum class State : uint8_t { req_sent, req_rcvd, rep_sent, established, dreq_sent, sidr_sent, sidr_rcvd, closed };
     struct Conn {
         ConnId id = 0;
         uint32_t remote_id = 0;
         uint32_t peer_ip = 0;
         uint32_t remote_qpn = 0;
+        uint64_t service_id = 0;   // a SIDR request's
         uint64_t tid = 0;
         State state = State::closed;
         Message last;              // sent, and sent again on its timeout
         uint64_t deadline = 0;     // 0: no timer
         uint64_t timeout_ns = 0;
         uint32_t retries_left = 0;
+        bool released = false;     // its owner is gone: no events
     };
     Manager(const ManagerConfig& cfg, std::unique_ptr<MadPort> mads) : cfg_(cfg), mads_(std::move(mads)) {}
     Conn* find(ConnId id) noexcept;
@@ -82,9 +101,13 @@ private:
     void on_req(const Req& m, const MadPort::Received& r);
     void on_rep(const Rep& m);
     void on_rtu(const Rtu& m);
-    void on_rej(const Rej& m);
+    void on_rej(const Rej& m, const MadPort::Received& r);
     void on_dreq(const Dreq& m, const MadPort::Received& r);
     void on_drep(const Drep& m);
+    void on_mra(const Mra& m);
+    void on_sidr_req(const SidrReq& m, const MadPort::Received& r);
+    void on_sidr_rep(const SidrRep& m);
+    void emit(const Conn& c, Event e);
     void expire(Conn& c);
     uint64_t timeout_for(uint8_t code) const noexcept;
 

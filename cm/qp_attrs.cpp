@@ -38,7 +38,9 @@ QpTransition to_rtr(const Req& req, const Rep& rep, Side side, uint32_t peer_ip)
     t.attr.ah_attr.traffic_class = req.traffic_class;
     t.attr.path_mtu = req.path_mtu;
     t.attr.dest_qp_num = side == Side::active ? rep.local_qpn : req.local_qpn;
-    t.attr.rq_psn = side == Side::active ? rep.starting_psn : req.starting_psn;
+    // A message's starting PSN is the one its sender receives from first (12.7.21; the kernel's
+    // ib_cm): each side sends from the PSN the other's message gave.
+    t.attr.rq_psn = side == Side::active ? req.starting_psn : rep.starting_psn;
     t.attr.max_dest_rd_atomic = side == Side::active ? req.responder_resources : rep.responder_resources;
     t.attr.min_rnr_timer = kMinRnrTimer;
     t.mask = rdma::attr_state | rdma::attr_av | rdma::attr_path_mtu | rdma::attr_dest_qpn | rdma::attr_rq_psn |
@@ -49,7 +51,7 @@ QpTransition to_rtr(const Req& req, const Rep& rep, Side side, uint32_t peer_ip)
 QpTransition to_rts(const Req& req, const Rep& rep, Side side) noexcept {
     QpTransition t;
     t.attr.qp_state = rdma::RdmaQpState::rts;
-    t.attr.sq_psn = side == Side::active ? req.starting_psn : rep.starting_psn;
+    t.attr.sq_psn = side == Side::active ? rep.starting_psn : req.starting_psn;
     t.attr.timeout = side == Side::active ? ack_timeout(rep.target_ack_delay) : req.local_ack_timeout;
     t.attr.retry_cnt = req.retry_count;
     t.attr.rnr_retry = side == Side::active ? rep.rnr_retry_count : req.rnr_retry_count;

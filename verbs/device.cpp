@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "objects.hpp"
+#include "private_hook.hpp"
 #include "symver.hpp"
 
 #undef ibv_get_device_list
@@ -258,4 +259,9 @@ extern "C" int ibv_query_gid_type(ibv_context* ctx, uint8_t port, unsigned int i
     if (!ctx || port != 1 || index != 0 || !type) return fail(EINVAL);
     *type = VFAB_GID_TYPE_SYSFS_ROCE_V2;
     return 0;
+}
+
+// verbs/private_hook.hpp: the port behind a context, for vfab's librdmacm.
+extern "C" __attribute__((visibility("default"))) vfab::rdma::Port* vfab_verbs_port(ibv_context* ctx) {
+    return ctx ? Context::of(ctx)->port : nullptr;
 }

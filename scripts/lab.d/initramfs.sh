@@ -12,7 +12,7 @@
 
 # Kernel modules the guest may load; their dependencies are added from modinfo.
 GUEST_MODULES=(vfio-pci vfio_iommu_type1 e1000e igb igbvf virtio_net virtio_pci
-               rdma_rxe ib_uverbs crc32_generic sch_netem)
+               rdma_rxe ib_uverbs rdma_ucm crc32_generic sch_netem)
 
 # copy_with_libs STAGE FILE DEST: FILE to STAGE/DEST plus every shared library it loads.
 # System libraries keep their paths; the project's own (libvfab.so.1 in a build tree, which
@@ -37,6 +37,7 @@ copy_with_libs() {
 RDMA_TOOLS=(ibv_devices ibv_devinfo ibv_asyncwatch ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_xsrq_pingpong
             ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat
             raw_ethernet_bw raw_ethernet_lat
+            rping ucmatose udaddy rdma_server rdma_client rdma_xserver rdma_xclient rstream mckey
             rdma tc)
 
 # rdma_stage STAGE: the tools above, ip, and libibverbs' rxe provider (the only one: libibverbs
@@ -45,7 +46,7 @@ rdma_stage() {
     local stage=$1 tool path provider=/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
     for tool in "${RDMA_TOOLS[@]}"; do
         path=$(command -v "$tool") \
-            || die "initramfs: $tool missing — run scripts/setup (ibverbs-utils, perftest, iproute2)"
+            || die "initramfs: $tool missing — run scripts/setup (ibverbs-utils, perftest, rdmacm-utils, iproute2)"
         copy_with_libs "$stage" "$path" "usr/bin/$tool"
     done
     [[ -x /usr/sbin/ip || -x /bin/ip ]] || die "initramfs: iproute2's ip missing — run scripts/setup"

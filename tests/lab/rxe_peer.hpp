@@ -31,8 +31,10 @@ inline constexpr uint16_t kPingpongPort = 18515;   // ibv_*_pingpong's TCP port
 // The rxe modules in load order (modprobe adds what each declares; rxe needs a crc32 provider
 // it does not declare).
 inline const std::vector<std::string>& rxe_modules() {
-    static const std::vector<std::string> m = {"crc32_generic", "ib_core",        "ib_uverbs",
-                                               "udp_tunnel",    "ip6_udp_tunnel", "rdma_rxe"};
+    // ... and the kernel's connection manager with its user-space access (rdma_ucm), for
+    // rdmacm-utils on rxe (tests/lab/rdmacm_dropin_test.cpp).
+    static const std::vector<std::string> m = {"crc32_generic", "ib_core",  "ib_uverbs", "udp_tunnel", "ip6_udp_tunnel",
+                                               "rdma_rxe",      "ib_cm",    "iw_cm",     "rdma_cm",    "rdma_ucm"};
     return m;
 }
 

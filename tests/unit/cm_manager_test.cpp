@@ -162,6 +162,12 @@ TEST_F(CmManagerTest, QueuePairsConnectedThroughTheCmWriteAndRead) {
     apply(*qa.qp, to_rts(req, est.rep, Side::active));
     EXPECT_EQ(qa.qp->query().dest_qp_num, qb.qp->qp_num());
     EXPECT_EQ(qb.qp->query().dest_qp_num, qa.qp->qp_num());
+    // A message's starting PSN is where its sender receives from (the kernel's ib_cm): the
+    // active side receives from the REQ's and sends from the REP's, the passive the other way.
+    EXPECT_EQ(qa.qp->query().rq_psn, 0x111u);
+    EXPECT_EQ(qa.qp->query().sq_psn, 0x222u);
+    EXPECT_EQ(qb.qp->query().rq_psn, 0x222u);
+    EXPECT_EQ(qb.qp->query().sq_psn, 0x111u);
 
     for (size_t i = 0; i < 4096; ++i) ma[i] = uint8_t(i * 7 + 1);
     Sge s{reinterpret_cast<uint64_t>(ma.data()), 4096, qa.mr.lkey};
@@ -182,6 +188,72 @@ TEST_F(CmManagerTest, QueuePairsConnectedThroughTheCmWriteAndRead) {
     ASSERT_EQ(wc.size(), 1u);
     EXPECT_EQ(wc[0].status, rdma::RdmaWcStatus::success) << rdma::to_string(wc[0].status);
     EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 4096, ma.begin() + 8192));
+}
+
+// Service ID resolution (12.11), as rdma_connect on a UD id: the SIDR_REQ reaches the listener,
+// its answer comes back with the QP number and Q_Key; a service nobody listens on is answered
+// "not supported" at once; the application's refusal is "rejected".
+TEST_F(CmManagerTest, SidrResolvesAServiceToItsQpAndRefusesOthers) {
+    SidrReq q;
+    q.service_id = service_id(kPsUdp, 7000);
+    q.private_data[36] = 0x55;
+    auto none = a->resolve(kIpB, q);
+    ASSERT_TRUE(none);
+    Event e;
+    ASSERT_TRUE(event_of(*a, e));
+    EXPECT_EQ(e.type, EventType::sidr_reply);
+    EXPECT_EQ(e.conn, *none);
+    EXPECT_EQ(e.sidr_rep.status, uint8_t(SidrStatus::unsupported_sid));
+
+    ASSERT_TRUE(b->listen(service_id(kPsUdp, 7000)));
+    auto id = a->resolve(kIpB, q);
+    ASSERT_TRUE(id);
+    Event in;
+    ASSERT_TRUE(event_of(*b, in));
+    ASSERT_EQ(in.type, EventType::sidr_request);
+    EXPECT_EQ(in.peer_ip, kIpA);
+    EXPECT_EQ(in.sidr_req.service_id, q.service_id);
+    EXPECT_EQ(in.sidr_req.private_data[36], 0x55);
+    SidrRep rep;
+    rep.status = uint8_t(SidrStatus::success);
+    rep.qpn = 0x123;
+    rep.qkey = kRdmaUdpQkey;
+    rep.private_data[0] = 0x66;
+    ASSERT_TRUE(b->sidr_answer(in.conn, rep));
+    EXPECT_FALSE(b->sidr_answer(in.conn, rep)) << "answered once";
+    ASSERT_TRUE(event_of(*a, e));
+    ASSERT_EQ(e.type, EventType::sidr_reply);
+    EXPECT_EQ(e.conn, *id);
+    EXPECT_EQ(e.sidr_rep.status, uint8_t(SidrStatus::success));
+    EXPECT_EQ(e.sidr_rep.qpn, 0x123u);
+    EXPECT_EQ(e.sidr_rep.qkey, kRdmaUdpQkey);
+    EXPECT_EQ(e.sidr_rep.service_id, q.service_id);
+    EXPECT_EQ(e.sidr_rep.private_data[0], 0x66);
+
+    ASSERT_TRUE(a->resolve(kIpB, q));
+    ASSERT_TRUE(event_of(*b, in));
+    rep.status = uint8_t(SidrStatus::reject);
+    ASSERT_TRUE(b->sidr_answer(in.conn, rep));
+    ASSERT_TRUE(event_of(*a, e));
+    EXPECT_EQ(e.sidr_rep.status, uint8_t(SidrStatus::reject));
+}
+
+// The active side abandons a connection being set up (rdma_destroy_id): the passive side hears a
+// REJ ("timeout", as the kernel sends before a REP); the abandoned side gets no more events.
+TEST_F(CmManagerTest, AReleasedConnectionIsRejectedAndSilent) {
+    ASSERT_TRUE(b->listen(service_id(kPsTcp, 18515)));
+    auto id = a->connect(kIpB, request(18515));
+    ASSERT_TRUE(id);
+    Event in;
+    ASSERT_TRUE(event_of(*b, in));
+    ASSERT_EQ(in.type, EventType::connect_request);
+    a->release(*id);
+    Event e;
+    ASSERT_TRUE(event_of(*b, e));
+    EXPECT_EQ(e.type, EventType::rejected);
+    EXPECT_EQ(e.conn, in.conn);
+    EXPECT_EQ(e.reason, uint16_t(RejReason::timeout));
+    EXPECT_FALSE(event_of(*a, e)) << "no event for a released connection";
 }
 
 }  // namespace

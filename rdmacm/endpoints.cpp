@@ -1,0 +1,149 @@
+// rdma_getaddrinfo and the endpoint calls on it (rdma_create_ep / rdma_destroy_ep, SRQs), and
+// multicast. rdma_getaddrinfo resolves names as getaddrinfo(3) does (IPv4: vfab's ports are) and
+// returns its EAI_* codes, as librdmacm's does.
+#include <netdb.h>
+#include <netinet/in.h>
+#include <rdma/rdma_verbs.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "cma.hpp"
+
+using namespace vfab::rdmacm;
+
+namespace {
+sockaddr* copy_addr(const sockaddr* a, socklen_t len) {
+    auto* c = static_cast<sockaddr*>(calloc(1, sizeof(sockaddr_storage)));
+    if (c) std::memcpy(c, a, len);
+    return c;
+}
+}  // namespace
+
+extern "C" void rdma_freeaddrinfo(rdma_addrinfo* res) {
+    while (res) {
+        rdma_addrinfo* next = res->ai_next;
+        free(res->ai_src_addr);
+        free(res->ai_dst_addr);
+        free(res->ai_src_canonname);
+        free(res->ai_dst_canonname);
+        free(res->ai_route);
+        free(res->ai_connect);
+        free(res);
+        res = next;
+    }
+}
+
+extern "C" int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints, rdma_addrinfo** res) {
+    if (!res || (!node && !service)) return EAI_NONAME;
+    addrinfo h{};
+    h.ai_family = AF_INET;
+    h.ai_socktype = SOCK_STREAM;
+    const bool passive = hints && (hints->ai_flags & RAI_PASSIVE);
+    if (passive) h.ai_flags |= AI_PASSIVE;
+    if (hints && (hints->ai_flags & RAI_NUMERICHOST)) h.ai_flags |= AI_NUMERICHOST;
+    if (hints && hints->ai_family && hints->ai_family != AF_INET) return EAI_FAMILY;
+    addrinfo* ai = nullptr;
+    if (const int r = getaddrinfo(node, service, &h, &ai)) return r;
+    auto* out = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
+    if (!out) {
+        freeaddrinfo(ai);
+        return EAI_MEMORY;
+    }
+    out->ai_flags = hints ? hints->ai_flags : 0;
+    out->ai_family = AF_INET;
+    out->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
+    out->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space
+                         : out->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP;
+    sockaddr*& where = passive ? out->ai_src_addr : out->ai_dst_addr;
+    (passive ? out->ai_src_len : out->ai_dst_len) = ai->ai_addrlen;
+    where = copy_addr(ai->ai_addr, ai->ai_addrlen);
+    if (!passive && hints && hints->ai_src_addr) {
+        out->ai_src_addr = copy_addr(hints->ai_src_addr, hints->ai_src_len);
+        out->ai_src_len = hints->ai_src_len;
+    }
+    freeaddrinfo(ai);
+    if (!where) {
+        rdma_freeaddrinfo(out);
+        return EAI_MEMORY;
+    }
+    *res = out;
+    return 0;
+}
+
+extern "C" int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+    if (!id || !res) return fail(EINVAL);
+    rdma_cm_id* cm_id = nullptr;
+    if (rdma_create_id(nullptr, &cm_id, nullptr, rdma_port_space(res->ai_port_space))) return -1;
+    int r;
+    if (res->ai_flags & RAI_PASSIVE) {
+        r = rdma_bind_addr(cm_id, res->ai_src_addr);
+    } else {
+        r = rdma_resolve_addr(cm_id, res->ai_src_addr, res->ai_dst_addr, 2000);
+        if (!r) r = rdma_resolve_route(cm_id, 2000);
+    }
+    if (!r && qp_init_attr) {
+        if (res->ai_flags & RAI_PASSIVE) {   // each request's id gets a QP of these attributes
+            Id& l = *Id::of(cm_id);
+            l.ep_qp_attr = *qp_init_attr;
+            l.has_ep_qp_attr = true;
+            l.id.pd = pd;
+        } else {
+            cm_id->pd = pd;
+            r = rdma_create_qp(cm_id, pd, qp_init_attr);
+        }
+    }
+    if (r) {
+        const int e = errno;
+        rdma_destroy_id(cm_id);
+        return fail(e);
+    }
+    *id = cm_id;
+    return 0;
+}
+
+extern "C" void rdma_destroy_ep(rdma_cm_id* id) {
+    if (!id) return;
+    rdma_destroy_qp(id);
+    rdma_destroy_srq(id);
+    rdma_destroy_id(id);
+}
+
+extern "C" int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
+    if (!id || !attr || !id->verbs) return fail(EINVAL);
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
+        if (!id->pd) return fail(EINVAL);
+        attr->pd = id->pd;
+        attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+    }
+    ibv_srq* srq = ibv_create_srq_ex(id->verbs, attr);
+    if (!srq) return -1;
+    id->srq = srq;
+    return 0;
+}
+
+extern "C" int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* attr) {
+    if (!id || !attr) return fail(EINVAL);
+    ibv_srq_init_attr_ex ex{};
+    ex.srq_context = attr->srq_context;
+    ex.attr = attr->attr;
+    ex.comp_mask = pd ? IBV_SRQ_INIT_ATTR_PD : 0;
+    ex.pd = pd;
+    ex.srq_type = IBV_SRQT_BASIC;
+    if (rdma_create_srq_ex(id, &ex)) return -1;
+    attr->attr = ex.attr;
+    return 0;
+}
+
+extern "C" void rdma_destroy_srq(rdma_cm_id* id) {
+    if (!id || !id->srq) return;
+    ibv_destroy_srq(id->srq);
+    id->srq = nullptr;
+}
+
+// Multicast over rdma_cm: not yet (docs/cm.md); vfab's UD QPs join groups with ibv_attach_mcast.
+extern "C" int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void*) { return id && addr ? fail(ENOSYS) : fail(EINVAL); }
+extern "C" int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void*) {
+    return id && attr ? fail(ENOSYS) : fail(EINVAL);
+}
+extern "C" int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) { return id && addr ? fail(EADDRNOTAVAIL) : fail(EINVAL); }
