@@ -50,25 +50,54 @@ ibv_qp_attr to_ibv(const cm::QpTransition& t, int& mask) {
 
 uint32_t peer_ip_of(const Id& id) { return ipv4_of(&id.id.route.addr.dst_addr); }
 
-// The attributes for `state` of the connection's QP, as rdma_init_qp_attr gives them.
+// A QP's first INIT, before any connection: the partition, the port, and a UD QP's Q_Key (a
+// connected QP gets its rights with the connection: INIT again).
+void first_init(const Id& id, ibv_qp_attr& out, int& mask) {
+    out = {};
+    out.qp_state = IBV_QPS_INIT;
+    out.pkey_index = 0;
+    out.port_num = 1;
+    mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+    if (id.id.qp_type == IBV_QPT_UD) {
+        out.qkey = cm::kRdmaUdpQkey;
+        mask |= IBV_QP_QKEY;
+    } else {
+        out.qp_access_flags = 0;
+        mask |= IBV_QP_ACCESS_FLAGS;
+    }
+}
+
+// The attributes for `state` of the id's QP, as rdma_init_qp_attr gives them: a UD QP's need
+// no peer; a connected QP's come from the REQ and REP.
 int qp_attr_for(const Id& id, ibv_qp_state state, ibv_qp_attr& out, int& mask) {
-    if (state == IBV_QPS_INIT && !id.has_conn && id.state != IdState::established) {
-        out = {};
-        out.qp_state = IBV_QPS_INIT;
-        out.pkey_index = 0;
-        out.port_num = 1;
-        mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-        if (id.id.qp_type == IBV_QPT_UD) {
-            out.qkey = cm::kRdmaUdpQkey;
-            mask |= IBV_QP_QKEY;
-        } else {
-            out.qp_access_flags = 0;   // the connection's rights come with it (INIT again)
-            mask |= IBV_QP_ACCESS_FLAGS;
+    if (id.id.qp_type == IBV_QPT_UD) {
+        switch (state) {
+        case IBV_QPS_INIT: first_init(id, out, mask); return 0;
+        case IBV_QPS_RTR:
+            out = {};
+            out.qp_state = IBV_QPS_RTR;
+            mask = IBV_QP_STATE;
+            return 0;
+        case IBV_QPS_RTS:
+            out = {};
+            out.qp_state = IBV_QPS_RTS;
+            out.sq_psn = 0;
+            mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+            return 0;
+        default: return fail(EINVAL);
         }
+    }
+    const bool connected = id.has_conn || id.state == IdState::established;
+    if (!connected) {
+        if (state != IBV_QPS_INIT) return fail(EINVAL);
+        first_init(id, out, mask);
         return 0;
     }
-    if (id.side == cm::Side::active && id.state == IdState::connecting) return fail(EINVAL);   // no REP yet
-    if (!id.has_conn && id.state != IdState::established) return fail(EINVAL);
+    if (id.side == cm::Side::active && id.state == IdState::connecting) {   // no REP yet
+        if (state != IBV_QPS_INIT) return fail(EINVAL);
+        first_init(id, out, mask);
+        return 0;
+    }
     switch (state) {
     case IBV_QPS_INIT: out = to_ibv(cm::to_init(id.req, id.rep, id.side), mask); return 0;
     case IBV_QPS_RTR: out = to_ibv(cm::to_rtr(id.req, id.rep, id.side, peer_ip_of(id)), mask); return 0;
@@ -341,30 +370,21 @@ extern "C" int rdma_create_qp_ex(rdma_cm_id* cm_id, ibv_qp_init_attr_ex* attr) {
         return fail(e);
     }
     id.id.qp = qp;
-    // INIT now, ready for receives; a UD QP on to RTS, ready to send (it has no connection).
+    id.id.pd = qp->pd;   // as librdmacm: rdma_reg_msgs and the other helpers of <rdma/rdma_verbs.h> use it
+    // INIT now, ready for receives (a passive side's QP with its connection's rights); a UD QP
+    // on to RTS, ready to send (it has no connection).
+    ibv_qp_attr a{};
+    int mask = 0;
     int r = 0;
-    if (id.has_conn && id.side == vfab::cm::Side::passive) {
-        ibv_qp_attr a{};
-        int mask = 0;
-        r = qp_attr_for(id, IBV_QPS_INIT, a, mask) ? -1 : ibv_modify_qp(qp, &a, mask);
+    if (id.has_conn && id.side == vfab::cm::Side::passive && id.id.qp_type != IBV_QPT_UD) {
+        r = qp_attr_for(id, IBV_QPS_INIT, a, mask) ? errno : ibv_modify_qp(qp, &a, mask);
     } else {
-        const bool had_conn = id.has_conn;
-        id.has_conn = false;   // the first INIT: no rights yet
-        ibv_qp_attr a{};
-        int mask = 0;
-        (void)qp_attr_for(id, IBV_QPS_INIT, a, mask);
-        id.has_conn = had_conn;
+        first_init(id, a, mask);
         r = ibv_modify_qp(qp, &a, mask);
     }
-    if (!r && qp->qp_type == IBV_QPT_UD) {
-        ibv_qp_attr a{};
-        a.qp_state = IBV_QPS_RTR;
-        r = ibv_modify_qp(qp, &a, IBV_QP_STATE);
-        if (!r) {
-            a.qp_state = IBV_QPS_RTS;
-            a.sq_psn = 0;
-            r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
-        }
+    for (ibv_qp_state next : {IBV_QPS_RTR, IBV_QPS_RTS}) {
+        if (r || id.id.qp_type != IBV_QPT_UD) break;
+        r = qp_attr_for(id, next, a, mask) ? errno : ibv_modify_qp(qp, &a, mask);
     }
     if (r) {
         ibv_destroy_qp(qp);

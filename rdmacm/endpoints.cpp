@@ -83,6 +83,7 @@ extern "C" int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, i
         if (!r) r = rdma_resolve_route(cm_id, 2000);
     }
     if (!r && qp_init_attr) {
+        qp_init_attr->qp_type = ibv_qp_type(res->ai_qp_type);   // as librdmacm: the address's QP type
         if (res->ai_flags & RAI_PASSIVE) {   // each request's id gets a QP of these attributes
             Id& l = *Id::of(cm_id);
             l.ep_qp_attr = *qp_init_attr;
