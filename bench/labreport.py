@@ -97,6 +97,14 @@ def demo_report(log_text):
         elif name in res:
             lines.append(f'  {label}  no result (see the output above)')
             ok = False
+    rc, p = res.get('rping', (None, None))
+    if 'rping' in res:
+        if rc == 0 and p and int(p.get('pings', 0)) > 0:
+            lines.append(f"  rdma_cm     rping, vfab's librdmacm (server) <-> the kernel's rdma_cm on rxe: "
+                         f"{p['pings']} pings, each one's data checked")
+        else:
+            lines.append('  rdma_cm     rping: no result (see the output above)')
+            ok = False
     lines.append('  CPU per packet is getrusage() time over frames received, for the whole process (both ports);')
     lines.append('  a busy-polling loop never idles, so there it is about 1 / rate; interrupt mode sleeps instead.')
     return '\n'.join(lines), ok

@@ -84,6 +84,25 @@ void MadPort::reap_sends() noexcept {
 
 Result<void> MadPort::send(const Message& m, uint64_t tid, uint32_t dst_ip) {
     reap_sends();
+    flush_backlog();
+    if (backlog_.empty()) {
+        auto r = post(m, tid, dst_ip);
+        if (r || r.error().code != EAGAIN) return r;
+    }
+    if (backlog_.size() >= kMaxBacklog) return Error{EAGAIN, "CM: every MAD send buffer is in use and the backlog is full"};
+    backlog_.push_back({m, tid, dst_ip});
+    return {};
+}
+
+void MadPort::flush_backlog() noexcept {
+    while (!backlog_.empty() && !free_sends_.empty()) {
+        const Waiting& w = backlog_.front();
+        (void)post(w.msg, w.tid, w.dst_ip);   // a refused one is the caller's timer's to send again
+        backlog_.pop_front();
+    }
+}
+
+Result<void> MadPort::post(const Message& m, uint64_t tid, uint32_t dst_ip) {
     if (free_sends_.empty()) return Error{EAGAIN, "CM: every MAD send buffer is in use"};
     rdma::AddressHandle* ah = ah_for(dst_ip);
     if (!ah) return Error{ENOMEM, "CM: no address handle for the peer"};
@@ -108,6 +127,7 @@ Result<void> MadPort::send(const Message& m, uint64_t tid, uint32_t dst_ip) {
 size_t MadPort::poll(std::span<Received> out) {
     port_.progress();
     reap_sends();
+    flush_backlog();
     size_t got = 0;
     rdma::Wc wc[16];
     while (got < out.size()) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -22,9 +23,11 @@ public:
     MadPort(const MadPort&) = delete;
     MadPort& operator=(const MadPort&) = delete;
 
-    // Sends `m` (transaction `tid`) to the CM at `dst_ip`. EAGAIN: every send buffer is in use
-    // (poll() gives them back); the caller's retransmission timer sends it again.
+    // Sends `m` (transaction `tid`) to the CM at `dst_ip`. With every send buffer in use it waits,
+    // in order, for poll() to give one back (a burst of connections: 100 REQs answered at once);
+    // EAGAIN only when kMaxBacklog wait already (the caller's retransmission timer sends it again).
     Result<void> send(const Message& m, uint64_t tid, uint32_t dst_ip);
+    static constexpr size_t kMaxBacklog = 4096;
 
     struct Received {
         Message msg;
@@ -42,6 +45,8 @@ private:
     void post_recv(uint32_t slot) noexcept;
     rdma::AddressHandle* ah_for(uint32_t ip);
     void reap_sends() noexcept;
+    Result<void> post(const Message& m, uint64_t tid, uint32_t dst_ip);   // EAGAIN: no send buffer
+    void flush_backlog() noexcept;
 
     rdma::Port& port_;
     const uint32_t depth_;
@@ -57,6 +62,12 @@ private:
     };
     std::vector<Peer> peers_;
     uint64_t dropped_ = 0;
+    struct Waiting {
+        Message msg;
+        uint64_t tid;
+        uint32_t dst_ip;
+    };
+    std::deque<Waiting> backlog_;   // sends waiting for a buffer, oldest first
 };
 
 }  // namespace vfab::cm

@@ -75,6 +75,11 @@ struct Id {
     // A listener: the service it listens on and, when synchronous, the requests not yet taken.
     uint64_t service_id = 0;
     std::deque<Id*> requests;
+    struct Group {
+        uint32_t ip;     // host order
+        bool attached;   // the id's QP is attached (a full member with a QP)
+    };
+    std::vector<Group> groups;      // multicast groups joined (rdma_join_multicast)
     bool has_ep_qp_attr = false;    // a passive rdma_create_ep's: each request's id gets such a QP
     ibv_qp_init_attr ep_qp_attr{};
     bool owns_cqs = false;          // rdma_create_qp made the CQs (none given): rdma_destroy_qp frees them
@@ -100,12 +105,15 @@ CmDevice* device_of_ip(uint32_t ip);      // the device whose port has `ip` (hos
 CmDevice* device_of(ibv_context* verbs);
 
 // ---- events.cpp ----
+Channel* make_channel();   // nullptr with errno
 // Queues an event of `type` for `id` on its channel (cma().mu held); the box to fill in more.
 EventBox* queue_event(Id& id, rdma_cm_event_type type, int status);
 void start_thread();   // the CM thread, once (cma().mu held)
 void kick();           // wakes the CM thread: a message to send now
 // Synchronous ids: waits for the event `id`'s last call causes; 0, or -1 with errno.
 int wait_sync(Id& id, rdma_cm_event_type expected);
+
+// ---- cm_events.cpp ----
 // What the CM thread does with one of a manager's events (cma().mu held).
 void on_cm_event(CmDevice& dev, const cm::Event& e);
 
@@ -117,11 +125,10 @@ void set_sin(sockaddr_storage& s, uint32_t ip, uint16_t port);
 void set_gid(ibv_gid& g, uint32_t ip);
 // rdma_cm's port space as the IP CM service's (Annex A11): the high bits of a service ID.
 uint16_t ps_code(rdma_port_space ps);
-Channel* make_channel();                   // nullptr with errno
 
-// ---- connect.cpp ----
+// ---- qp.cpp ----
 // The connection's QP through INIT, RTR and RTS (active, after the REP; passive, before it).
-int ready_qp(Id& id, uint32_t peer_ip);
+int ready_qp(Id& id);
 
 // VFAB_RDMACM_DEBUG=1: the CM's events and each QP transition on stderr.
 void debug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -134,5 +141,6 @@ inline int fail(int e) {
 
 uint32_t ipv4_of(const sockaddr* a);   // host order; 0 for INADDR_ANY or not IPv4
 uint16_t port_of(const sockaddr* a);   // host order
+inline uint32_t peer_ip_of(const Id& id) { return ipv4_of(&id.id.route.addr.dst_addr); }
 
 }  // namespace vfab::rdmacm

@@ -142,9 +142,66 @@ extern "C" void rdma_destroy_srq(rdma_cm_id* id) {
     id->srq = nullptr;
 }
 
-// Multicast over rdma_cm: not yet (docs/cm.md); vfab's UD QPs join groups with ibv_attach_mcast.
-extern "C" int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void*) { return id && addr ? fail(ENOSYS) : fail(EINVAL); }
-extern "C" int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void*) {
-    return id && attr ? fail(ENOSYS) : fail(EINVAL);
+// ---- multicast (UD) ----------------------------------------------------------------------------
+// As the kernel's rdma_cm over RoCE: the group's GID is its IPv4 address mapped (::ffff:a.b.c.d),
+// joining is local (the id's QP attached, the port's filter opened), the MULTICAST_JOIN event
+// gives the address vector, QP number 0xFFFFFF and rdma_cm's Q_Key, and the join's context as
+// its private data.
+namespace {
+constexpr uint32_t kMulticastQpn = 0xFFFFFF;
+
+int join(rdma_cm_id* cm_id, sockaddr* addr, bool attach, void* context) {
+    if (!cm_id || !addr) return fail(EINVAL);
+    if (addr->sa_family != AF_INET) return fail(EAFNOSUPPORT);
+    const uint32_t group = ipv4_of(addr);
+    if ((group >> 28) != 0xE) return fail(EINVAL);   // not an IPv4 multicast address
+    std::lock_guard g(cma().mu);
+    Id& id = *Id::of(cm_id);
+    if (!id.dev || id.id.qp_type != IBV_QPT_UD) return fail(EINVAL);
+    for (const Id::Group& j : id.groups)
+        if (j.ip == group) return fail(EADDRINUSE);
+    ibv_gid mgid{};
+    set_gid(mgid, group);
+    const bool attached = attach && id.id.qp;
+    if (attached && ibv_attach_mcast(id.id.qp, &mgid, 0)) return -1;
+    id.groups.push_back({group, attached});
+    EventBox* b = queue_event(id, RDMA_CM_EVENT_MULTICAST_JOIN, 0);
+    b->ev.param.ud.private_data = context;
+    b->ev.param.ud.ah_attr.is_global = 1;
+    b->ev.param.ud.ah_attr.port_num = 1;
+    b->ev.param.ud.ah_attr.grh.dgid = mgid;
+    b->ev.param.ud.ah_attr.grh.hop_limit = 1;
+    b->ev.param.ud.qp_num = kMulticastQpn;
+    b->ev.param.ud.qkey = vfab::cm::kRdmaUdpQkey;
+    return 0;
 }
-extern "C" int rdma_leave_multicast(rdma_cm_id* id, sockaddr* addr) { return id && addr ? fail(EADDRNOTAVAIL) : fail(EINVAL); }
+}  // namespace
+
+extern "C" int rdma_join_multicast(rdma_cm_id* id, sockaddr* addr, void* context) { return join(id, addr, true, context); }
+
+extern "C" int rdma_join_multicast_ex(rdma_cm_id* id, rdma_cm_join_mc_attr_ex* attr, void* context) {
+    if (!attr) return fail(EINVAL);
+    if (!(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) || !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS)) return fail(EINVAL);
+    if (attr->join_flags != RDMA_MC_JOIN_FLAG_FULLMEMBER && attr->join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER)
+        return fail(EINVAL);
+    // A send-only member is not attached: it receives nothing of the group's.
+    return join(id, attr->addr, attr->join_flags == RDMA_MC_JOIN_FLAG_FULLMEMBER, context);
+}
+
+extern "C" int rdma_leave_multicast(rdma_cm_id* cm_id, sockaddr* addr) {
+    if (!cm_id || !addr) return fail(EINVAL);
+    std::lock_guard g(cma().mu);
+    Id& id = *Id::of(cm_id);
+    const uint32_t group = ipv4_of(addr);
+    for (auto it = id.groups.begin(); it != id.groups.end(); ++it) {
+        if (it->ip != group) continue;
+        if (it->attached && id.id.qp) {
+            ibv_gid mgid{};
+            set_gid(mgid, group);
+            (void)ibv_detach_mcast(id.id.qp, &mgid, 0);
+        }
+        id.groups.erase(it);
+        return 0;
+    }
+    return fail(EADDRNOTAVAIL);
+}

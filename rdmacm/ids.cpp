@@ -113,6 +113,22 @@ extern "C" int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void
     return 0;
 }
 
+namespace {
+// A connect request's id the program never took (its event still queued, or a synchronous
+// listener's request not yet given by rdma_get_request): refused, and gone.
+void drop_request(Id& listener, Id* child) {
+    if (child->has_conn) child->dev->mgr->release(child->conn);
+    std::erase(cma().ids, child);
+    std::erase(listener.requests, child);
+    if (child->own_channel) {
+        for (EventBox* b : child->own_channel->queue) delete b;
+        close(child->own_channel->ch.fd);
+        delete child->own_channel;
+    }
+    delete child;
+}
+}  // namespace
+
 extern "C" int rdma_destroy_id(rdma_cm_id* cm_id) {
     if (!cm_id) return fail(EINVAL);
     Id& id = *Id::of(cm_id);
@@ -121,35 +137,32 @@ extern "C" int rdma_destroy_id(rdma_cm_id* cm_id) {
         std::unique_lock g(cma().mu);
         id.destroying = true;
         if (id.has_conn) id.dev->mgr->release(id.conn);
-        if (id.state == IdState::listening) {
+        for (const Id::Group& gr : id.groups) {   // it leaves its multicast groups
+            if (!gr.attached || !id.id.qp) continue;
+            ibv_gid mgid{};
+            set_gid(mgid, gr.ip);
+            (void)ibv_detach_mcast(id.id.qp, &mgid, 0);
+        }
+        if (id.state == IdState::listening)
             for (CmDevice* d : cma().devices)
                 if (!id.dev || d == id.dev) d->mgr->unlisten(id.service_id);
-            for (Id* r : id.requests) r->id.channel = nullptr;   // never handed out: destroyed below
-        }
         // Events handed out for it are acked first (as the kernel's rdma_cm waits for them).
         cma().acked.wait(g, [&] { return id.unacked == 0; });
         // Events queued and not taken are dropped, for it and for the connect requests it heard.
-        {
-            Channel* ch = Channel::of(id.id.channel);
-            std::erase_if(ch->queue, [&](EventBox* b) {
-                const bool mine = b->owner == &id || b->ev.listen_id == &id.id;
-                if (mine && b->owner != &id) {   // a connect request's child, never taken: refused
-                    Id* child = b->owner;
-                    if (child->has_conn) (void)child->dev->mgr->reject(child->conn, uint16_t(vfab::cm::RejReason::consumer));
-                    std::erase(cma().ids, child);
-                    delete child;
-                }
-                if (mine) {
-                    uint64_t v;
-                    (void)!read(ch->ch.fd, &v, sizeof v);
-                    delete b;
-                }
-                return mine;
-            });
-        }
+        Channel* ch = Channel::of(id.id.channel);
+        std::erase_if(ch->queue, [&](EventBox* b) {
+            if (b->owner != &id && b->ev.listen_id != &id.id) return false;
+            if (b->owner != &id) drop_request(id, b->owner);
+            uint64_t v;
+            (void)!read(ch->ch.fd, &v, sizeof v);
+            delete b;
+            return true;
+        });
+        while (!id.requests.empty()) drop_request(id, id.requests.front());
         std::erase(cma().ids, &id);
         own = id.own_channel;
     }
+    kick();
     delete &id;
     if (own) rdma_destroy_event_channel(&own->ch);
     return 0;

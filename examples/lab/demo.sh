@@ -2,7 +2,8 @@
 # In the lab guest (scripts/demo boots it): vfab's examples between the two wired e1000e ports,
 # 0000:00:02.0 <-> 0000:00:03.0. A ping-pong latency run, a busy-polling throughput run and an
 # interrupt-mode one, each with a progress line a second; then (where rdma-core's tools are in the
-# guest: the debian kernel) perftest between vfab's drop-in libibverbs and the kernel's rxe. Their JSON results go to the console
+# guest: the debian kernel) perftest between vfab's drop-in libibverbs and the kernel's rxe, and
+# rping between vfab's drop-in librdmacm and the kernel's rdma_cm. Their JSON results go to the console
 # between "@@json-begin NAME" and "@@json-end NAME rc=N" lines, which scripts/demo turns into
 # the report (bench/labreport.py).
 #   demo.sh [SECONDS] [ROUND_TRIPS]      (5, 2000)
@@ -71,6 +72,24 @@ if [ -x "$bin/vfab-run" ] && [ -x /usr/bin/ib_write_bw ]; then
     }
     perftest rdma-write-bw ib_write_bw --report_gbits -n 500
     perftest rdma-read-lat ib_read_lat -n 500
+    # rping through rdma_cm (docs/cm.md): vfab's drop-in librdmacm speaks the connection manager
+    # itself on vfab0; the kernel's rdma_cm answers on rxe0. Each ping's data is checked (-V).
+    if [ -e "$bin/librdmacm.so.1" ] && [ -x /usr/bin/rping ]; then
+        for m in ib_cm iw_cm rdma_cm rdma_ucm; do modprobe $m; done
+        echo "== RDMA: rping through rdma_cm, vfab (server) <-> the kernel's rdma_cm on rxe (client)"
+        $run rping -s -a 10.77.0.1 -C 10 -V >/tmp/rping.server 2>&1 &
+        spid=$!
+        i=0; rc=1
+        while [ $i -lt 20 ]; do   # until vfab's listener answers (a REJ before)
+            sleep 1; i=$((i + 1))
+            rping -c -a 10.77.0.1 -C 10 -V -v >/tmp/rping.client 2>&1 && { rc=0; break; }
+        done
+        wait $spid || rc=1
+        tail -n 2 /tmp/rping.client
+        echo "@@json-begin rping"
+        echo "pings=$(grep -c 'ping data: rdma-ping-' /tmp/rping.client) verified=1"
+        echo "@@json-end rping rc=$rc"
+    fi
 fi
 echo
 echo "lab devices bound to vfio-pci (vfio-devctl list):"

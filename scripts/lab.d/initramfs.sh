@@ -37,7 +37,7 @@ copy_with_libs() {
 RDMA_TOOLS=(ibv_devices ibv_devinfo ibv_asyncwatch ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_xsrq_pingpong
             ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat
             raw_ethernet_bw raw_ethernet_lat
-            rping ucmatose udaddy rdma_server rdma_client rdma_xserver rdma_xclient rstream mckey
+            rping ucmatose udaddy rdma_server rdma_client rdma_xserver rdma_xclient rstream mckey cmtime
             rdma tc)
 
 # rdma_stage STAGE: the tools above, ip, and libibverbs' rxe provider (the only one: libibverbs

@@ -5,6 +5,10 @@
 // CM modules too). vfab <-> vfab: the igb pair 00:05.0 / 00:0a.0, each in a process of its own.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <csignal>
+#include <iostream>
 #include <thread>
 
 #include "rxe_suite.hpp"
@@ -125,6 +129,100 @@ TEST_F(RdmacmDropin, RdmaServerAndClientWithRxeBothRoles) {
     expect_both_ok(r);
     r = run_cm_pair({"rdma_server", "-s", kRxeIp, "-p", "7472"}, on_vfab0({"rdma_client", "-s", kRxeIp, "-p", "7472"}), 180s);
     expect_both_ok(r);
+}
+
+// perftest's tools connected through rdma_cm (-R) instead of their TCP side channel.
+TEST_F(RdmacmDropin, PerftestThroughRdmaCmWithRxeBothRoles) {
+    for (const char* tool : {"ib_send_bw", "ib_write_lat", "ib_read_bw"}) {
+        SCOPED_TRACE(tool);
+        // -F: no CPU frequency check (perftest's clock estimate fails under the emulator).
+        auto r = run_cm_pair(on_vfab0({tool, "-d", "vfab0", "-R", "-F", "-n", "200"}), {tool, "-d", "rxe0", "-R", "-F", "-n", "200", kVfabIp}, 60s, 5);
+        expect_both_ok(r);
+        r = run_cm_pair({tool, "-d", "rxe0", "-R", "-F", "-n", "200"}, on_vfab0({tool, "-d", "vfab0", "-R", "-F", "-n", "200", kRxeIp}), 60s, 5);
+        expect_both_ok(r);
+    }
+}
+
+// The kernel's rdma_cm ids left (iproute2's `rdma resource show cm_id`), listeners included.
+std::string kernel_cm_ids() {
+    const Outcome r = run_program({"/usr/bin/rdma", "resource", "show", "cm_id"}, 30s);
+    return r.out;
+}
+
+// cmtime: 100 connections set up and torn down at once, each step timed (its server serves until
+// killed); both roles. Nothing is left behind on the kernel's side.
+TEST_F(RdmacmDropin, CmtimeHundredConnectionsLeaveNothingBehind) {
+    auto hundred = [](std::vector<std::string> server, std::vector<std::string> client) {
+        Child s(server);
+        Outcome c;
+        for (int i = 0; i < 20; ++i) {
+            std::this_thread::sleep_for(1s);
+            c = run_program(client, 180s);
+            if (c.rc == 0 || (c.out + c.err).find("REJECTED") == std::string::npos) break;
+        }
+        EXPECT_EQ(c.rc, 0) << c.summary();
+        EXPECT_NE(c.out.find("disconnect"), std::string::npos) << c.summary();
+        std::cerr << c.out;   // the steps' times, for the log
+        ::kill(s.pid(), SIGKILL);
+        (void)s.wait(10s);
+    };
+    hundred(on_vfab0({"cmtime", "-b", kVfabIp, "-c", "100"}), {"cmtime", "-s", kVfabIp, "-c", "100"});
+    hundred({"cmtime", "-b", kRxeIp, "-c", "100"}, on_vfab0({"cmtime", "-s", kRxeIp, "-c", "100"}));
+    std::this_thread::sleep_for(2s);
+    EXPECT_EQ(kernel_cm_ids().find("src-addr"), std::string::npos) << kernel_cm_ids();
+}
+
+// A vfab listener (rping -P, a thread per connection) hears a killed client's disconnect and
+// serves the next one; killed and started again, it serves again (same QP numbers, same CA GUID:
+// the kernel must not take it for a stale connection).
+TEST_F(RdmacmDropin, AKilledClientAndARestartedListener) {
+    const auto server = on_vfab0({"rping", "-s", "-P", "-a", kVfabIp, "-p", "7473", "-V"});
+    const std::vector<std::string> client = {"rping", "-c", "-a", kVfabIp, "-p", "7473", "-C", "5", "-V"};
+    auto connect_ok = [&] {
+        Outcome c;
+        for (int i = 0; i < 20; ++i) {
+            std::this_thread::sleep_for(1s);
+            c = run_program(client, 120s);
+            if (c.rc == 0 || (c.out + c.err).find("REJECTED") == std::string::npos) break;
+        }
+        EXPECT_EQ(c.rc, 0) << c.summary();
+    };
+    {
+        Child s(server);
+        connect_ok();
+        Child endless({"rping", "-c", "-a", kVfabIp, "-p", "7473", "-C", "100000", "-V"});
+        std::this_thread::sleep_for(3s);
+        ::kill(endless.pid(), SIGKILL);
+        (void)endless.wait(10s);
+        connect_ok();
+        ::kill(s.pid(), SIGKILL);
+        (void)s.wait(10s);
+    }
+    Child again(server);
+    connect_ok();
+    ::kill(again.pid(), SIGKILL);
+    (void)again.wait(10s);
+}
+
+// mckey: UD multicast through rdma_cm (the group joined with rdma_join_multicast, its address
+// vector from the MULTICAST_JOIN event), the receiver first; vfab sends to rxe's receiver, then
+// the other way.
+TEST_F(RdmacmDropin, MckeyMulticastWithRxeBothWays) {
+    auto send_to = [](std::vector<std::string> receiver, std::vector<std::string> sender) {
+        Child r(receiver);
+        Outcome s;
+        for (int i = 0; i < 10 && r.started(); ++i) {   // until the receiver has joined and heard them
+            std::this_thread::sleep_for(2s);
+            s = run_program(sender, 60s);
+            if (::waitpid(r.pid(), nullptr, WNOHANG) != 0) break;
+        }
+        const Outcome got = r.wait(10s);
+        EXPECT_EQ(s.rc, 0) << "sender: " << s.summary();
+        EXPECT_NE(got.out.find("receiving data transfers"), std::string::npos) << "receiver: " << got.summary();
+        EXPECT_NE(got.out.find("data transfers complete"), std::string::npos) << "receiver: " << got.summary();
+    };
+    send_to({"mckey", "-m", "239.1.1.1", "-b", kRxeIp, "-C", "5"}, on_vfab0({"mckey", "-m", "239.1.1.1", "-s", "-b", kVfabIp, "-C", "5"}));
+    send_to(on_vfab0({"mckey", "-m", "239.1.1.2", "-b", kVfabIp, "-C", "5"}), {"mckey", "-m", "239.1.1.2", "-s", "-b", kRxeIp, "-C", "5"});
 }
 
 TEST_F(RdmacmDropin, AConnectionNobodyListensForIsRejected) {
