@@ -5,11 +5,13 @@
 #include <endian.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include "cma.hpp"
 
@@ -41,7 +43,15 @@ CmDevice* open_device(ibv_device* d, VfabVerbsPortHook hook) {
     }
     if (ibv_query_port(ctx, 1, &pa) == 0) dev->active_mtu = uint8_t(pa.active_mtu);
     cm::ManagerConfig mc;
-    mc.ca_guid = guid;
+    // The CM's CA GUID is this process's port's own: a vfab port is a new CA each time a process
+    // opens it (its QP numbers start again at the same values), and a peer that still remembers
+    // a connection of an earlier process would take a new one with the same QP number and CA
+    // GUID for a stale one (REJ 10, the kernel's check). The node GUID with the low 24 bits
+    // changed per opening.
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const uint64_t instance = (uint64_t(getpid()) * 0x9E3779B1u ^ uint64_t(now.tv_nsec) ^ uint64_t(now.tv_sec) << 20) & 0xFFFFFFu;
+    mc.ca_guid = (guid & ~uint64_t(0xFFFFFF)) | (instance ? instance : 1);
     auto m = cm::Manager::open(*dev->port, mc);
     if (!m) {
         say(std::string(ibv_get_device_name(d)) + ": " + m.error().message);
