@@ -44,6 +44,11 @@ struct EventBox {
 struct Channel {
     rdma_event_channel ch{};   // first: its fd is an eventfd counting the events queued
     std::deque<EventBox*> queue;
+    // Counts in the eventfd whose events were taken back off the queue (rdma_destroy_id,
+    // rdma_migrate_id). They cannot be read back: another thread may have read them already and
+    // be waiting for the lock, so rdma_get_cm_event skips this many counts instead.
+    uint64_t withdrawn = 0;
+    std::thread::id reader;    // the thread that last took an event from it
     static Channel* of(rdma_event_channel* c) { return reinterpret_cast<Channel*>(c); }
 };
 

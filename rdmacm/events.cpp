@@ -113,16 +113,23 @@ extern "C" void rdma_destroy_event_channel(rdma_event_channel* channel) {
 
 extern "C" int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {
     if (!channel || !event) return fail(EINVAL);
-    uint64_t v;
-    if (read(channel->fd, &v, sizeof v) != sizeof v) return -1;   // errno: EAGAIN when non-blocking
-    std::lock_guard g(cma().mu);
     Channel* ch = Channel::of(channel);
-    if (ch->queue.empty()) return fail(EAGAIN);   // cannot happen: one count per queued event
-    EventBox* b = ch->queue.front();
-    ch->queue.pop_front();
-    ++b->owner->unacked;
-    *event = &b->ev;
-    return 0;
+    for (;;) {
+        uint64_t v;
+        if (read(channel->fd, &v, sizeof v) != sizeof v) return -1;   // errno: EAGAIN when non-blocking
+        std::lock_guard g(cma().mu);
+        if (ch->withdrawn) {   // the count of an event taken back: wait for the next one
+            --ch->withdrawn;
+            continue;
+        }
+        if (ch->queue.empty()) return fail(EAGAIN);   // cannot happen: one count per queued event
+        ch->reader = std::this_thread::get_id();
+        EventBox* b = ch->queue.front();
+        ch->queue.pop_front();
+        ++b->owner->unacked;
+        *event = &b->ev;
+        return 0;
+    }
 }
 
 extern "C" int rdma_ack_cm_event(rdma_cm_event* event) {

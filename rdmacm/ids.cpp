@@ -14,6 +14,9 @@
 namespace vfab::rdmacm {
 
 namespace {
+// How long rdma_destroy_id lets another thread take the id's queued events.
+constexpr auto kQueuedEventsGrace = std::chrono::seconds(1);
+
 // An ephemeral port no id of this process has (as the kernel picks from 32768-60999).
 uint16_t ephemeral_port() {
     static std::minstd_rand rng(uint32_t(getpid()) * 2654435761u ^ uint32_t(time(nullptr)));
@@ -146,15 +149,20 @@ extern "C" int rdma_destroy_id(rdma_cm_id* cm_id) {
         if (id.state == IdState::listening)
             for (CmDevice* d : cma().devices)
                 if (!id.dev || d == id.dev) d->mgr->unlisten(id.service_id);
+        Channel* ch = Channel::of(id.id.channel);
+        auto its_own = [&](const EventBox* b) { return b->owner == &id || b->ev.listen_id == &id.id; };
+        // When another thread reads the channel, it may have been woken for the id's queued
+        // events already (rping's event thread polls the fd, then takes the event): it gets them,
+        // for a while, rather than block for ever on counts taken back.
+        if (ch->reader != std::thread::id{} && ch->reader != std::this_thread::get_id())
+            cma().acked.wait_for(g, kQueuedEventsGrace, [&] { return id.unacked == 0 && std::ranges::none_of(ch->queue, its_own); });
         // Events handed out for it are acked first (as the kernel's rdma_cm waits for them).
         cma().acked.wait(g, [&] { return id.unacked == 0; });
         // Events queued and not taken are dropped, for it and for the connect requests it heard.
-        Channel* ch = Channel::of(id.id.channel);
         std::erase_if(ch->queue, [&](EventBox* b) {
-            if (b->owner != &id && b->ev.listen_id != &id.id) return false;
+            if (!its_own(b)) return false;
             if (b->owner != &id) drop_request(id, b->owner);
-            uint64_t v;
-            (void)!read(ch->ch.fd, &v, sizeof v);
+            ++ch->withdrawn;
             delete b;
             return true;
         });
@@ -304,8 +312,7 @@ extern "C" int rdma_migrate_id(rdma_cm_id* cm_id, rdma_event_channel* channel) {
         Channel* to = Channel::of(channel);
         std::erase_if(from->queue, [&](EventBox* b) {
             if (b->owner != &id) return false;
-            uint64_t v;
-            (void)!read(from->ch.fd, &v, sizeof v);
+            ++from->withdrawn;
             to->queue.push_back(b);
             const uint64_t one = 1;
             (void)!write(to->ch.fd, &one, sizeof one);

@@ -22,7 +22,6 @@ inline uint64_t clock_ns(clockid_t clock) noexcept {
 
 // vendor_err of a WR that failed because its peer never answered ARP.
 inline constexpr uint32_t kVendorErrArpUnresolved = 0x10001;
-inline constexpr uint32_t kFirstQpn = 0x100;   // QP numbers: kFirstQpn + index in the port's table
 inline constexpr uint32_t kMaxAsyncEvents = 256;   // unread asynchronous events a port keeps
 inline constexpr uint32_t kFirstSrqn = 0x10;       // SRQ numbers: kFirstSrqn + index in the port's list
 inline constexpr uint32_t kAckReqInterval = 32; // AckReq at least every this many packets of a message

@@ -35,9 +35,9 @@ void PortImpl::on_frame(const uint8_t* f, uint32_t len) noexcept {
     } else if (p.dest_qp == kGsiQpn) {   // QP1, the management datagrams' (create_qp1)
         taken = qp1_ && !qp1_->destroyed && qp1_->on_packet(p);
     } else {
-        const uint32_t index = p.dest_qp - kFirstQpn;
-        if (p.dest_qp >= kFirstQpn && index < qps_.size() && qps_[index] && !qps_[index]->destroyed)
-            taken = qps_[index]->on_packet(p);
+        const uint32_t slot = qp_numbers_.slot_of(p.dest_qp);
+        if (slot < qps_.size() && qps_[slot] && !qps_[slot]->destroyed && qps_[slot]->qp_num() == p.dest_qp)
+            taken = qps_[slot]->on_packet(p);
     }
     ++(taken ? stats_.rx_roce : stats_.rx_dropped);
 }

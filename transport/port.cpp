@@ -117,6 +117,7 @@ Result<void> PortImpl::init() {
     rx_batch_.resize(cfg_.rx_buffers);
     for (uint32_t i = 0; i < cfg_.rx_buffers; ++i) rx_batch_[i] = {0, &rx_sges_[i], 1, 0};
     qps_.resize(cfg_.max_qp);
+    qp_numbers_ = QpNumbers(cfg_.max_qp);
     ready_.reserve(cfg_.max_qp);
     arp_.resize(kArpEntries);
     for (uint32_t i = 0; i < cfg_.rx_buffers; ++i) post_rx(i);
@@ -453,7 +454,7 @@ Result<Qp*> PortImpl::create_qp(const RdmaQpInitAttr& a) {
     if (auto r = check_qp_init(a); !r) return r.take_error();
     for (uint32_t i = 0; i < qps_.size(); ++i) {
         if (qps_[i] && !qps_[i]->destroyed) continue;
-        auto qp = std::make_unique<QpImpl>(*this, kFirstQpn + i, a);
+        auto qp = std::make_unique<QpImpl>(*this, qp_numbers_.next(i), a);
         if (auto r = qp->init(); !r) return r.take_error();
         if (qps_[i]) std::erase(ready_, qps_[i].get());   // a destroyed QP may still be listed
         qps_[i] = std::move(qp);

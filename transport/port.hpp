@@ -15,6 +15,7 @@
 #include "objects.hpp"
 #include "packet.hpp"
 #include "qp.hpp"
+#include "qp_numbers.hpp"
 #include "qp_port.hpp"
 #include "raw_packet.hpp"
 #include "raw_queue.hpp"
@@ -140,7 +141,8 @@ private:
     std::vector<RecvWr> rx_batch_;         // rx_buffers WRs, made once; the first rx_count_ to post
     std::vector<Sge> rx_sges_;
     uint32_t rx_count_ = 0;
-    std::vector<std::unique_ptr<QpImpl>> qps_;     // by index
+    std::vector<std::unique_ptr<QpImpl>> qps_;     // by slot (qp_numbers.hpp)
+    QpNumbers qp_numbers_{1};
     std::unique_ptr<QpImpl> qp1_;                  // the GSI queue pair (create_qp1)
     Result<void> check_qp_init(const RdmaQpInitAttr& a);   // create_qp's checks of RC, UC, UD and XRC
     // Each live RC, UC, UD or XRC queue pair, QP1 included.

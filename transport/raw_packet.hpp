@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "qp_numbers.hpp"
 #include "vfab/rdma/rdma.hpp"
 
 namespace vfab::rdma::detail {
@@ -15,7 +16,7 @@ namespace vfab::rdma::detail {
 class PortImpl;
 class CqImpl;
 
-inline constexpr uint32_t kFirstRawQpn = 0x800000;   // raw-packet QP numbers: this + index
+inline constexpr uint32_t kFirstRawQpn = kQpnLimit;   // raw-packet QP numbers: this + index
 inline constexpr uint32_t kMaxFlows = 1024;           // flows of a port
 
 class RawPacketQp final : public Qp {

@@ -26,11 +26,35 @@ struct Outcome {
     int rc = -1;               // exit status; 128 + signal when killed; -1 when it did not start
     bool timed_out = false;
     std::string out, err;
+    std::string threads;   // when timed out: where each of its threads was (hung_threads)
     std::string summary() const {
         return "exit " + std::to_string(rc) + (timed_out ? " (killed: time limit)" : "") + "\nstdout:\n" + out +
-               "stderr:\n" + err;
+               "stderr:\n" + err + (threads.empty() ? "" : "threads when killed:\n" + threads);
     }
 };
+
+// Where each thread of a live process is: its name, state, the kernel function it sleeps in
+// and its system call with arguments (/proc/PID/task/TID/{comm,wchan,syscall}), one line each,
+// so that a hung program's time-out tells what it waited for.
+inline std::string hung_threads(pid_t pid) {
+    namespace fs = std::filesystem;
+    auto first_line = [](const fs::path& p) {
+        std::ifstream in(p);
+        std::string line;
+        std::getline(in, line);
+        return line;
+    };
+    std::string r;
+    std::error_code ec;
+    for (const auto& t : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+        const std::string stat = first_line(t.path() / "stat");
+        const size_t close = stat.rfind(')');
+        const char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+        r += "  " + t.path().filename().string() + " " + first_line(t.path() / "comm") + " " + state + " wchan=" +
+             first_line(t.path() / "wchan") + " syscall=" + first_line(t.path() / "syscall") + "\n";
+    }
+    return r;
+}
 
 // A program started in the background; wait() collects it.
 class Child {
@@ -79,6 +103,7 @@ public:
             while ((got = ::waitpid(pid_, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < end)
                 std::this_thread::sleep_for(std::chrono::milliseconds(10));
             if (got == 0) {
+                r.threads = hung_threads(pid_);
                 ::kill(pid_, SIGKILL);
                 ::waitpid(pid_, &status, 0);
                 r.timed_out = true;

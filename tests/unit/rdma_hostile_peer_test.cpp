@@ -403,3 +403,44 @@ TEST_F(HostilePeer, OnlyARequestInSequenceTeachesThePeersMac) {
 
 }  // namespace
 }  // namespace vfab::rdma::test
+
+namespace vfab::rdma::test {
+namespace {
+
+// A slot used again gets a new number (qp_numbers.hpp): a WRITE still in flight for the queue
+// pair that had the slot before (a retransmission of an old connection) is dropped, not taken
+// by the new queue pair, which is connected with the same PSNs.
+TEST_F(HostilePeer, APacketForTheLastNumberOfAReusedSlotIsDropped) {
+    const uint32_t old_qpn = b.qp->qp_num();
+    ASSERT_TRUE(b.qp->destroy());
+    std::vector<uint8_t> mc(4096, 0x55);
+    Side c = make_side(*pair->b, QpType::rc, mc);
+    EXPECT_NE(c.qp->qp_num(), old_qpn);
+    connect_rc(c, a, 200, 100);
+    (void)answers();
+    auto write_to = [&](uint32_t qpn) {
+        PacketHeader h;
+        h.src_port = 0xC001;
+        h.opcode = op::write_only;
+        h.ack_req = true;
+        h.dest_qp = qpn;
+        h.psn = 100;
+        h.va = reinterpret_cast<uint64_t>(mc.data());
+        h.rkey = c.mr.rkey;
+        h.dma_len = 8;
+        const uint8_t payload[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        const std::vector<uint8_t> f = frame_a_to_b(h, payload, 8);
+        pair->wire.inject(1, f.data(), uint32_t(f.size()));
+        for (int i = 0; i < 4; ++i) pair->b->progress();
+    };
+    const uint64_t dropped = pair->b->stats().rx_dropped;
+    write_to(old_qpn);
+    EXPECT_EQ(mc[0], 0x55) << "the old connection's WRITE reached the new queue pair";
+    EXPECT_TRUE(answers().empty());
+    EXPECT_EQ(pair->b->stats().rx_dropped, dropped + 1);
+    write_to(c.qp->qp_num());
+    EXPECT_EQ(mc[0], 1) << "the new queue pair's own WRITE lands";
+}
+
+}  // namespace
+}  // namespace vfab::rdma::test

@@ -515,7 +515,7 @@ TEST_F(GiveUpTest, PeerThatNeverAnswersArp) {
     x.qp_access_flags = kAllRemote;
     ASSERT_TRUE(a.qp->modify(x, attr_state | attr_pkey_index | attr_port | attr_access_flags));
     x.qp_state = RdmaQpState::rtr;
-    x.dest_qp_num = 0x100;
+    x.dest_qp_num = 0x123;
     x.ah_attr.dgid = Gid::from_ipv4(0x0a000063);   // 10.0.0.99: nobody
     ASSERT_TRUE(a.qp->modify(x, attr_state | attr_av | attr_path_mtu | attr_dest_qpn | attr_rq_psn |
                                     attr_max_dest_rd_atomic | attr_min_rnr_timer));
