@@ -50,6 +50,12 @@ inline constexpr size_t kRejAri = 72;   // REJ's additional rejection informatio
 // The service timeout an MRA asks for (4.096 µs × 2^24, ~67 s: what the kernel's ib_cm sends).
 inline constexpr uint8_t kMraServiceTimeout = 24;
 
+// A REQ's transport service type (12.6.5): RC 0, UC 1; 3 says "the extended transport type",
+// which is 1 for XRC (Annex A14 14.6.3.1).
+inline constexpr uint8_t kTransportRc = 0;
+inline constexpr uint8_t kTransportXrc = 3;
+inline constexpr uint8_t kExtendedTransportXrc = 1;
+
 // REJ reasons (12.6.7.2, table 109), those vfab sends or meets.
 enum class RejReason : uint16_t {
     no_qp = 1,

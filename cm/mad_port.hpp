@@ -38,6 +38,9 @@ public:
     // not CM messages are dropped and counted (dropped()).
     size_t poll(std::span<Received> out);
     uint64_t dropped() const noexcept { return dropped_; }
+    // Whether a MAD has not left yet: one waits for a buffer, or its send has not completed (as
+    // far as the last poll() knows).
+    bool sending() const noexcept { return !backlog_.empty() || free_sends_.size() < depth_; }
 
 private:
     MadPort(rdma::Port& port, uint32_t depth) : port_(port), depth_(depth) {}

@@ -105,7 +105,15 @@ void on_connect_request(CmDevice& dev, const cm::Event& e) {
         (void)dev.mgr->reject(e.conn, uint16_t(cm::RejReason::consumer));   // what rdma_cm answers
         return;
     }
-    Id* c = child_of(*l, dev, h, e.req.service_id, IBV_QPT_RC, e.conn);
+    // RC, or XRC (the request's id an XRC receiver); what a listener with rdma_create_ep's QP
+    // description would make must be of the same kind.
+    const bool xrc = e.req.transport_type == cm::kTransportXrc && e.req.extended_transport_type == cm::kExtendedTransportXrc;
+    const ibv_qp_type type = xrc ? IBV_QPT_XRC_RECV : IBV_QPT_RC;
+    if ((e.req.transport_type != cm::kTransportRc && !xrc) || (l->has_ep_qp_attr && l->ep_qp_attr.qp_type != type)) {
+        (void)dev.mgr->reject(e.conn, uint16_t(cm::RejReason::invalid_transport_type));
+        return;
+    }
+    Id* c = child_of(*l, dev, h, e.req.service_id, type, e.conn);
     if (!c) {
         (void)dev.mgr->reject(e.conn, uint16_t(cm::RejReason::no_resources));
         return;

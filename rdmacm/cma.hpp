@@ -32,6 +32,7 @@ struct CmDevice {
     uint8_t active_mtu = IBV_MTU_1024;   // the path MTU a REQ asks for
     std::unique_ptr<cm::Manager> mgr;
     ibv_pd* default_pd = nullptr;        // rdma_create_qp with no PD (made on first use)
+    ibv_xrcd* xrcd = nullptr;            // XRC receive QPs' and SRQs' domain (made on first use)
 };
 
 // An event as rdma_get_cm_event hands it out, with room for the private data it points to.
@@ -87,7 +88,7 @@ struct Id {
     std::vector<Group> groups;      // multicast groups joined (rdma_join_multicast)
     bool has_ep_qp_attr = false;    // a passive rdma_create_ep's: each request's id gets such a QP
     ibv_qp_init_attr ep_qp_attr{};
-    bool owns_cqs = false;          // rdma_create_qp made the CQs (none given): rdma_destroy_qp frees them
+    bool owns_cqs = false;          // the library made send_cq and recv_cq (none given): it frees them
     static Id* of(rdma_cm_id* i) { return reinterpret_cast<Id*>(i); }
 };
 
@@ -134,6 +135,12 @@ uint16_t ps_code(rdma_port_space ps);
 // ---- qp.cpp ----
 // The connection's QP through INIT, RTR and RTS (active, after the REP; passive, before it).
 int ready_qp(Id& id);
+// The id's send and recv CQs, each with a channel of its own, as librdmacm makes them when a
+// program gives none (cma().mu held); 0, or -1 with errno. Made once; freed by release_own_cqs
+// (with the QP or, for an XRC receiver, with the SRQ that uses recv_cq).
+int make_own_cqs(Id& id, uint32_t send_wr, uint32_t recv_wr);
+void release_own_cqs(Id& id);
+ibv_xrcd* xrcd_of(CmDevice& dev);   // the device's XRC domain, opened on first use
 
 // VFAB_RDMACM_DEBUG=1: the CM's events and each QP transition on stderr.
 void debug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -46,7 +46,7 @@ namespace {
 // rdma_connect on an RC id: a REQ with the IP CM header and the program's private data.
 int send_req(Id& id, const rdma_conn_param* param) {
     namespace cm = vfab::cm;
-    if (id.id.qp_type != IBV_QPT_RC) return fail(EOPNOTSUPP);
+    if (id.id.qp_type != IBV_QPT_RC && id.id.qp_type != IBV_QPT_XRC_SEND) return fail(EOPNOTSUPP);
     if (param && param->private_data_len > cm::kReqPrivate - cm::kCmaHeader) return fail(EINVAL);
     if (!id.id.qp && !param) return fail(EINVAL);   // the QP number comes from somewhere
     CmDevice& dev = *id.dev;
@@ -62,6 +62,11 @@ int send_req(Id& id, const rdma_conn_param* param) {
     r.rnr_retry_count = param ? std::min<uint8_t>(param->rnr_retry_count, 7) : 7;
     r.srq = id.id.qp ? id.id.qp->srq != nullptr : param->srq;
     r.path_mtu = dev.active_mtu;
+    if (id.id.qp_type == IBV_QPT_XRC_SEND) {   // XRC (IB spec Annex A14 14.6.3.1)
+        r.transport_type = cm::kTransportXrc;
+        r.extended_transport_type = cm::kExtendedTransportXrc;
+        r.srq = true;
+    }
     const uint32_t src = dev.ip, dst = peer_ip_of(id);
     const vfab::rdma::Gid sg = vfab::rdma::Gid::from_ipv4(src), dg = vfab::rdma::Gid::from_ipv4(dst);
     std::copy(std::begin(sg.raw), std::end(sg.raw), r.local_gid.begin());
@@ -137,7 +142,7 @@ extern "C" int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
         r.initiator_depth = std::min({param ? param->initiator_depth : max_rd, max_rd, id.req.responder_resources});
         r.rnr_retry_count = param ? std::min<uint8_t>(param->rnr_retry_count, 7) : 7;
         r.flow_control = param ? param->flow_control : true;
-        r.srq = id.id.qp ? id.id.qp->srq != nullptr : param->srq;
+        r.srq = id.id.qp ? id.id.qp->srq != nullptr || id.id.qp_type == IBV_QPT_XRC_RECV : param->srq;
         if (param && param->private_data_len) std::memcpy(r.private_data.data(), param->private_data, param->private_data_len);
         id.rep = r;
         if (id.id.qp && ready_qp(id)) return -1;

@@ -75,6 +75,7 @@ extern "C" int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, i
     if (!id || !res) return fail(EINVAL);
     rdma_cm_id* cm_id = nullptr;
     if (rdma_create_id(nullptr, &cm_id, nullptr, rdma_port_space(res->ai_port_space))) return -1;
+    cm_id->qp_type = ibv_qp_type(res->ai_qp_type);   // as librdmacm's rdma_create_id2: the address's
     int r;
     if (res->ai_flags & RAI_PASSIVE) {
         r = rdma_bind_addr(cm_id, res->ai_src_addr);
@@ -110,16 +111,39 @@ extern "C" void rdma_destroy_ep(rdma_cm_id* id) {
     rdma_destroy_id(id);
 }
 
-extern "C" int rdma_create_srq_ex(rdma_cm_id* id, ibv_srq_init_attr_ex* attr) {
-    if (!id || !attr || !id->verbs) return fail(EINVAL);
+extern "C" int rdma_create_srq_ex(rdma_cm_id* cm_id, ibv_srq_init_attr_ex* attr) {
+    if (!cm_id || !attr || !cm_id->verbs) return fail(EINVAL);
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)) return fail(EINVAL);
     if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
-        if (!id->pd) return fail(EINVAL);
-        attr->pd = id->pd;
+        if (!cm_id->pd) return fail(EINVAL);
+        attr->pd = cm_id->pd;
         attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
     }
-    ibv_srq* srq = ibv_create_srq_ex(id->verbs, attr);
-    if (!srq) return -1;
-    id->srq = srq;
+    Id& id = *Id::of(cm_id);
+    bool made_cqs = false;
+    if (attr->srq_type == IBV_SRQT_XRC) {   // in the device's XRC domain, completing into recv_cq
+        std::lock_guard g(cma().mu);
+        if (!id.dev) return fail(EINVAL);
+        if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd) attr->xrcd = xrcd_of(*id.dev);
+        if (!attr->xrcd) return -1;
+        if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq) {
+            made_cqs = !cm_id->recv_cq;
+            if (make_own_cqs(id, 0, attr->attr.max_wr)) return -1;
+            attr->cq = cm_id->recv_cq;
+        }
+        attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    }
+    ibv_srq* srq = ibv_create_srq_ex(cm_id->verbs, attr);
+    if (!srq) {
+        const int e = errno;
+        if (made_cqs) {
+            std::lock_guard g(cma().mu);
+            release_own_cqs(id);
+        }
+        return fail(e);
+    }
+    if (!cm_id->pd) cm_id->pd = attr->pd;
+    cm_id->srq = srq;
     return 0;
 }
 
@@ -128,9 +152,9 @@ extern "C" int rdma_create_srq(rdma_cm_id* id, ibv_pd* pd, ibv_srq_init_attr* at
     ibv_srq_init_attr_ex ex{};
     ex.srq_context = attr->srq_context;
     ex.attr = attr->attr;
-    ex.comp_mask = pd ? IBV_SRQ_INIT_ATTR_PD : 0;
+    ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | (pd ? IBV_SRQ_INIT_ATTR_PD : 0);
     ex.pd = pd;
-    ex.srq_type = IBV_SRQT_BASIC;
+    ex.srq_type = id->qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC;
     if (rdma_create_srq_ex(id, &ex)) return -1;
     attr->attr = ex.attr;
     return 0;
@@ -140,6 +164,9 @@ extern "C" void rdma_destroy_srq(rdma_cm_id* id) {
     if (!id || !id->srq) return;
     ibv_destroy_srq(id->srq);
     id->srq = nullptr;
+    if (id->qp) return;   // its CQs go with the QP
+    std::lock_guard g(cma().mu);
+    release_own_cqs(*Id::of(id));
 }
 
 // ---- multicast (UD) ----------------------------------------------------------------------------

@@ -77,12 +77,16 @@ EventBox* queue_event(Id& id, rdma_cm_event_type type, int status) {
     return b;
 }
 
+// The event stays in id->event until the id's next synchronous call or its destruction, as
+// librdmacm keeps it (rdma_xclient reads the REP's private data there).
 int wait_sync(Id& id, rdma_cm_event_type expected) {
+    if (id.id.event) rdma_ack_cm_event(id.id.event);
+    id.id.event = nullptr;
     rdma_cm_event* e = nullptr;
     if (rdma_get_cm_event(id.id.channel, &e)) return -1;
+    id.id.event = e;
     const rdma_cm_event_type got = e->event;
     const int status = e->status;
-    rdma_ack_cm_event(e);
     if (got == expected) return 0;
     return fail(status < 0 ? -status : got == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : ECONNRESET);
 }

@@ -17,6 +17,24 @@ namespace {
 // How long rdma_destroy_id lets another thread take the id's queued events.
 constexpr auto kQueuedEventsGrace = std::chrono::seconds(1);
 
+// How long rdma_destroy_id waits for its connection's last MAD to leave.
+constexpr auto kLastMadGrace = std::chrono::milliseconds(200);
+
+// Programs exit soon after rdma_destroy_id: the DREQ (or REJ) it made must leave first, or the
+// peer keeps the connection (and its QP) until its own timers give up. The CM thread sends it.
+void wait_mads_sent(CmDevice& d) {
+    const auto end = std::chrono::steady_clock::now() + kLastMadGrace;
+    for (;;) {
+        {
+            std::lock_guard g(cma().mu);
+            if (!d.mgr->mads().sending()) return;
+        }
+        if (std::chrono::steady_clock::now() >= end) return;
+        kick();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
+
 // An ephemeral port no id of this process has (as the kernel picks from 32768-60999).
 uint16_t ephemeral_port() {
     static std::minstd_rand rng(uint32_t(getpid()) * 2654435761u ^ uint32_t(time(nullptr)));
@@ -135,10 +153,14 @@ void drop_request(Id& listener, Id* child) {
 extern "C" int rdma_destroy_id(rdma_cm_id* cm_id) {
     if (!cm_id) return fail(EINVAL);
     Id& id = *Id::of(cm_id);
+    if (id.id.event) rdma_ack_cm_event(id.id.event);   // a synchronous id's last event
+    id.id.event = nullptr;
     Channel* own = nullptr;
+    CmDevice* sends_mads = nullptr;
     {
         std::unique_lock g(cma().mu);
         id.destroying = true;
+        if (id.has_conn) sends_mads = id.dev;   // its DREQ or REJ
         if (id.has_conn) id.dev->mgr->release(id.conn);
         for (const Id::Group& gr : id.groups) {   // it leaves its multicast groups
             if (!gr.attached || !id.id.qp) continue;
@@ -173,6 +195,7 @@ extern "C" int rdma_destroy_id(rdma_cm_id* cm_id) {
     kick();
     delete &id;
     if (own) rdma_destroy_event_channel(&own->ch);
+    if (sends_mads) wait_mads_sent(*sends_mads);
     return 0;
 }
 
@@ -298,6 +321,8 @@ extern "C" int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
 extern "C" int rdma_migrate_id(rdma_cm_id* cm_id, rdma_event_channel* channel) {
     if (!cm_id) return fail(EINVAL);
     Id& id = *Id::of(cm_id);
+    if (id.id.event) rdma_ack_cm_event(id.id.event);   // a synchronous id's last event
+    id.id.event = nullptr;
     Channel* own = nullptr;
     if (!channel) {
         channel = rdma_create_event_channel();

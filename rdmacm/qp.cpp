@@ -2,6 +2,7 @@
 // RTR and RTS with its connection's attributes (cm/qp_attrs.hpp) as the kernel's librdmacm
 // takes it: the passive side before the REP, the active side when the REP comes (before the
 // event). A UD QP goes on to RTS at once, with rdma_cm's Q_Key.
+#include <fcntl.h>
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -118,6 +119,44 @@ int ready_qp(Id& id) {
     return 0;
 }
 
+int make_own_cqs(Id& id, uint32_t send_wr, uint32_t recv_wr) {
+    if (id.id.recv_cq) return 0;
+    ibv_context* v = id.dev->verbs;
+    id.owns_cqs = true;
+    id.id.recv_cq_channel = ibv_create_comp_channel(v);
+    id.id.send_cq_channel = ibv_create_comp_channel(v);
+    if (id.id.recv_cq_channel && id.id.send_cq_channel) {
+        id.id.recv_cq = ibv_create_cq(v, int(std::max(recv_wr, 1u)), &id.id, id.id.recv_cq_channel, 0);
+        id.id.send_cq = ibv_create_cq(v, int(std::max(send_wr, 1u)), &id.id, id.id.send_cq_channel, 0);
+    }
+    if (id.id.recv_cq && id.id.send_cq) return 0;
+    const int e = errno ? errno : ENOMEM;
+    release_own_cqs(id);
+    return fail(e);
+}
+
+void release_own_cqs(Id& id) {
+    if (!id.owns_cqs) return;
+    if (id.id.send_cq) ibv_destroy_cq(id.id.send_cq);
+    if (id.id.recv_cq) ibv_destroy_cq(id.id.recv_cq);
+    if (id.id.send_cq_channel) ibv_destroy_comp_channel(id.id.send_cq_channel);
+    if (id.id.recv_cq_channel) ibv_destroy_comp_channel(id.id.recv_cq_channel);
+    id.id.send_cq = id.id.recv_cq = nullptr;
+    id.id.send_cq_channel = id.id.recv_cq_channel = nullptr;
+    id.owns_cqs = false;
+}
+
+ibv_xrcd* xrcd_of(CmDevice& dev) {
+    if (!dev.xrcd) {
+        ibv_xrcd_init_attr a{};
+        a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+        a.fd = -1;   // a domain of this process's own
+        a.oflags = O_CREAT;
+        dev.xrcd = ibv_open_xrcd(dev.verbs, &a);
+    }
+    return dev.xrcd;
+}
+
 }  // namespace vfab::rdmacm
 
 using namespace vfab::rdmacm;
@@ -135,40 +174,28 @@ extern "C" int rdma_create_qp_ex(rdma_cm_id* cm_id, ibv_qp_init_attr_ex* attr) {
         attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
     }
     if (attr->pd->context != id.dev->verbs) return fail(EINVAL);
-    bool made_cqs = false;
+    if (id.id.qp_type == IBV_QPT_XRC_RECV && (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd)) {
+        attr->xrcd = xrcd_of(*id.dev);
+        if (!attr->xrcd) return -1;
+        attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+    }
+    const bool made_cqs = !id.id.recv_cq && (!attr->send_cq || !attr->recv_cq);
     if (!attr->send_cq || !attr->recv_cq) {   // as rdma_create_ep's ids: CQs with channels of their own
-        if (!id.id.recv_cq) {
-            id.id.recv_cq_channel = ibv_create_comp_channel(id.dev->verbs);
-            id.id.recv_cq = id.id.recv_cq_channel
-                                ? ibv_create_cq(id.dev->verbs, int(std::max(attr->cap.max_recv_wr, 1u)), &id.id, id.id.recv_cq_channel, 0)
-                                : nullptr;
-            id.id.send_cq_channel = ibv_create_comp_channel(id.dev->verbs);
-            id.id.send_cq = id.id.send_cq_channel
-                                ? ibv_create_cq(id.dev->verbs, int(std::max(attr->cap.max_send_wr, 1u)), &id.id, id.id.send_cq_channel, 0)
-                                : nullptr;
-            made_cqs = true;
-            id.owns_cqs = true;
-        }
+        if (make_own_cqs(id, attr->cap.max_send_wr, attr->cap.max_recv_wr)) return -1;
         if (!attr->send_cq) attr->send_cq = id.id.send_cq;
         if (!attr->recv_cq) attr->recv_cq = id.id.recv_cq;
     }
-    if (!attr->srq && id.id.srq) attr->srq = id.id.srq;
-    ibv_qp* qp = attr->send_cq && attr->recv_cq ? ibv_create_qp_ex(id.dev->verbs, attr) : nullptr;
+    if (!attr->srq && id.id.srq && id.id.qp_type != IBV_QPT_XRC_RECV) attr->srq = id.id.srq;
+    ibv_qp* qp = ibv_create_qp_ex(id.dev->verbs, attr);
     if (!qp) {
         const int e = errno ? errno : ENOMEM;
-        if (made_cqs) {
-            if (id.id.send_cq) ibv_destroy_cq(id.id.send_cq);
-            if (id.id.recv_cq) ibv_destroy_cq(id.id.recv_cq);
-            if (id.id.send_cq_channel) ibv_destroy_comp_channel(id.id.send_cq_channel);
-            if (id.id.recv_cq_channel) ibv_destroy_comp_channel(id.id.recv_cq_channel);
-            id.id.send_cq = id.id.recv_cq = nullptr;
-            id.id.send_cq_channel = id.id.recv_cq_channel = nullptr;
-            id.owns_cqs = false;
-        }
+        if (made_cqs) release_own_cqs(id);
         return fail(e);
     }
     id.id.qp = qp;
-    id.id.pd = qp->pd;   // as librdmacm: rdma_reg_msgs and the other helpers of <rdma/rdma_verbs.h> use it
+    // As librdmacm: rdma_reg_msgs and the other helpers of <rdma/rdma_verbs.h> use it (an XRC
+    // receiver has no PD of its own: the one it was given).
+    id.id.pd = qp->pd ? qp->pd : attr->pd;
     // INIT now, ready for receives (a passive side's QP with its connection's rights); a UD QP
     // on to RTS, ready to send (it has no connection).
     ibv_qp_attr a{};
@@ -209,15 +236,10 @@ extern "C" void rdma_destroy_qp(rdma_cm_id* cm_id) {
     if (!cm_id || !cm_id->qp) return;
     ibv_destroy_qp(cm_id->qp);
     cm_id->qp = nullptr;
-    Id& id = *Id::of(cm_id);
-    if (!id.owns_cqs) return;
-    ibv_destroy_cq(cm_id->send_cq);
-    ibv_destroy_cq(cm_id->recv_cq);
-    ibv_destroy_comp_channel(cm_id->send_cq_channel);
-    ibv_destroy_comp_channel(cm_id->recv_cq_channel);
-    cm_id->send_cq = cm_id->recv_cq = nullptr;
-    cm_id->send_cq_channel = cm_id->recv_cq_channel = nullptr;
-    id.owns_cqs = false;
+    // An XRC receiver's SRQ completes into recv_cq: the CQs go with the SRQ (rdma_destroy_srq).
+    if (cm_id->qp_type == IBV_QPT_XRC_RECV && cm_id->srq) return;
+    std::lock_guard g(cma().mu);
+    release_own_cqs(*Id::of(cm_id));
 }
 
 extern "C" int rdma_init_qp_attr(rdma_cm_id* cm_id, ibv_qp_attr* qp_attr, int* qp_attr_mask) {

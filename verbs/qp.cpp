@@ -150,6 +150,8 @@ int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     return post_recv_list([t](std::span<const vfab::RecvWr> w) { return t->post_recv(w); }, wr, bad);
 }
 
+constexpr uint32_t kMinInlineData = 64;   // inline bytes every QP with a send queue takes
+
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     if (!ctx || !a) return fail_null<ibv_qp>(EINVAL);
     if (a->comp_mask & ~kInitMask) return fail_null<ibv_qp>(EOPNOTSUPP);
@@ -182,6 +184,10 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* a) {
     // An XRC sender or a QP of an SRQ has no receive queue: its sizes are not looked at.
     if (t.srq || a->qp_type == IBV_QPT_XRC_SEND) t.cap.max_recv_wr = t.cap.max_recv_sge = 0;
     if (t.cap.max_send_sge == 0) t.cap.max_send_sge = 1;
+    // Inline sends of a few bytes work whatever the program asked, as on the kernel's providers
+    // (rxe rounds up to a WQE's SGE space, mlx5 further): rdma_xclient sends 16 bytes inline with
+    // max_inline_data 0. The QP reports what it takes.
+    if (!tgt) t.cap.max_inline_data = std::max(t.cap.max_inline_data, kMinInlineData);
     if (!tgt && a->qp_type != IBV_QPT_XRC_SEND && !t.srq && t.cap.max_recv_sge == 0) t.cap.max_recv_sge = 1;
     t.sq_sig_all = a->sq_sig_all != 0;
     t.create_flags = a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS ? a->create_flags : 0;

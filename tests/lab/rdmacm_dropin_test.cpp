@@ -95,6 +95,17 @@ TEST_F(RdmacmVfab, UcmatoseUdaddyAndRdmaServerBetweenTwoProcesses) {
     expect_both_ok(r);
 }
 
+// rdma_xserver / rdma_xclient with XRC (-c x): the REQ's transport type XRC, the request's id an
+// XRC receiver with an XRC SRQ (rdma_create_srq) whose number goes back in the REP's private
+// data; the client's XRC send names it (rxe has no XRC: vfab with itself only).
+TEST_F(RdmacmVfab, XrcThroughRdmaCmBetweenTwoProcesses) {
+    const auto r = run_cm_pair(on_vfab(kPairA, {"rdma_xserver", "-c", "x", "-p", "7475"}),
+                               on_vfab(kPairB, {"rdma_xclient", "-c", "x", "-s", "10.78.0.1", "-p", "7475"}), 180s);
+    expect_both_ok(r);
+    EXPECT_NE(r.client.out.find("rdma_xclient: end 0"), std::string::npos) << r.client.summary();
+    EXPECT_NE(r.server.out.find("rdma_xserver: end 0"), std::string::npos) << r.server.summary();
+}
+
 // ---- against the kernel's rdma_cm on rxe ---------------------------------------------------------
 
 class RdmacmDropin : public RxeSuite {};
@@ -226,13 +237,21 @@ TEST_F(RdmacmDropin, MckeyMulticastWithRxeBothWays) {
     send_to(on_vfab0({"mckey", "-m", "239.1.1.2", "-b", kVfabIp, "-C", "5"}), {"mckey", "-m", "239.1.1.2", "-s", "-b", kRxeIp, "-C", "5"});
 }
 
-// vfab client processes one after another against one kernel listener, each connecting as soon
-// as the last has gone: every new process's QP has the number the last one's had (its CM's CA
-// GUID is its own, so that a kernel still holding the last connection does not refuse the new
-// one as stale, REJ 10).
-TEST_F(RdmacmDropin, ClientProcessesOneAfterAnotherAreNotStale) {
+// The kernel's RC queue pairs (iproute2's `rdma resource show qp`, lines of "type RC").
+int kernel_rc_qps() {
+    const Outcome r = run_program({"/usr/bin/rdma", "resource", "show", "qp"}, 30s);
+    int n = 0;
+    for (size_t at = 0; (at = r.out.find("type RC", at)) != std::string::npos; ++at) ++n;
+    return n;
+}
+
+// 100 vfab client processes one after another against one kernel listener (rping -P, a thread
+// and a QP per connection), each connecting as soon as the last has gone: the kernel refuses
+// none as stale (each process's CM has a CA GUID of its own; its QP numbers are new), and each
+// one's DREQ leaves before it exits, so the kernel tears down every connection: nothing is left.
+TEST_F(RdmacmDropin, HundredClientProcessesOneAfterAnotherLeaveNothingBehind) {
     Child server({"rping", "-s", "-P", "-a", kRxeIp, "-p", "7474", "-V"});
-    const auto client = on_vfab0({"rping", "-c", "-a", kRxeIp, "-p", "7474", "-C", "2", "-V"});
+    const auto client = on_vfab0({"rping", "-c", "-a", kRxeIp, "-p", "7474", "-C", "1", "-V"});
     Outcome c;
     for (int i = 0; i < 20; ++i) {   // until the kernel's listener is up
         std::this_thread::sleep_for(1s);
@@ -240,10 +259,18 @@ TEST_F(RdmacmDropin, ClientProcessesOneAfterAnotherAreNotStale) {
         if (c.rc == 0) break;
     }
     ASSERT_EQ(c.rc, 0) << c.summary();
-    for (int i = 0; i < 3; ++i) {
+    int failed = 0;
+    for (int i = 1; i < 100 && failed < 3; ++i) {
         c = run_program(client, 60s);
         EXPECT_EQ(c.rc, 0) << i << ": " << c.summary();
+        failed += c.rc != 0;
     }
+    int left = kernel_rc_qps();
+    for (int i = 0; i < 50 && left; ++i) {   // the last DREQ's teardown
+        std::this_thread::sleep_for(100ms);
+        left = kernel_rc_qps();
+    }
+    EXPECT_EQ(left, 0) << "the kernel still has connections of exited vfab clients";
     ::kill(server.pid(), SIGKILL);
     (void)server.wait(10s);
 }
