@@ -275,6 +275,20 @@ TEST_F(RdmacmDropin, HundredClientProcessesOneAfterAnotherLeaveNothingBehind) {
     (void)server.wait(10s);
 }
 
+// With netem losing 15% of what the kernel sends (its MADs among them: a REP, an RTU, a DREP
+// lost), connections still come up and go down: vfab's CM sends its REQ (or REP, DREQ) again on
+// its timer and answers the kernel's repeated messages; the kernel does the same the other way.
+TEST_F(RdmacmDropin, ConnectionsThroughALossyLinkBothRoles) {
+    ASSERT_EQ(run_program({"modprobe", "sch_netem"}).rc, 0);
+    const Outcome tc = run_program({"/usr/bin/tc", "qdisc", "add", "dev", peer_->ifname(), "root", "netem", "loss", "15%"});
+    ASSERT_EQ(tc.rc, 0) << tc.summary();
+    auto r = run_cm_pair(on_vfab0({"ucmatose", "-b", kVfabIp, "-c", "4", "-C", "10"}), {"ucmatose", "-s", kVfabIp, "-c", "4", "-C", "10"}, 240s);
+    expect_both_ok(r);
+    r = run_cm_pair({"ucmatose", "-b", kRxeIp, "-c", "4", "-C", "10"}, on_vfab0({"ucmatose", "-s", kRxeIp, "-c", "4", "-C", "10"}), 240s);
+    expect_both_ok(r);
+    (void)run_program({"/usr/bin/tc", "qdisc", "del", "dev", peer_->ifname(), "root"});
+}
+
 TEST_F(RdmacmDropin, AConnectionNobodyListensForIsRejected) {
     // The kernel's CM answers a REQ for a port nobody listens on with REJ 8 (invalid service ID).
     const Outcome c = run_program(on_vfab0(rping_client(kRxeIp, "1", "64")), 120s);
