@@ -22,7 +22,37 @@ Result<std::unique_ptr<Manager>> Manager::open(rdma::Port& port, const ManagerCo
     // Communication IDs start where a previous run of this port would not have been: a peer
     // tells repeated REQs by (comm ID, CA GUID).
     m->next_id_ = uint32_t(now_ns() >> 10) | 1;
+    if (!cfg.ledger_path.empty()) {
+        std::vector<Ledger::Entry> left;
+        auto l = Ledger::open(cfg.ledger_path, left);
+        if (l) m->ledger_ = std::move(*l);
+        else m->ledger_error_ = l.error().message;
+        for (const Ledger::Entry& e : left) m->disconnect_stale(e);
+    }
     return m;
+}
+
+// A connection an earlier process on this port left established (killed, or exited without
+// disconnecting): a DREQ, sent again on the timer until the DREP (a peer that no longer knows
+// the connection answers one too, 12.9.7); no events. It stays in the ledger until then.
+void Manager::disconnect_stale(const Ledger::Entry& e) {
+    Conn c;
+    c.id = e.local_comm_id;
+    c.remote_id = e.remote_comm_id;
+    c.peer_ip = e.peer_ip;
+    c.remote_qpn = e.remote_qpn;
+    c.released = true;
+    conns_.push_back(c);
+    set_established(conns_.back());
+    (void)disconnect(c.id);
+    ++stale_;
+}
+
+void Manager::set_established(Conn& c) {
+    c.state = State::established;
+    if (!ledger_ || c.in_ledger) return;
+    ledger_->add({c.id, c.remote_id, c.peer_ip, c.remote_qpn});
+    c.in_ledger = true;
 }
 
 uint64_t Manager::timeout_for(uint8_t code) const noexcept { return cfg_.retry_ns ? cfg_.retry_ns : timeout_ns(code); }
@@ -194,7 +224,11 @@ void Manager::progress() {
         --c.retries_left;
         send(c, c.last, true);
     }
-    std::erase_if(conns_, [](const Conn& c) { return c.state == State::closed; });
+    std::erase_if(conns_, [&](const Conn& c) {
+        if (c.state != State::closed) return false;
+        if (c.in_ledger) ledger_->remove(c.id);
+        return true;
+    });
 }
 
 // Its retries spent: a REQ or REP never answered makes the connection unreachable (12.9.6);
@@ -272,7 +306,7 @@ void Manager::on_rep(const Rep& m) {
     if (c->state != State::req_sent) return;
     c->remote_id = m.local_comm_id;
     c->remote_qpn = m.local_qpn;
-    c->state = State::established;
+    set_established(*c);
     Rtu t;
     t.local_comm_id = c->id;
     t.remote_comm_id = c->remote_id;
@@ -286,7 +320,7 @@ void Manager::on_rep(const Rep& m) {
 void Manager::on_rtu(const Rtu& m) {
     Conn* c = find(m.remote_comm_id);
     if (!c || c->state != State::rep_sent || c->remote_id != m.local_comm_id) return;
-    c->state = State::established;
+    set_established(*c);
     c->deadline = 0;
     Event e;
     e.type = EventType::established;

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "ledger.hpp"
 #include "mad_port.hpp"
 
 namespace vfab::cm {
@@ -45,6 +46,9 @@ struct ManagerConfig {
     uint8_t response_timeout = 20;      // the CM response timeout we give (4.096 µs × 2^t)
     uint8_t max_retries = 15;           // sends of a REQ or REP after the first
     uint64_t retry_ns = 0;              // tests: a fixed retransmission interval instead
+    // The port's connection ledger (ledger.hpp; empty: none): connections an earlier process
+    // left established are disconnected (DREQ) when the manager opens.
+    std::string ledger_path;
 };
 
 class Manager {
@@ -76,6 +80,10 @@ public:
     void progress();   // received MADs, then due retransmissions and timeouts
     bool next_event(Event& out);
     MadPort& mads() noexcept { return *mads_; }
+    // Why the ledger is not kept (empty when it is, or none was asked for), and how many
+    // connections of an earlier process it disconnected.
+    const std::string& ledger_error() const noexcept { return ledger_error_; }
+    size_t stale_disconnected() const noexcept { return stale_; }
 
 private:
     enum class State : uint8_t { req_sent, req_rcvd, rep_sent, established, dreq_sent, sidr_sent, sidr_rcvd, closed };
@@ -92,6 +100,7 @@ private:
         uint64_t timeout_ns = 0;
         uint32_t retries_left = 0;
         bool released = false;     // its owner is gone: no events
+        bool in_ledger = false;
     };
     Manager(const ManagerConfig& cfg, std::unique_ptr<MadPort> mads) : cfg_(cfg), mads_(std::move(mads)) {}
     Conn* find(ConnId id) noexcept;
@@ -108,11 +117,16 @@ private:
     void on_sidr_req(const SidrReq& m, const MadPort::Received& r);
     void on_sidr_rep(const SidrRep& m);
     void emit(const Conn& c, Event e);
+    void set_established(Conn& c);
+    void disconnect_stale(const Ledger::Entry& e);
     void expire(Conn& c);
     uint64_t timeout_for(uint8_t code) const noexcept;
 
     ManagerConfig cfg_;
     std::unique_ptr<MadPort> mads_;
+    std::unique_ptr<Ledger> ledger_;
+    std::string ledger_error_;
+    size_t stale_ = 0;
     std::vector<uint64_t> listening_;
     std::vector<Conn> conns_;
     std::deque<Event> events_;

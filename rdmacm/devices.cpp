@@ -52,12 +52,21 @@ CmDevice* open_device(ibv_device* d, VfabVerbsPortHook hook) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     const uint64_t instance = (uint64_t(getpid()) * 0x9E3779B1u ^ uint64_t(now.tv_nsec) ^ uint64_t(now.tv_sec) << 20) & 0xFFFFFFu;
     mc.ca_guid = (guid & ~uint64_t(0xFFFFFF)) | (instance ? instance : 1);
+    // The port's connection ledger: what an earlier process left connected is disconnected.
+    if (const std::string dir = cm::ledger_dir(); !dir.empty()) {
+        char name[32];
+        std::snprintf(name, sizeof name, "/%016llx", static_cast<unsigned long long>(guid));
+        mc.ledger_path = dir + name;
+    }
     auto m = cm::Manager::open(*dev->port, mc);
     if (!m) {
         say(std::string(ibv_get_device_name(d)) + ": " + m.error().message);
         ibv_close_device(ctx);
         return nullptr;
     }
+    if (!(*m)->ledger_error().empty()) debug("%s: no connection ledger: %s", ibv_get_device_name(d), (*m)->ledger_error().c_str());
+    if ((*m)->stale_disconnected())
+        debug("%s: disconnecting %zu connection(s) an earlier process left", ibv_get_device_name(d), (*m)->stale_disconnected());
     dev->mgr = std::move(*m);
     return dev.release();
 }

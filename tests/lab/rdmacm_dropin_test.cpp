@@ -289,6 +289,42 @@ TEST_F(RdmacmDropin, ConnectionsThroughALossyLinkBothRoles) {
     (void)run_program({"/usr/bin/tc", "qdisc", "del", "dev", peer_->ifname(), "root"});
 }
 
+// A vfab client killed mid-run sends no DREQ: the kernel's listener keeps the connection (its
+// QP) while it waits to receive. The next vfab process on the device finds the connection in the
+// port's ledger and disconnects it: the kernel tears it down.
+TEST_F(RdmacmDropin, AKilledVfabClientsConnectionIsEndedByTheNextProcess) {
+    Child server({"rping", "-s", "-P", "-a", kRxeIp, "-p", "7476", "-V"});
+    const auto client = on_vfab0({"rping", "-c", "-a", kRxeIp, "-p", "7476", "-C", "1", "-V"});
+    Outcome c;
+    for (int i = 0; i < 20; ++i) {   // until the kernel's listener is up
+        std::this_thread::sleep_for(1s);
+        c = run_program(client, 60s);
+        if (c.rc == 0) break;
+    }
+    ASSERT_EQ(c.rc, 0) << c.summary();
+    Child forever(on_vfab0({"rping", "-c", "-a", kRxeIp, "-p", "7476", "-C", "1000000", "-V"}));
+    int qps = 0;
+    for (int i = 0; i < 100 && qps == 0; ++i) {
+        std::this_thread::sleep_for(100ms);
+        qps = kernel_rc_qps();
+    }
+    ASSERT_EQ(qps, 1) << "the long client connected";
+    ::kill(forever.pid(), SIGKILL);
+    (void)forever.wait(10s);
+    std::this_thread::sleep_for(2s);
+    EXPECT_EQ(kernel_rc_qps(), 1) << "nothing told the kernel yet";
+    c = run_program(client, 60s);   // opens the device: the ledger's connection is disconnected
+    EXPECT_EQ(c.rc, 0) << c.summary();
+    int left = kernel_rc_qps();
+    for (int i = 0; i < 50 && left; ++i) {
+        std::this_thread::sleep_for(100ms);
+        left = kernel_rc_qps();
+    }
+    EXPECT_EQ(left, 0) << "the killed client's connection is still on the kernel";
+    ::kill(server.pid(), SIGKILL);
+    (void)server.wait(10s);
+}
+
 TEST_F(RdmacmDropin, AConnectionNobodyListensForIsRejected) {
     // The kernel's CM answers a REQ for a port nobody listens on with REJ 8 (invalid service ID).
     const Outcome c = run_program(on_vfab0(rping_client(kRxeIp, "1", "64")), 120s);

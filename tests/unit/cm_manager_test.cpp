@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "cm/manager.hpp"
 #include "cm/qp_attrs.hpp"
@@ -254,6 +255,67 @@ TEST_F(CmManagerTest, AReleasedConnectionIsRejectedAndSilent) {
     EXPECT_EQ(e.conn, in.conn);
     EXPECT_EQ(e.reason, uint16_t(RejReason::timeout));
     EXPECT_FALSE(event_of(*a, e)) << "no event for a released connection";
+}
+
+}  // namespace
+}  // namespace vfab::cm
+
+namespace vfab::cm {
+namespace {
+
+// A process killed with a connection open (its Manager dropped without a DREQ; the ledger file
+// keeps the connection): the next manager on the port disconnects it, and the peer hears of it.
+// A clean disconnect leaves nothing for the next one.
+TEST_F(CmManagerTest, TheNextProcessDisconnectsWhatAKilledOneLeftConnected) {
+    char dir[] = "/tmp/vfab-ledger-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    const std::string path = std::string(dir) + "/port";
+    ManagerConfig ca;
+    ca.ca_guid = 0x0200000000000011ull;
+    ca.retry_ns = 20'000'000;
+    ca.max_retries = 3;
+    ca.ledger_path = path;
+    a.reset();
+    auto x = Manager::open(*pair.a, ca);
+    ASSERT_TRUE(x) << x.error().message;
+    a = std::move(*x);
+    EXPECT_EQ(a->ledger_error(), "");
+    auto connect_one = [&](uint16_t port) {
+        ASSERT_TRUE(b->listen(service_id(kPsTcp, port)));
+        ASSERT_TRUE(a->connect(kIpB, request(port)));
+        Event req, est;
+        ASSERT_TRUE(event_of(*b, req));
+        ASSERT_TRUE(b->accept(req.conn, Rep{}));
+        ASSERT_TRUE(event_of(*a, est));
+        ASSERT_EQ(est.type, EventType::established);
+        ASSERT_TRUE(event_of(*b, est));
+        ASSERT_EQ(est.type, EventType::established);
+    };
+    ASSERT_NO_FATAL_FAILURE(connect_one(21));
+    a.reset();   // killed: no DREQ
+    x = Manager::open(*pair.a, ca);
+    ASSERT_TRUE(x) << x.error().message;
+    a = std::move(*x);
+    EXPECT_EQ(a->stale_disconnected(), 1u);
+    Event d;
+    ASSERT_TRUE(event_of(*b, d));
+    EXPECT_EQ(d.type, EventType::disconnected) << "the peer sees the disconnect";
+    EXPECT_FALSE(a->next_event(d)) << "nobody here to tell";
+
+    // Another left open; the DREQ's answer clears it from the ledger: the one after finds nothing.
+    ASSERT_NO_FATAL_FAILURE(connect_one(22));
+    a.reset();
+    x = Manager::open(*pair.a, ca);
+    ASSERT_TRUE(x);
+    a = std::move(*x);
+    ASSERT_EQ(a->stale_disconnected(), 1u) << "the second connection, left open";
+    ASSERT_TRUE(event_of(*b, d));
+    for (int i = 0; i < 20; ++i) a->progress(), b->progress();   // the DREP; the ledger cleared
+    a.reset();
+    x = Manager::open(*pair.a, ca);
+    ASSERT_TRUE(x);
+    EXPECT_EQ((*x)->stale_disconnected(), 0u);
+    std::filesystem::remove_all(dir);
 }
 
 }  // namespace
