@@ -54,6 +54,10 @@ rdma_stage() {
     [[ -f $provider && -f /etc/libibverbs.d/rxe.driver ]] \
         || die "initramfs: libibverbs' rxe provider missing — run scripts/setup (ibverbs-providers)"
     copy_with_libs "$stage" "$provider" "${provider#/}"
+    # rsockets' preload library (librdmacm1): TCP programs' sockets as rsockets.
+    local preload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+    [[ -f $preload ]] || die "initramfs: $preload missing — run scripts/setup (librdmacm1)"
+    copy_with_libs "$stage" "$preload" "${preload#/}"
     install -D -m 0644 /etc/libibverbs.d/rxe.driver "$stage/etc/libibverbs.d/rxe.driver"
 }
 
