@@ -34,8 +34,45 @@ extern "C" void rdma_freeaddrinfo(rdma_addrinfo* res) {
     }
 }
 
+namespace {
+// No node and no service: the hints' addresses and kinds as they are (as librdmacm's; libfabric's
+// verbs provider asks so for every endpoint it makes with addresses).
+int addrinfo_of_hints(const rdma_addrinfo& hints, rdma_addrinfo** res) {
+    auto* out = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
+    if (!out) return EAI_MEMORY;
+    out->ai_flags = hints.ai_flags;
+    out->ai_family = hints.ai_family;
+    out->ai_qp_type = hints.ai_qp_type;
+    out->ai_port_space = hints.ai_port_space;
+    bool ok = true;
+    if (hints.ai_dst_len && hints.ai_dst_addr) {
+        out->ai_dst_addr = copy_addr(hints.ai_dst_addr, hints.ai_dst_len);
+        out->ai_dst_len = hints.ai_dst_len;
+        ok = out->ai_dst_addr != nullptr;
+    }
+    if (hints.ai_src_len && hints.ai_src_addr) {
+        out->ai_src_addr = copy_addr(hints.ai_src_addr, hints.ai_src_len);
+        out->ai_src_len = hints.ai_src_len;
+        ok = ok && out->ai_src_addr != nullptr;
+    }
+    if (!ok) {
+        rdma_freeaddrinfo(out);
+        return EAI_MEMORY;
+    }
+    *res = out;
+    return 0;
+}
+}  // namespace
+
 extern "C" int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints, rdma_addrinfo** res) {
-    if (!res || (!node && !service)) return EAI_NONAME;
+    if (!res) return EAI_NONAME;
+    if (!node && !service) {
+        if (!hints) {
+            errno = EINVAL;   // as librdmacm: nothing to go on
+            return -1;
+        }
+        return addrinfo_of_hints(*hints, res);
+    }
     addrinfo h{};
     h.ai_family = AF_INET;
     h.ai_socktype = SOCK_STREAM;

@@ -206,8 +206,11 @@ extern "C" int rdma_bind_addr(rdma_cm_id* cm_id, sockaddr* addr) {
     Id& id = *Id::of(cm_id);
     if (id.state != IdState::idle) return fail(EINVAL);
     const uint32_t ip = ipv4_of(addr);
-    const bool any = addr->sa_family == AF_INET6 ? IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<sockaddr_in6*>(addr)->sin6_addr)
-                                                 : ip == 0;
+    // The wildcard, or a loopback address (libfabric binds 127.0.0.1 to learn it has no device):
+    // bound to no device.
+    const auto* in6 = &reinterpret_cast<sockaddr_in6*>(addr)->sin6_addr;
+    const bool any = addr->sa_family == AF_INET6 ? IN6_IS_ADDR_UNSPECIFIED(in6) || IN6_IS_ADDR_LOOPBACK(in6)
+                                                 : ip == 0 || (ip >> 24) == 127;
     if (!any) {
         CmDevice* d = addr->sa_family == AF_INET ? device_of_ip(ip) : nullptr;
         if (!d) return fail(EADDRNOTAVAIL);   // an address no vfab port has

@@ -60,7 +60,7 @@ public:
     // The lock every API call takes while the progress thread runs.
     class Guard : public PortGuard {
     public:
-        explicit Guard(PortImpl& p) : PortGuard(p.threaded_, p.mu_) {}
+        explicit Guard(PortImpl& p) : PortGuard(p.threaded_, p.mu_, p.app_waiting_) {}
     };
 
     // For the port's objects; a queue pair sees the part QpPort offers (qp_port.hpp).
@@ -206,13 +206,14 @@ private:
     std::atomic<bool> sleeping_{false};
     uint64_t sleep_deadline_ = 0;            // the deadline the sleeping thread's timer waits for
     std::atomic<bool> threaded_{false};
+    std::atomic<uint32_t> app_waiting_{0};   // API calls waiting for mu_ (PortGuard)
     std::atomic<bool> stop_{false};
     std::thread thread_;
 };
 
 // ---- QpPort: the port's calls a queue pair makes, inline ----------------------------------------
 
-inline PortGuard QpPort::guard() noexcept { return PortGuard(port_.threaded_, port_.mu_); }
+inline PortGuard QpPort::guard() noexcept { return PortGuard(port_.threaded_, port_.mu_, port_.app_waiting_); }
 inline uint8_t* QpPort::tx_buffer() noexcept { return port_.tx_buffer(); }
 inline void QpPort::tx_queue(uint8_t* buf, uint32_t len) noexcept { port_.tx_queue(buf, len); }
 inline void QpPort::tx_release(uint8_t* buf) noexcept { port_.tx_release(buf); }

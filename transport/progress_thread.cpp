@@ -49,6 +49,7 @@ void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
             std::lock_guard lock(mu_);
             n = run();
         }
+        while (app_waiting_.load(std::memory_order_relaxed) != 0) sched_yield();   // the lock to the program first
         if (n) {
             idle_since = idle_rounds = 0;
             continue;

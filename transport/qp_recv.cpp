@@ -56,6 +56,7 @@ void QpRecvQueue::complete(RdmaWcStatus st, RdmaWcOpcode op, uint32_t byte_len, 
     wc.qp_num = c_.qpn;
     wc.src_qp = src_qp;
     wc.wc_flags = flags;
+    if (flags & wc_grh) wc.sl = kWcSlIpv4;   // a datagram: over IPv4
     rq_->release(cur_);
     cur_ = RecvQueue::kNone;
     cq()->push(wc, se);

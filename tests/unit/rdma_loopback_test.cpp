@@ -113,6 +113,7 @@ TEST(LoopbackUd, ADatagramToAQueuePairOfTheSamePort) {
     EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
     EXPECT_EQ(rx[0].byte_len, 8u + 40u);   // the GRH first
     EXPECT_EQ(rx[0].src_qp, s1.qp->qp_num());
+    EXPECT_EQ(rx[0].sl, kWcSlIpv4) << "the network header type, as UCX's ud_verbs reads it";
     EXPECT_EQ(std::memcmp(m2.data() + 40, "loopback", 8), 0);
     EXPECT_TRUE(pair.wire.in_flight[1].empty());
 }

@@ -121,9 +121,12 @@ struct Wc {
     uint32_t wc_flags = 0;      // WcFlags
     uint16_t pkey_index = 0;
     uint16_t slid = 0;
-    uint8_t sl = 0;
+    uint8_t sl = 0;             // a UD receive: kWcSlIpv4 (RoCE has no SL; see below)
     uint8_t dlid_path_bits = 0;
 };
+// RoCE carries no service level: a UD receive's `sl` says the datagram's network header type,
+// as RoCE NICs report it (mlx5's CQE) and UCX reads it to find the IPv4 header in the GRH area.
+inline constexpr uint8_t kWcSlIpv4 = 2;
 
 // A global identifier: for RoCEv2 over IPv4, ::ffff:a.b.c.d (the IPv4-mapped IPv6 address).
 struct Gid {
