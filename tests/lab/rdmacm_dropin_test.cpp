@@ -272,6 +272,28 @@ int kernel_rc_qps() {
     return n;
 }
 
+// kernel_rc_qps() once it is `want`, looked at every 100 ms up to `tries` times (a connection's
+// set-up or teardown); what it is then.
+int kernel_rc_qps_once(int want, int tries) {
+    int n = kernel_rc_qps();
+    for (int i = 0; i < tries && n != want; ++i) {
+        std::this_thread::sleep_for(100ms);
+        n = kernel_rc_qps();
+    }
+    return n;
+}
+
+// A client program run again, a second apart, until the kernel's listener is up (up to 20 times).
+Outcome client_once_listening(const std::vector<std::string>& client) {
+    Outcome c;
+    for (int i = 0; i < 20; ++i) {
+        std::this_thread::sleep_for(1s);
+        c = run_program(client, 60s);
+        if (c.rc == 0) break;
+    }
+    return c;
+}
+
 // 100 vfab client processes one after another against one kernel listener (rping -P, a thread
 // and a QP per connection), each connecting as soon as the last has gone: the kernel refuses
 // none as stale (each process's CM has a CA GUID of its own; its QP numbers are new), and each
@@ -279,12 +301,7 @@ int kernel_rc_qps() {
 TEST_F(RdmacmDropin, HundredClientProcessesOneAfterAnotherLeaveNothingBehind) {
     Child server({"rping", "-s", "-P", "-a", kRxeIp, "-p", "7474", "-V"});
     const auto client = on_vfab0({"rping", "-c", "-a", kRxeIp, "-p", "7474", "-C", "1", "-V"});
-    Outcome c;
-    for (int i = 0; i < 20; ++i) {   // until the kernel's listener is up
-        std::this_thread::sleep_for(1s);
-        c = run_program(client, 60s);
-        if (c.rc == 0) break;
-    }
+    Outcome c = client_once_listening(client);
     ASSERT_EQ(c.rc, 0) << c.summary();
     int failed = 0;
     for (int i = 1; i < 100 && failed < 3; ++i) {
@@ -292,12 +309,7 @@ TEST_F(RdmacmDropin, HundredClientProcessesOneAfterAnotherLeaveNothingBehind) {
         EXPECT_EQ(c.rc, 0) << i << ": " << c.summary();
         failed += c.rc != 0;
     }
-    int left = kernel_rc_qps();
-    for (int i = 0; i < 50 && left; ++i) {   // the last DREQ's teardown
-        std::this_thread::sleep_for(100ms);
-        left = kernel_rc_qps();
-    }
-    EXPECT_EQ(left, 0) << "the kernel still has connections of exited vfab clients";
+    EXPECT_EQ(kernel_rc_qps_once(0, 50), 0) << "the kernel still has connections of exited vfab clients";
     ::kill(server.pid(), SIGKILL);
     (void)server.wait(10s);
 }
@@ -322,32 +334,17 @@ TEST_F(RdmacmDropin, ConnectionsThroughALossyLinkBothRoles) {
 TEST_F(RdmacmDropin, AKilledVfabClientsConnectionIsEndedByTheNextProcess) {
     Child server({"rping", "-s", "-P", "-a", kRxeIp, "-p", "7476", "-V"});
     const auto client = on_vfab0({"rping", "-c", "-a", kRxeIp, "-p", "7476", "-C", "1", "-V"});
-    Outcome c;
-    for (int i = 0; i < 20; ++i) {   // until the kernel's listener is up
-        std::this_thread::sleep_for(1s);
-        c = run_program(client, 60s);
-        if (c.rc == 0) break;
-    }
+    Outcome c = client_once_listening(client);
     ASSERT_EQ(c.rc, 0) << c.summary();
     Child forever(on_vfab0({"rping", "-c", "-a", kRxeIp, "-p", "7476", "-C", "1000000", "-V"}));
-    int qps = 0;
-    for (int i = 0; i < 100 && qps == 0; ++i) {
-        std::this_thread::sleep_for(100ms);
-        qps = kernel_rc_qps();
-    }
-    ASSERT_EQ(qps, 1) << "the long client connected";
+    ASSERT_EQ(kernel_rc_qps_once(1, 100), 1) << "the long client connected";
     ::kill(forever.pid(), SIGKILL);
     (void)forever.wait(10s);
     std::this_thread::sleep_for(2s);
     EXPECT_EQ(kernel_rc_qps(), 1) << "nothing told the kernel yet";
     c = run_program(client, 60s);   // opens the device: the ledger's connection is disconnected
     EXPECT_EQ(c.rc, 0) << c.summary();
-    int left = kernel_rc_qps();
-    for (int i = 0; i < 50 && left; ++i) {
-        std::this_thread::sleep_for(100ms);
-        left = kernel_rc_qps();
-    }
-    EXPECT_EQ(left, 0) << "the killed client's connection is still on the kernel";
+    EXPECT_EQ(kernel_rc_qps_once(0, 50), 0) << "the killed client's connection is still on the kernel";
     ::kill(server.pid(), SIGKILL);
     (void)server.wait(10s);
 }
