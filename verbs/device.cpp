@@ -182,6 +182,10 @@ extern "C" int vfab_ibv_query_device(ibv_context* ctx, ibv_device_attr* attr) {
     static_assert(sizeof caps.attr == sizeof *attr);
     std::memcpy(attr, &caps.attr, sizeof *attr);
     attr->max_pd = 1 << 16;   // PDs are this library's handles over the device's one key table
+    // vfab's atomics are atomic with the CPU's accesses too (IBV_ATOMIC_GLOB, docs/rdma-atomics.md),
+    // but programs are told the weaker HCA, as rxe and mlx5 say: UCX's verbs transport uses the
+    // device's atomics only when it reads exactly that (ib_md.c), and falls back to messages.
+    attr->atomic_cap = IBV_ATOMIC_HCA;
     return 0;
 }
 VFAB_VERBS_1_1(ibv_query_device);

@@ -29,6 +29,7 @@ struct DeviceConfig {
     std::string bdf;
     std::string name;
     uint32_t ipv4 = 0;
+    std::string vfio_node;   // the VFIO file this user drives it through, under /dev/vfio
 };
 
 // How unmodified programs get progress (docs/verbs.md, "Progress").
@@ -187,6 +188,9 @@ struct Library {
     std::string config_path;
 };
 Library& library();
+// The devices the configuration gives this process, in list order; discover_others says
+// whether other NICs this user may drive are listed after them (docs/verbs.md, "Configuration").
+std::vector<DeviceConfig> configured_devices(Library& lib, bool& discover_others);
 // Reads the configuration and looks for devices again (ibv_get_device_list).
 std::vector<Device*> discover(Library& lib);   // the devices present now, in list order
 // A one-line reason on stderr, for what the program itself cannot say (a device another

@@ -112,6 +112,7 @@ initramfs_build() {
         # Only the debian flavor's kernel has rdma_rxe (the iommufd kernel has no RDMA).
         rdma_stage "$stage"
         if (( ${INITRAMFS_PYVERBS:-0} )); then pyverbs_stage "$stage"; fi
+        if (( ${INITRAMFS_HPC:-0} )); then hpc_stage "$stage"; fi
     fi
     for bin in "$@"; do
         [[ -f $bin ]] || continue   # reported as missing by the guest, test by test

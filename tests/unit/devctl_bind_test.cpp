@@ -18,6 +18,7 @@ protected:
         add_device("0000:00:02.0", "0x8086", "0x10d3", "0x020000", "vfio-pci", 1);
         add_device("0000:00:03.0", "0x8086", "0x10d3", "0x020000", "e1000e", 2);
         add_interface("0000:00:03.0", "vfabfake0", "0x1002");   // down, no address
+        fs::create_directories(root_ / "dev");
     }
     PciAddress addr(const char* s) { return *PciAddress::parse(s); }
     std::string override_of(const char* bdf) { return read(root_ / "sys/bus/pci/devices" / bdf / "driver_override"); }
@@ -85,8 +86,20 @@ TEST_F(Bind, FailedBindRestoresTheOriginalDriverAndSaysSo) {
 TEST_F(Bind, AlreadyOnVfioIsDone) {
     auto r = bind(ctx_, {{addr("0000:00:02.0")}, {}, {}, false, false});
     ASSERT_TRUE(r.ok()) << r.error().message;
-    ASSERT_EQ(r->size(), 1u);
+    ASSERT_EQ(r->size(), 2u);
     EXPECT_EQ((*r)[0], "0000:00:02.0: already on vfio-pci (IOMMU group 1)");
+    EXPECT_NE((*r)[1].find("/infiniband: made, empty"), std::string::npos) << (*r)[1];
+}
+
+// RDMA programs (UCX) look for a device's file under /dev/infiniband; bind makes the
+// directory once, empty, and says so.
+TEST_F(Bind, MakesTheRdmaDeviceDirectoryOnce) {
+    ASSERT_TRUE(bind(ctx_, {{addr("0000:00:02.0")}, {}, {}, false, false}).ok());
+    EXPECT_TRUE(fs::is_directory(root_ / "dev/infiniband"));
+    EXPECT_TRUE(fs::is_empty(root_ / "dev/infiniband"));
+    auto again = bind(ctx_, {{addr("0000:00:02.0")}, {}, {}, false, false});
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_EQ(again->size(), 1u);
 }
 
 TEST_F(Bind, RecordsRoundTrip) {

@@ -135,6 +135,20 @@ Result<std::string> hand_over(const Context& ctx, const PciAddress& addr, uid_t 
     return str_cat(", ", join(nodes, " and "), " handed over");
 }
 
+// RDMA programs look for a device's file under /dev/infiniband before they open it (UCX stats
+// it); vfab's libibverbs names the device's VFIO file relative to that directory
+// ("../vfio/12", verbs/config.cpp). A host without the kernel's RDMA stack has no such
+// directory: make it, empty. A line for the report when it was made.
+Result<std::optional<std::string>> ensure_rdma_device_dir(const Context& ctx) {
+    const std::string dir = str_cat(ctx.paths.dev, "/infiniband");
+    if (::mkdir(dir.c_str(), 0755) == 0)
+        return std::optional<std::string>(str_cat(dir, ": made, empty (RDMA programs look there for a device's file; "
+                                                       "vfab's libibverbs names its VFIO file from it)"));
+    if (errno == EEXIST) return std::optional<std::string>();
+    const int err = errno;
+    return Error::from_errno(err, str_cat("mkdir ", dir), err == EACCES ? "run as root (sudo)" : "");
+}
+
 Result<std::vector<DeviceInfo>> plan_bind(const Context& ctx, PciDatabase& db, const BindOptions& opts) {
     std::vector<PciAddress> todo;
     for (const PciAddress& a : opts.devices)   // each once, in the order given
@@ -199,6 +213,9 @@ Result<std::vector<std::string>> bind(const Context& ctx, const BindOptions& opt
         if (!handed) return roll_back(ctx, moved, handed.error());
         report.push_back(line + *handed);
     }
+    auto made = ensure_rdma_device_dir(ctx);   // the devices stay bound if this fails: say why
+    if (!made) return Error{made.error().code, str_cat(join(report, "; "), "; but ", made.error().message)};
+    if (*made) report.push_back(**made);
     return report;
 }
 
