@@ -8,8 +8,10 @@
 #   debian            Debian's kernel, IOMMU on (legacy VFIO container/group)
 #   iommufd           the iommufd lab kernel, IOMMU on (iommufd + VFIO cdev, and legacy)
 #   iommufd-noiommu   the iommufd lab kernel booted without the IOMMU, VFIO no-IOMMU mode
+#   hpc               Debian's kernel on two machines (scripts/lab --pair) with UCX, Open MPI,
+#                     MPICH and libfabric (--hpc)
 # Default: debian and iommufd.
-set(VFAB_LAB_SUITES "debian;iommufd;iommufd-noiommu" CACHE STRING "Lab suites ctest runs")
+set(VFAB_LAB_SUITES "debian;iommufd;iommufd-noiommu;hpc" CACHE STRING "Lab suites ctest runs")
 
 function(vfab_add_lab_test target)
   cmake_parse_arguments(arg "DPDK;PYVERBS" "" "SUITES;EXTRA;FIXTURES" ${ARGN})
@@ -44,9 +46,15 @@ function(vfab_lab_finalize)
       list(APPEND bins $<TARGET_FILE:${t}>)
     endforeach()
     string(REPLACE "-noiommu" "" flavor ${suite})
+    if(suite STREQUAL "hpc")
+      set(flavor debian)
+    endif()
     set(opts --kernel ${flavor} --timeout 1200)   # the iommufd suite takes about 11 min in CI
     if(suite MATCHES "-noiommu$")
       list(APPEND opts --no-iommu)
+    endif()
+    if(suite STREQUAL "hpc")
+      list(APPEND opts --pair --hpc)
     endif()
     get_property(extras GLOBAL PROPERTY VFAB_LAB_EXTRA_${suite})
     if(extras)

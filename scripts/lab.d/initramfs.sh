@@ -12,7 +12,7 @@
 
 # Kernel modules the guest may load; their dependencies are added from modinfo.
 GUEST_MODULES=(vfio-pci vfio_iommu_type1 e1000e igb igbvf virtio_net virtio_pci
-               rdma_rxe ib_uverbs rdma_ucm crc32_generic sch_netem)
+               rdma_rxe ib_uverbs rdma_ucm crc32_generic sch_netem e1000 dummy)
 
 # copy_with_libs STAGE FILE DEST: FILE to STAGE/DEST plus every shared library it loads.
 # System libraries keep their paths; the project's own (libvfab.so.1 in a build tree, which

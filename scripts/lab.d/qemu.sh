@@ -10,6 +10,12 @@
 #      (netns-run). Where namespaces are not allowed, 08 and 09 are left out, loudly.
 #   0b ivshmem-plain: BAR 2 is 16 MiB of host memory, a stand-in for another device's memory
 #      (a GPU's BAR) that the NICs DMA to and from peer to peer (docs/rdma-p2p.md)
+# Two machines (scripts/lab --pair; LAB_PAIR_ROLE a or b): both guests also get hub 3, joined to
+# the other QEMU's hub 3 by a dgram netdev over two unix sockets in LAB_PAIR_DIR:
+#   0c e1000 (82540EM), the kernel's NIC: 10.90.0.1 (hpc-a) or 10.90.0.2 (hpc-b), the MPI
+#      launchers' TCP and the kernel's rxe
+#   05, 0a the igb pair, moved from hub 2 to hub 3 with MACs of their own per guest, for vfab
+# (The igb PFs' VFs take the slots above 0x15: no room for more igb.)
 # A hub whose only other port cannot receive stalls TX, hence the sinks (LAB.md pitfall 6): a
 # hub port with no peer, which always takes a frame and drops it (QEMU's net/hub.c and
 # qemu_can_send_packet()). It replaced a dgram netdev to 127.0.0.1, whose sendto(2) per frame
@@ -44,6 +50,11 @@ qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
     args+=(-global q35-pcihost.pci-hole64-size=0)
     # 48 address bits so that IOVA = VA fits (LAB.md pitfall 5).
     [[ $4 == on ]] && args+=(-device intel-iommu,intremap=on,aw-bits=48)
+    # Two machines: the igb pair moves to hub 3, the link between the guests, with MACs of
+    # their own per guest.
+    local igb_hub=2 igb_mac=52:54:00:00:00 me=${LAB_PAIR_ROLE:-} other=a g=2
+    [[ $me == a ]] && other=b g=1
+    [[ -n $me ]] && igb_hub=3 igb_mac=52:54:00:0$g:00
     # edu with a 48-bit DMA mask (default 28 bits) so IOVA = VA and no-IOMMU physical addresses fit.
     args+=(-device edu,addr=01.0,dma_mask=0xffffffffffff
            -netdev hubport,id=p0,hubid=0 -device e1000e,addr=02.0,romfile=,netdev=p0,mac=52:54:00:00:00:01
@@ -55,8 +66,8 @@ qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
            -netdev hubport,id=p7,hubid=1
            -device virtio-net-pci,addr=07.0,romfile=,netdev=p7,disable-legacy=on,mac=52:54:00:00:00:07
            -netdev hubport,id=p3,hubid=1   # the sink: no peer
-           -netdev hubport,id=p4,hubid=2 -device igb,addr=05.0,romfile=,netdev=p4,mac=52:54:00:00:00:05
-           -netdev hubport,id=p9,hubid=2 -device igb,addr=0a.0,romfile=,netdev=p9,mac=52:54:00:00:00:0a
+           -netdev hubport,id=p4,hubid=$igb_hub -device igb,addr=05.0,romfile=,netdev=p4,mac=$igb_mac:05
+           -netdev hubport,id=p9,hubid=$igb_hub -device igb,addr=0a.0,romfile=,netdev=p9,mac=$igb_mac:0a
            -netdev hubport,id=p5,hubid=2   # the sink: no peer
            -object memory-backend-ram,id=ivshm,size=16M,share=on -device ivshmem-plain,addr=0b.0,memdev=ivshm)
     if netns_available; then
@@ -64,6 +75,11 @@ qemu_args() {   # qemu_args VMLINUX INITRD CMDLINE IOMMU
                -device virtio-net-pci,addr=08.0,romfile=,netdev=mq,disable-legacy=on,iommu_platform=on,packed=on,mq=on,rss=on,mac=52:54:00:00:00:08
                -netdev tap,id=sq,ifname=vfabsq,script=no,downscript=no,vhost=off
                -device virtio-net-pci,addr=09.0,romfile=,netdev=sq,disable-legacy=on,iommu_platform=on,packed=on,mac=52:54:00:00:00:09)
+    fi
+    if [[ -n ${LAB_PAIR_ROLE:-} ]]; then
+        args+=(-netdev "dgram,id=pair,local.type=unix,local.path=$LAB_PAIR_DIR/$me.sock,remote.type=unix,remote.path=$LAB_PAIR_DIR/$other.sock"
+               -netdev hubport,id=p10,hubid=3,netdev=pair
+               -netdev hubport,id=p11,hubid=3 -device e1000,addr=0c.0,romfile=,netdev=p11,mac=52:54:00:0$g:00:0c)
     fi
     # VFAB_LAB_QEMU_EXTRA: more QEMU arguments (debugging: -d, -trace, extra devices).
     # shellcheck disable=SC2206

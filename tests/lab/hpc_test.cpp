@@ -1,0 +1,338 @@
+// Debian's HPC stack, as packaged, on vfab's drop-in libibverbs.so.1 across two machines
+// (scripts/lab --pair --hpc; docs/hpc.md): UCX's tools, Open MPI 4.1 (pml ucx) and MPICH 4.0
+// (ch4:ucx) running the project's own MPI program (mpi_check.c), and libfabric's verbs
+// provider. This guest is hpc-a; hpc-b boots beside it on the same emulated link and runs what
+// lab-rsh asks. On each, the igb pair (00:05.0, 00:0a.0) is vfab's, the e1000 (00:0c.0, eth0)
+// the kernel's: the launchers' TCP and, for the figures, the kernel's rxe. No kernel RDMA
+// module is loaded until the rxe tests at the end.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <thread>
+
+#include "lab_env.hpp"
+#include "spawn.hpp"
+
+namespace vfab::lab {
+namespace {
+
+using namespace std::chrono_literals;
+
+// vfab's NICs: PCI address and port address, per machine. The address is the port's own,
+// never a kernel interface's.
+struct Nic {
+    const char* bdf;
+    const char* ip;
+    std::string device() const { return std::string(bdf) + "=" + ip; }
+};
+constexpr Nic kA0{"0000:00:05.0", "10.90.1.1"}, kA1{"0000:00:0a.0", "10.90.1.2"};
+constexpr Nic kB0{"0000:00:05.0", "10.90.2.1"}, kB1{"0000:00:0a.0", "10.90.2.2"};
+constexpr const char* kPeer = "hpc-b";
+
+// Each machine's /etc/vfab/verbs.conf: a rank of a parallel job takes the NIC of its local
+// rank (docs/verbs.md), so two ranks on one machine never open each other's NIC.
+std::string verbs_conf(const Nic& n0, const Nic& n1) {
+    return std::string("# tests/lab/hpc_test.cpp\nlocal_rank_device ") + n0.bdf + " " + n0.ip + "\nlocal_rank_device " + n1.bdf +
+           " " + n1.ip + "\nquiet yes\n";
+}
+
+// UCX on vfab: its verbs transports only (rc_verbs, with ud_verbs for the wire-up), named by
+// device; sockaddr connections (ucx_perftest's own side channel is TCP) over TCP.
+const std::vector<std::string> kUcxOnVfab = {"UCX_NET_DEVICES=vfab0:1", "UCX_TLS=rc_v,self", "UCX_SOCKADDR_TLS_PRIORITY=tcp",
+                                             "UCX_WARN_UNUSED_ENV_VARS=n"};
+// rxe's UD completions leave sl 0, which UCX 1.13 reads as "IPv6 header" and so drops every
+// datagram it checks the destination GID of (fixed in later UCX): the check goes off for rxe.
+const std::vector<std::string> kUcxOnRxe = {"UCX_NET_DEVICES=rxe0:1", "UCX_TLS=rc_v,self", "UCX_SOCKADDR_TLS_PRIORITY=tcp",
+                                            "UCX_WARN_UNUSED_ENV_VARS=n", "UCX_UD_VERBS_ETH_DGID_CHECK=n"};
+
+std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& a : v) s += (s.empty() ? "" : " ") + a;
+    return s;
+}
+
+// `args` on hpc-b, through lab-rsh: the words are joined and run by hpc-b's shell.
+std::vector<std::string> on_peer(const std::vector<std::string>& args) { return {"/vfab/bin/lab-rsh", kPeer, join(args)}; }
+
+// `args` on vfab's `nic` (vfab-run) with UCX's settings `env`.
+std::vector<std::string> ucx_on_vfab(const Nic& nic, std::vector<std::string> args) {
+    std::vector<std::string> a = {"env"};
+    a.insert(a.end(), kUcxOnVfab.begin(), kUcxOnVfab.end());
+    for (const char* w : {"/vfab/bin/vfab-run", "--device"}) a.push_back(w);
+    a.push_back(nic.device());
+    a.push_back("--");
+    a.insert(a.end(), args.begin(), args.end());
+    return a;
+}
+std::vector<std::string> ucx_on_rxe(std::vector<std::string> args) {
+    std::vector<std::string> a = {"env"};
+    a.insert(a.end(), kUcxOnRxe.begin(), kUcxOnRxe.end());
+    a.insert(a.end(), args.begin(), args.end());
+    return a;
+}
+
+// A figure for docs/performance.md, on the console: "figure: WHAT KEY=VALUE...".
+void figure(const std::string& what, const std::string& values) { std::cout << "figure: " << what << " " << values << std::endl; }
+
+// ucx_perftest's last line: "Final: iterations p50 avg-latency overall-latency avg-MBps
+// overall-MBps avg-msg/s overall-msg/s".
+std::string perftest_final(const std::string& out) {
+    static const std::regex final_line(R"(Final:\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+))");
+    std::smatch m;
+    if (!std::regex_search(out, m, final_line)) return {};
+    return "iterations=" + m[1].str() + " latency_us=" + m[3].str() + " bandwidth_MBps=" + m[5].str() + " msg_per_s=" + m[7].str();
+}
+
+struct PairOutcome {
+    Outcome server, client;
+};
+
+// A server, then its client, again while the server is not listening yet.
+PairOutcome run_pair(const std::vector<std::string>& server_args, const std::vector<std::string>& client_args,
+                     std::chrono::milliseconds limit) {
+    PairOutcome r;
+    Child server(server_args);
+    for (int i = 0; i < 30; ++i) {
+        std::this_thread::sleep_for(1s);
+        r.client = run_program(client_args, limit);
+        if (r.client.rc == 0 || (r.client.out + r.client.err).find("Connection refused") == std::string::npos) break;
+    }
+    r.server = server.wait(limit);
+    return r;
+}
+
+void expect_both_ok(const PairOutcome& r) {
+    EXPECT_EQ(r.server.rc, 0) << "server: " << r.server.summary() << "\nclient: " << r.client.summary();
+    EXPECT_EQ(r.client.rc, 0) << "client: " << r.client.summary() << "\nserver: " << r.server.summary();
+}
+
+// The ucx_perftest runs of each placement: UCP's tag matching, RMA and active messages.
+struct PerfCase {
+    const char* test;
+    const char* size;
+    const char* iterations;
+};
+constexpr PerfCase kPerfCases[] = {{"tag_lat", "8", "200"},      {"tag_bw", "65536", "40"},   {"ucp_put_lat", "8", "200"},
+                                   {"ucp_put_bw", "65536", "40"}, {"ucp_get", "65536", "40"}, {"ucp_am_lat", "8", "200"},
+                                   {"ucp_am_bw", "65536", "40"}};
+
+std::vector<std::string> perftest(const PerfCase& c, const char* server_host) {
+    std::vector<std::string> a = {"ucx_perftest"};
+    if (server_host) a.push_back(server_host);
+    for (const char* w : {"-t", c.test, "-s", c.size, "-n", c.iterations, "-w", "10"}) a.push_back(w);
+    return a;
+}
+
+class Hpc : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        if (!in_lab() || std::getenv("VFAB_LAB_PAIR") == nullptr) return;
+        std::ofstream(conf_dir() + "/verbs.conf") << verbs_conf(kA0, kA1);
+        const Outcome b = run_program(on_peer({"mkdir -p /etc/vfab && printf '" + escape_newlines(verbs_conf(kB0, kB1)) +
+                                               "' > /etc/vfab/verbs.conf"}),
+                                      60s);
+        peer_ready_ = b.rc == 0;
+        if (!peer_ready_) std::cout << "hpc-b: " << b.summary() << std::endl;
+    }
+    void SetUp() override {
+        if (!in_lab()) GTEST_SKIP() << "needs the lab (scripts/lab)";
+        if (std::getenv("VFAB_LAB_PAIR") == nullptr) GTEST_SKIP() << "needs two machines (scripts/lab --pair)";
+        ASSERT_TRUE(peer_ready_) << "hpc-b does not answer lab-rsh";
+    }
+    static std::string conf_dir() {
+        std::filesystem::create_directories("/etc/vfab");
+        return "/etc/vfab";
+    }
+    static std::string escape_newlines(const std::string& s) {
+        std::string r;
+        for (char c : s) r += c == '\n' ? std::string("\\n") : std::string(1, c);
+        return r;
+    }
+    static inline bool peer_ready_ = false;
+};
+
+// ---- UCX ---------------------------------------------------------------------------------------
+
+TEST_F(Hpc, UcxInfoListsVfabWithTheVerbsTransports) {
+    const Outcome r = run_program(ucx_on_vfab(kA0, {"ucx_info", "-d"}), 120s);
+    ASSERT_EQ(r.rc, 0) << r.summary();
+    EXPECT_NE(r.out.find("Memory domain: vfab0"), std::string::npos) << r.summary();
+    EXPECT_NE(r.out.find("Transport: rc_verbs"), std::string::npos) << r.summary();
+    EXPECT_NE(r.out.find("Transport: ud_verbs"), std::string::npos) << r.summary();
+    EXPECT_NE(r.out.find("Device: vfab0:1"), std::string::npos) << r.summary();
+    // The device's atomics (atomic_cap HCA): UCX offers them on rc_verbs.
+    EXPECT_NE(r.out.find("atomic_add: 64 bit"), std::string::npos) << r.summary();
+}
+
+TEST_F(Hpc, UcxPerftestBetweenTwoNicsOfOneMachine) {
+    for (const PerfCase& c : kPerfCases) {
+        SCOPED_TRACE(c.test);
+        const PairOutcome r = run_pair(ucx_on_vfab(kA0, perftest(c, nullptr)), ucx_on_vfab(kA1, perftest(c, "127.0.0.1")), 240s);
+        expect_both_ok(r);
+        const std::string f = perftest_final(r.client.out);
+        EXPECT_FALSE(f.empty()) << r.client.summary();
+        figure(std::string("ucx_perftest ") + c.test + " size=" + c.size + " vfab one-machine", f);
+    }
+}
+
+TEST_F(Hpc, UcxPerftestAcrossTheTwoMachines) {
+    for (const PerfCase& c : kPerfCases) {
+        SCOPED_TRACE(c.test);
+        const PairOutcome r = run_pair(on_peer(ucx_on_vfab(kB0, perftest(c, nullptr))), ucx_on_vfab(kA0, perftest(c, kPeer)), 240s);
+        expect_both_ok(r);
+        const std::string f = perftest_final(r.client.out);
+        EXPECT_FALSE(f.empty()) << r.client.summary();
+        figure(std::string("ucx_perftest ") + c.test + " size=" + c.size + " vfab two-machines", f);
+    }
+}
+
+// ---- MPI ---------------------------------------------------------------------------------------
+
+// Open MPI's mpirun (orterun) over the two machines: ranks placed round the hosts, orted started
+// on hpc-b by lab-rsh, pml ucx on vfab. btl openib and libfabric's components stay out: they
+// would open every verbs device of the machine in every rank.
+std::vector<std::string> openmpi_run(int ranks, const std::vector<std::string>& ucx_env, bool on_vfab,
+                                     const std::vector<std::string>& program_args) {
+    std::vector<std::string> a = {"orterun", "--allow-run-as-root", "-np", std::to_string(ranks), "--host",
+                                  ranks > 2 ? "hpc-a:2,hpc-b:2" : "hpc-a,hpc-b", "--mca", "plm_rsh_agent", "/vfab/bin/lab-rsh",
+                                  "--mca", "pml", "ucx", "--mca", "pml_ucx_devices", "any", "--mca", "btl", "self,vader",
+                                  "--mca", "mtl", "^ofi", "--mca", "osc", "ucx", "--mca", "oob_tcp_if_include", "eth0",
+                                  "--bind-to", "none"};
+    for (const std::string& e : ucx_env) {
+        a.push_back("-x");
+        a.push_back(e);
+    }
+    if (on_vfab)
+        for (const char* w : {"/vfab/bin/vfab-run", "--"}) a.push_back(w);
+    a.push_back("/vfab/bin/mpi_check_openmpi");
+    a.insert(a.end(), program_args.begin(), program_args.end());
+    return a;
+}
+
+// MPICH's mpiexec (hydra) with its rsh launcher; every rank's traffic through the network
+// module (UCX), also between ranks of one machine.
+std::vector<std::string> mpich_run(int ranks, const std::vector<std::string>& ucx_env, bool on_vfab,
+                                   const std::vector<std::string>& program_args) {
+    std::vector<std::string> a = {"mpiexec.hydra", "-launcher", "rsh", "-launcher-exec", "/vfab/bin/lab-rsh", "-iface", "eth0",
+                                  "-hosts", ranks > 2 ? "hpc-a:2,hpc-b:2" : "hpc-a,hpc-b", "-n", std::to_string(ranks),
+                                  "-genv", "MPIR_CVAR_NOLOCAL", "1"};
+    for (const std::string& e : ucx_env) {
+        const size_t eq = e.find('=');
+        for (const std::string& w : {std::string("-genv"), e.substr(0, eq), e.substr(eq + 1)}) a.push_back(w);
+    }
+    if (on_vfab)
+        for (const char* w : {"/vfab/bin/vfab-run", "--"}) a.push_back(w);
+    a.push_back("/vfab/bin/mpi_check_mpich");
+    a.insert(a.end(), program_args.begin(), program_args.end());
+    return a;
+}
+
+const std::vector<std::string> kCheckArgs = {"--sizes", "65536", "--iters", "50"};
+
+// Every rank ran where it should and every check passed; the ping-pong lines as figures.
+void expect_mpi_check(const Outcome& r, int ranks, const std::string& label) {
+    ASSERT_EQ(r.rc, 0) << r.summary();
+    EXPECT_NE(r.out.find("mpi_check: all checks passed"), std::string::npos) << r.summary();
+    EXPECT_NE(r.out.find("host=hpc-a"), std::string::npos) << r.summary();
+    EXPECT_NE(r.out.find("host=hpc-b"), std::string::npos) << r.summary();
+    EXPECT_NE(r.out.find("mpi_check ranks=" + std::to_string(ranks)), std::string::npos) << r.summary();
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);)
+        if (line.rfind("pingpong ", 0) == 0) figure(label, line);
+}
+
+TEST_F(Hpc, OpenMpiTwoRanksAcrossTheMachines) {
+    const Outcome r = run_program(openmpi_run(2, kUcxOnVfab, true, kCheckArgs), 600s);
+    expect_mpi_check(r, 2, "openmpi np=2 vfab");
+}
+
+TEST_F(Hpc, OpenMpiFourRanksEachOnItsOwnNic) {
+    const Outcome r = run_program(openmpi_run(4, kUcxOnVfab, true, kCheckArgs), 900s);
+    expect_mpi_check(r, 4, "openmpi np=4 vfab");
+}
+
+TEST_F(Hpc, MpichTwoRanksAcrossTheMachines) {
+    const Outcome r = run_program(mpich_run(2, kUcxOnVfab, true, kCheckArgs), 600s);
+    expect_mpi_check(r, 2, "mpich np=2 vfab");
+}
+
+// UCX 1.13's UD wire-up sometimes aborts MPICH's start-up here, which connects every pair of
+// ranks at once: "ud_ep.c ... Assertion `ep->dest_ep_id == ctl->conn_rep.src_ep_id' failed"
+// in both ranks of one machine, within two seconds (about one start in three; the pattern of
+// openucx/ucx#6040). Open MPI, which connects lazily, never met it. A start that aborts so is
+// run again, at most twice, and said; any other failure fails the test.
+Outcome run_retrying_ud_wireup_race(const std::vector<std::string>& args, std::chrono::milliseconds limit) {
+    Outcome r;
+    for (int run = 1; run <= 3; ++run) {
+        r = run_program(args, limit);
+        const std::string said = r.out + r.err;
+        if (r.rc == 0 || said.find("Assertion `ep->dest_ep_id == ctl->conn_rep.src_ep_id' failed") == std::string::npos) break;
+        std::cout << "note: start " << run << " met UCX's UD wire-up race (openucx/ucx#6040); running again" << std::endl;
+    }
+    return r;
+}
+
+TEST_F(Hpc, MpichFourRanksEachOnItsOwnNic) {
+    const Outcome r = run_retrying_ud_wireup_race(mpich_run(4, kUcxOnVfab, true, kCheckArgs), 900s);
+    expect_mpi_check(r, 4, "mpich np=4 vfab");
+}
+
+// No process of the job is left on either machine, and every vfab NIC opens again.
+void expect_nothing_left(const std::string& program) {
+    for (const bool remote : {false, true}) {
+        SCOPED_TRACE(remote ? "hpc-b" : "hpc-a");
+        const std::string probe = "for i in $(seq 1 30); do pgrep -f '" + program + "|orted|hydra_pmi_proxy' || exit 0; sleep 1; done; exit 1";
+        const Outcome gone = run_program(remote ? on_peer({probe}) : std::vector<std::string>{"sh", "-c", probe}, 60s);
+        EXPECT_EQ(gone.rc, 0) << "processes left: " << gone.summary();
+        const Nic& nic = remote ? kB1 : kA1;
+        const std::vector<std::string> open = {"/vfab/bin/vfab-run", "--device", nic.device(), "--", "ibv_devinfo"};
+        const Outcome again = run_program(remote ? on_peer(open) : open, 120s);
+        EXPECT_EQ(again.rc, 0) << "the NIC of the killed rank does not open again: " << again.summary();
+    }
+}
+
+TEST_F(Hpc, AKilledRankEndsTheOpenMpiJobAndLeavesNothing) {
+    const Outcome r = run_program(openmpi_run(2, kUcxOnVfab, true, {"--fail-rank", "1", "--fail-after", "5"}), 300s);
+    EXPECT_NE(r.rc, 0) << r.summary();
+    EXPECT_FALSE(r.timed_out) << r.summary();
+    EXPECT_NE((r.out + r.err).find("signal 9"), std::string::npos) << r.summary();
+    expect_nothing_left("mpi_check_openmpi");
+}
+
+TEST_F(Hpc, AKilledRankEndsTheMpichJobAndLeavesNothing) {
+    const Outcome r = run_program(mpich_run(2, kUcxOnVfab, true, {"--fail-rank", "1", "--fail-after", "5"}), 300s);
+    EXPECT_NE(r.rc, 0) << r.summary();
+    EXPECT_FALSE(r.timed_out) << r.summary();
+    expect_nothing_left("mpi_check_mpich");
+}
+
+// ---- the same on the kernel's rxe, for the figures ----------------------------------------------
+
+// rxe0 on each machine's eth0 (the kernel's modules from here on).
+std::string rxe_up() {
+    return "for m in crc32_generic ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe; do modprobe $m || exit 1; done; "
+           "[ -e /sys/class/infiniband/rxe0 ] || /usr/bin/rdma link add rxe0 type rxe netdev eth0 || exit 1; "
+           "for i in $(seq 1 100); do grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state && exit 0; sleep 0.2; done; exit 1";
+}
+
+TEST_F(Hpc, TheSameOnTheKernelsRxe) {
+    Outcome up = run_program({"sh", "-c", rxe_up()}, 120s);
+    ASSERT_EQ(up.rc, 0) << up.summary();
+    up = run_program(on_peer({rxe_up()}), 120s);
+    ASSERT_EQ(up.rc, 0) << up.summary();
+    for (const PerfCase& c : kPerfCases) {
+        SCOPED_TRACE(c.test);
+        const PairOutcome r = run_pair(on_peer(ucx_on_rxe(perftest(c, nullptr))), ucx_on_rxe(perftest(c, kPeer)), 240s);
+        expect_both_ok(r);
+        figure(std::string("ucx_perftest ") + c.test + " size=" + c.size + " rxe two-machines", perftest_final(r.client.out));
+    }
+    expect_mpi_check(run_program(openmpi_run(2, kUcxOnRxe, false, kCheckArgs), 600s), 2, "openmpi np=2 rxe");
+    expect_mpi_check(run_program(mpich_run(2, kUcxOnRxe, false, kCheckArgs), 600s), 2, "mpich np=2 rxe");
+}
+
+}  // namespace
+}  // namespace vfab::lab
