@@ -49,14 +49,19 @@ const std::vector<std::string> kUcxOnVfab = {"UCX_NET_DEVICES=vfab0:1", "UCX_TLS
 const std::vector<std::string> kUcxOnRxe = {"UCX_NET_DEVICES=rxe0:1", "UCX_TLS=rc_v,self", "UCX_SOCKADDR_TLS_PRIORITY=tcp",
                                             "UCX_WARN_UNUSED_ENV_VARS=n", "UCX_UD_VERBS_ETH_DGID_CHECK=n"};
 
-std::string join(const std::vector<std::string>& v) {
+// The words as one shell command line: each quoted unless plain.
+std::string shell_line(const std::vector<std::string>& v) {
     std::string s;
-    for (const std::string& a : v) s += (s.empty() ? "" : " ") + a;
+    for (const std::string& a : v) {
+        const bool plain = !a.empty() && a.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=,@%+-") == std::string::npos;
+        s += (s.empty() ? "" : " ") + (plain ? a : "'" + a + "'");   // (no word here holds a quote)
+    }
     return s;
 }
 
-// `args` on hpc-b, through lab-rsh: the words are joined and run by hpc-b's shell.
-std::vector<std::string> on_peer(const std::vector<std::string>& args) { return {"/vfab/bin/lab-rsh", kPeer, join(args)}; }
+// A command on hpc-b, through lab-rsh: a program and its arguments, or a shell command line.
+std::vector<std::string> on_peer(const std::vector<std::string>& args) { return {"/vfab/bin/lab-rsh", kPeer, shell_line(args)}; }
+std::vector<std::string> on_peer_sh(const std::string& line) { return {"/vfab/bin/lab-rsh", kPeer, line}; }
 
 // `args` on vfab's `nic` (vfab-run) with UCX's settings `env`.
 std::vector<std::string> ucx_on_vfab(const Nic& nic, std::vector<std::string> args) {
@@ -132,10 +137,15 @@ protected:
     static void SetUpTestSuite() {
         if (!in_lab() || std::getenv("VFAB_LAB_PAIR") == nullptr) return;
         std::ofstream(conf_dir() + "/verbs.conf") << verbs_conf(kA0, kA1);
-        const Outcome b = run_program(on_peer({"mkdir -p /etc/vfab && printf '" + escape_newlines(verbs_conf(kB0, kB1)) +
-                                               "' > /etc/vfab/verbs.conf"}),
-                                      60s);
-        peer_ready_ = b.rc == 0;
+        // hpc-b may still be booting (scripts/lab boots it again after an emulator flake): up
+        // to four minutes, lab-rsh retrying for 20 s each time.
+        Outcome b;
+        for (int i = 0; i < 12 && !peer_ready_; ++i) {
+            b = run_program(on_peer_sh("mkdir -p /etc/vfab && printf '" + escape_newlines(verbs_conf(kB0, kB1)) +
+                                       "' > /etc/vfab/verbs.conf"),
+                            60s);
+            peer_ready_ = b.rc == 0;
+        }
         if (!peer_ready_) std::cout << "hpc-b: " << b.summary() << std::endl;
     }
     void SetUp() override {
@@ -286,7 +296,7 @@ void expect_nothing_left(const std::string& program) {
     for (const bool remote : {false, true}) {
         SCOPED_TRACE(remote ? "hpc-b" : "hpc-a");
         const std::string probe = "for i in $(seq 1 30); do pgrep -f '" + program + "|orted|hydra_pmi_proxy' || exit 0; sleep 1; done; exit 1";
-        const Outcome gone = run_program(remote ? on_peer({probe}) : std::vector<std::string>{"sh", "-c", probe}, 60s);
+        const Outcome gone = run_program(remote ? on_peer_sh(probe) : std::vector<std::string>{"sh", "-c", probe}, 60s);
         EXPECT_EQ(gone.rc, 0) << "processes left: " << gone.summary();
         const Nic& nic = remote ? kB1 : kA1;
         const std::vector<std::string> open = {"/vfab/bin/vfab-run", "--device", nic.device(), "--", "ibv_devinfo"};
@@ -310,11 +320,105 @@ TEST_F(Hpc, AKilledRankEndsTheMpichJobAndLeavesNothing) {
     expect_nothing_left("mpi_check_mpich");
 }
 
+// ---- libfabric ---------------------------------------------------------------------------------
+
+// libfabric's verbs provider offers connected endpoints (FI_EP_MSG, and ofi_rxm's RDM over them)
+// only on a device whose address a kernel interface shows (getifaddrs). vfab's address is on
+// no kernel interface, so each machine puts it on a dummy one, "vfabdN", and the kernel does
+// not answer ARP for it on eth0 (arp_ignore 1): the NIC's own port answers (docs/hpc.md).
+std::string vfab_addresses_on_dummies(const Nic& n0, const Nic& n1) {
+    std::string sh = "modprobe dummy || exit 1; echo 1 > /proc/sys/net/ipv4/conf/all/arp_ignore; ";
+    int i = 0;
+    for (const Nic* n : {&n0, &n1}) {
+        const std::string dev = "vfabd" + std::to_string(i++);
+        sh += "[ -e /sys/class/net/" + dev + " ] || { /usr/sbin/ip link add " + dev + " type dummy && /usr/sbin/ip addr add " +
+              n->ip + "/32 dev " + dev + " && /usr/sbin/ip link set " + dev + " up; } || exit 1; ";
+    }
+    return sh;
+}
+
+const std::vector<std::string> kFabricEnv = {"FI_PROVIDER=verbs", "FI_VERBS_IFACE=vfabd", "FI_VERBS_DGRAM_USE_NAME_SERVER=0"};
+
+// fi_pingpong on vfab's `nic`: provider, endpoint type, domain; every message checked (-c);
+// 50 of each size up to 1 MiB, or what `sizes` says.
+const std::vector<std::string> kAllSizes = {"-I", "50"};
+std::vector<std::string> pingpong_on_vfab(const Nic& nic, const char* prov, const char* ep, const char* domain, const char* server,
+                                          const std::vector<std::string>& sizes = kAllSizes) {
+    std::vector<std::string> a = {"env"};
+    a.insert(a.end(), kFabricEnv.begin(), kFabricEnv.end());
+    for (const std::string& w : {std::string("/vfab/bin/vfab-run"), std::string("--device"), nic.device(), std::string("--"),
+                                 std::string("fi_pingpong"), std::string("-p"), std::string(prov), std::string("-e"),
+                                 std::string(ep), std::string("-c")})
+        a.push_back(w);
+    a.insert(a.end(), sizes.begin(), sizes.end());
+    if (domain) {
+        a.push_back("-d");
+        a.push_back(domain);
+    }
+    if (server) a.push_back(server);
+    return a;
+}
+
+// fi_pingpong's table: the last line of sizes ("1m 50 =50 100m 6.59s 15.92 65873.71 0.00").
+std::string pingpong_last(const std::string& out) {
+    std::string last;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);)
+        if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0]))) last = line;
+    return last;
+}
+
+struct FabricCase {
+    const char* prov;
+    const char* ep;
+    const char* domain;
+};
+constexpr FabricCase kFabricCases[] = {{"verbs", "msg", "vfab0"}, {"verbs;ofi_rxm", "rdm", "vfab0"},
+                                       {"verbs", "dgram", "vfab0-dgram"}, {"verbs;ofi_rxd", "rdm", "vfab0-dgram"}};
+
+TEST_F(Hpc, LibfabricListsVfabsEndpoints) {
+    ASSERT_EQ(run_program({"sh", "-c", vfab_addresses_on_dummies(kA0, kA1)}, 60s).rc, 0);
+    std::vector<std::string> a = {"env"};
+    a.insert(a.end(), kFabricEnv.begin(), kFabricEnv.end());
+    for (const std::string& w : {std::string("/vfab/bin/vfab-run"), std::string("--device"), kA0.device(), std::string("--"),
+                                 std::string("fi_info"), std::string("-p"), std::string("verbs")})
+        a.push_back(w);
+    const Outcome r = run_program(a, 120s);
+    ASSERT_EQ(r.rc, 0) << r.summary();
+    for (const char* want : {"domain: vfab0\n", "type: FI_EP_MSG", "domain: vfab0-dgram", "type: FI_EP_DGRAM", "type: FI_EP_RDM"})
+        EXPECT_TRUE(std::regex_search(r.out, std::regex(want))) << want << "\n" << r.summary();
+}
+
+TEST_F(Hpc, LibfabricPingpongBetweenTwoNicsOfOneMachine) {
+    ASSERT_EQ(run_program({"sh", "-c", vfab_addresses_on_dummies(kA0, kA1)}, 60s).rc, 0);
+    for (const FabricCase& c : kFabricCases) {
+        SCOPED_TRACE(std::string(c.prov) + " " + c.ep);
+        const PairOutcome r = run_pair(pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, nullptr),
+                                       pingpong_on_vfab(kA1, c.prov, c.ep, c.domain, "127.0.0.1"), 300s);
+        expect_both_ok(r);
+        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab one-machine", pingpong_last(r.client.out));
+    }
+}
+
+TEST_F(Hpc, LibfabricPingpongAcrossTheMachines) {
+    ASSERT_EQ(run_program({"sh", "-c", vfab_addresses_on_dummies(kA0, kA1)}, 60s).rc, 0);
+    const Outcome b = run_program(on_peer_sh(vfab_addresses_on_dummies(kB0, kB1)), 60s);
+    ASSERT_EQ(b.rc, 0) << b.summary();
+    for (const FabricCase& c : kFabricCases) {
+        SCOPED_TRACE(std::string(c.prov) + " " + c.ep);
+        const PairOutcome r = run_pair(on_peer(pingpong_on_vfab(kB0, c.prov, c.ep, c.domain, nullptr)),
+                                       pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, kPeer), 300s);
+        expect_both_ok(r);
+        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab two-machines", pingpong_last(r.client.out));
+    }
+}
+
 // ---- the same on the kernel's rxe, for the figures ----------------------------------------------
 
-// rxe0 on each machine's eth0 (the kernel's modules from here on).
+// rxe0 on each machine's eth0, with the kernel's rdma_cm (the kernel's modules from here on).
 std::string rxe_up() {
-    return "for m in crc32_generic ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe; do modprobe $m || exit 1; done; "
+    return "for m in crc32_generic ib_core ib_uverbs udp_tunnel ip6_udp_tunnel rdma_rxe ib_cm iw_cm rdma_cm rdma_ucm; do "
+           "modprobe $m || exit 1; done; "
            "[ -e /sys/class/infiniband/rxe0 ] || /usr/bin/rdma link add rxe0 type rxe netdev eth0 || exit 1; "
            "for i in $(seq 1 100); do grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state && exit 0; sleep 0.2; done; exit 1";
 }
@@ -322,7 +426,7 @@ std::string rxe_up() {
 TEST_F(Hpc, TheSameOnTheKernelsRxe) {
     Outcome up = run_program({"sh", "-c", rxe_up()}, 120s);
     ASSERT_EQ(up.rc, 0) << up.summary();
-    up = run_program(on_peer({rxe_up()}), 120s);
+    up = run_program(on_peer_sh(rxe_up()), 120s);
     ASSERT_EQ(up.rc, 0) << up.summary();
     for (const PerfCase& c : kPerfCases) {
         SCOPED_TRACE(c.test);
@@ -332,6 +436,36 @@ TEST_F(Hpc, TheSameOnTheKernelsRxe) {
     }
     expect_mpi_check(run_program(openmpi_run(2, kUcxOnRxe, false, kCheckArgs), 600s), 2, "openmpi np=2 rxe");
     expect_mpi_check(run_program(mpich_run(2, kUcxOnRxe, false, kCheckArgs), 600s), 2, "mpich np=2 rxe");
+}
+
+// libfabric's connected endpoints between vfab and the kernel's rxe: vfab on hpc-a, rxe0 on
+// hpc-b's eth0, each side as server and as client. (ofi_rxm over rxe fails on the rxe side
+// itself: its fi_enable says EINVAL before any traffic.)
+TEST_F(Hpc, LibfabricPingpongAgainstTheKernelsRxe) {
+    Outcome up = run_program({"sh", "-c", rxe_up()}, 120s);
+    ASSERT_EQ(up.rc, 0) << up.summary();
+    up = run_program(on_peer_sh(rxe_up()), 120s);
+    ASSERT_EQ(up.rc, 0) << up.summary();
+    ASSERT_EQ(run_program({"sh", "-c", vfab_addresses_on_dummies(kA0, kA1)}, 60s).rc, 0);
+    // rxe takes over a second per 64 KiB message here (it does as much against itself, see
+    // ucp_put_bw above): one size, 4 KiB, 20 times.
+    const std::vector<std::string> sizes = {"-S", "4096", "-I", "20"};
+    auto on_rxe = [&](const FabricCase& c, const char* server) {
+        std::vector<std::string> a = {"env", "FI_PROVIDER=verbs", "FI_VERBS_IFACE=eth0", "fi_pingpong", "-p", c.prov, "-e", c.ep,
+                                      "-c", "-d", "rxe0"};
+        a.insert(a.end(), sizes.begin(), sizes.end());
+        if (server) a.push_back(server);
+        return a;
+    };
+    for (const FabricCase& c : {kFabricCases[0]}) {
+        SCOPED_TRACE(std::string(c.prov) + " " + c.ep);
+        PairOutcome r = run_pair(on_peer(on_rxe(c, nullptr)), pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, kPeer, sizes), 300s);
+        expect_both_ok(r);
+        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab client, rxe server", pingpong_last(r.client.out));
+        r = run_pair(pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, nullptr, sizes), on_peer(on_rxe(c, "hpc-a")), 300s);
+        expect_both_ok(r);
+        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " rxe client, vfab server", pingpong_last(r.client.out));
+    }
 }
 
 }  // namespace
