@@ -31,20 +31,18 @@ else
         || echo "hpc_vs_rxe: the lab run failed (its console: $log); the table has what it measured" >&2
 fi
 
-# "figure: ucx_perftest tag_bw size=65536 vfab two-machines iterations=40 latency_us=... bandwidth_MBps=..."
-# "figure: openmpi np=2 vfab pingpong size=65536 iters=5 latency_us=... bandwidth_MBps=..."
+# The lines read: "figure: ucx_perftest tag_bw size=65536 vfab two-machines ... latency_us=...
+# bandwidth_MBps=..." and "figure: openmpi np=2 vfab pingpong size=65536 ... latency_us=...".
 awk '
-/^figure: ucx_perftest .* two-machines / {
-    split($0, w, " "); key = "ucx " w[3] " " w[4]; side = w[5]; lat = bw = ""
-    for (i = 1; i in w; i++) { if (w[i] ~ /^latency_us=/) lat = substr(w[i], 12); if (w[i] ~ /^bandwidth_MBps=/) bw = substr(w[i], 16) }
-    val[key, side] = (w[3] ~ /lat$/) ? lat : bw; unit[key] = (w[3] ~ /lat$/) ? "us" : "MB/s"; order[key] = ++n
-}
-/^figure: (openmpi|mpich) np=2 (vfab|rxe) pingpong size=(8|65536) / {
-    split($0, w, " "); side = w[4]; key = w[2] " ping-pong " w[6]; lat = bw = ""
-    for (i = 1; i in w; i++) { if (w[i] ~ /^latency_us=/) lat = substr(w[i], 12); if (w[i] ~ /^bandwidth_MBps=/) bw = substr(w[i], 16) }
-    small = (w[6] == "size=8"); val[key, side] = small ? lat : bw; unit[key] = small ? "us" : "MB/s"
+# The value of KEY= among the words of the line, or "".
+function field(key,   i) { for (i = 1; i in w; i++) if (index(w[i], key "=") == 1) return substr(w[i], length(key) + 2); return "" }
+function note(key, side, is_latency) {
+    val[key, side] = is_latency ? field("latency_us") : field("bandwidth_MBps")
+    unit[key] = is_latency ? "us" : "MB/s"
     if (!(key in order)) order[key] = ++n
 }
+/^figure: ucx_perftest .* two-machines / { split($0, w, " "); note("ucx " w[3] " " w[4], w[5], w[3] ~ /lat$/) }
+/^figure: (openmpi|mpich) np=2 (vfab|rxe) pingpong size=(8|65536) / { split($0, w, " "); note(w[2] " ping-pong " w[6], w[4], w[6] == "size=8") }
 END {
     printf "%-34s %12s %12s %8s\n", "figure (two machines)", "vfab", "rxe", "vfab/rxe"
     for (k = 1; k <= n; k++) for (key in order) if (order[key] == k) {

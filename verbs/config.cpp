@@ -8,7 +8,7 @@
 //     progress_sleep_us 1000                   idle this long, the progress thread sleeps (0: never)
 //     quiet yes                                no one-line reasons on stderr
 //   VFAB_VERBS_DEVICES=0000:03:00.0=10.0.0.1,0000:04:00.0=10.0.1.1   these devices and no others
-//   VFAB_VERBS_LOCAL_RANK_DEVICES=PCI=IPv4,...   local rank r takes entry r mod n (before the file's)
+//   VFAB_VERBS_LOCAL_RANK_DEVICES=PCI=IPv4,...   local rank r takes entry r mod n (not the file's)
 //   VFAB_VERBS_PROGRESS, VFAB_VERBS_PROGRESS_CPU, VFAB_VERBS_PROGRESS_SLEEP_US, VFAB_VERBS_QUIET
 //
 // The devices listed: a rank of a parallel job with local-rank devices, its one device. Else
@@ -51,6 +51,7 @@ struct Selection {
     std::vector<DeviceConfig> devices;        // VFAB_VERBS_DEVICES, then the file's "device" lines
     std::vector<DeviceConfig> by_local_rank;  // one of them per rank of a parallel job on this host
     bool explicit_list = false;               // VFAB_VERBS_DEVICES set: those devices and no others
+    bool explicit_by_local_rank = false;      // VFAB_VERBS_LOCAL_RANK_DEVICES set: the file's are not read
 };
 
 // A "device" entry: the PCI address made canonical; false when it is not one.
@@ -94,10 +95,19 @@ int local_rank() {
     return -1;
 }
 
+constexpr const char* kDevicesVar = "VFAB_VERBS_DEVICES";
+constexpr const char* kLocalRankDevicesVar = "VFAB_VERBS_LOCAL_RANK_DEVICES";
+
+bool set_and_not_empty(const char* var) {
+    const char* v = std::getenv(var);
+    return v && *v;
+}
+
 void read_env(Library& lib, Selection& sel) {
-    sel.explicit_list = std::getenv("VFAB_VERBS_DEVICES") != nullptr;
-    read_device_list("VFAB_VERBS_DEVICES", sel.devices);
-    read_device_list("VFAB_VERBS_LOCAL_RANK_DEVICES", sel.by_local_rank);
+    sel.explicit_list = set_and_not_empty(kDevicesVar);
+    sel.explicit_by_local_rank = set_and_not_empty(kLocalRankDevicesVar);
+    read_device_list(kDevicesVar, sel.devices);
+    read_device_list(kLocalRankDevicesVar, sel.by_local_rank);
     if (const char* v = std::getenv("VFAB_VERBS_PROGRESS")) lib.progress.thread = std::strcmp(v, "app") != 0;
     if (const char* v = std::getenv("VFAB_VERBS_PROGRESS_CPU")) lib.progress.cpu = std::atoi(v);
     if (const char* v = std::getenv("VFAB_VERBS_PROGRESS_SLEEP_US")) lib.progress.sleep_after_us = uint32_t(std::atol(v));
@@ -118,7 +128,9 @@ void read_file(Library& lib, Selection& sel) {
         const std::string where = lib.config_path + ":" + std::to_string(n);
         if (key == "device") {
             if (!sel.explicit_list) add_configured(sel.devices, a, b, c, where);
-        } else if (key == "local_rank_device") add_configured(sel.by_local_rank, a, b, c, where);
+        } else if (key == "local_rank_device") {
+            if (!sel.explicit_by_local_rank) add_configured(sel.by_local_rank, a, b, c, where);
+        }
         else if (key == "progress") lib.progress.thread = a != "app";
         else if (key == "progress_cpu") lib.progress.cpu = std::atoi(a.c_str());
         else if (key == "progress_sleep_us") lib.progress.sleep_after_us = uint32_t(std::atol(a.c_str()));
@@ -149,15 +161,17 @@ VfioAccess vfio_access(const vfio::PciSysfs& sysfs, const PciAddress& addr) {
     return {{}, "this user may not open its VFIO group (vfio-devctl bind " + addr.to_string() + " --user $USER)"};
 }
 
-// PCI functions that vfab can drive for this user, in PCI order.
-std::vector<std::string> drivable_devices(const vfio::PciSysfs& sysfs) {
-    std::vector<std::string> out;
+// PCI functions that vfab can drive for this user, in PCI order, with their VFIO files.
+std::vector<DeviceConfig> drivable_devices(const vfio::PciSysfs& sysfs) {
+    std::vector<DeviceConfig> out;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices", ec)) {
         auto addr = PciAddress::parse(e.path().filename().string());
-        if (addr && vfio_access(sysfs, *addr).why.empty()) out.push_back(addr->to_string());
+        if (!addr) continue;
+        if (VfioAccess access = vfio_access(sysfs, *addr); access.why.empty())
+            out.push_back(DeviceConfig{addr->to_string(), "", 0, std::move(access.node)});
     }
-    std::sort(out.begin(), out.end());
+    std::sort(out.begin(), out.end(), [](const DeviceConfig& a, const DeviceConfig& b) { return a.bdf < b.bdf; });
     return out;
 }
 
@@ -219,9 +233,9 @@ std::vector<Device*> discover(Library& lib) {
         else tell("%s: %s; not listed", c.bdf.c_str(), access.why.c_str());
     }
     if (discover_others)
-        for (const std::string& bdf : drivable_devices(sysfs))
-            if (std::none_of(found.begin(), found.end(), [&](const DeviceConfig& c) { return c.bdf == bdf; }))
-                found.push_back(DeviceConfig{bdf, "", 0, vfio_access(sysfs, *PciAddress::parse(bdf)).node});
+        for (DeviceConfig& d : drivable_devices(sysfs))
+            if (std::none_of(found.begin(), found.end(), [&](const DeviceConfig& c) { return c.bdf == d.bdf; }))
+                found.push_back(std::move(d));
     std::vector<Device*> present;
     for (const DeviceConfig& c : found) {
         auto known = std::find_if(lib.devices.begin(), lib.devices.end(), [&](Device* d) { return d->cfg.bdf == c.bdf; });

@@ -122,6 +122,10 @@ host_request() {   # host_request QMP_SOCKET LINE
     fi
 }
 
+# A boot that qemu_run_logged ended for the emulator's trouble, not the tests': hung while
+# booting (123), stalled (125), frozen (126), QEMU aborting on an assertion (134).
+is_emulator_flake() { [[ $1 -eq 123 || $1 -eq 125 || $1 -eq 126 || $1 -eq 134 ]]; }
+
 # qemu_run_logged VMLINUX INITRD CMDLINE IOMMU TIMEOUT LOG: console to stdout and LOG.
 # Returns QEMU's exit status, 124 when the timeout ended it, 123 when the guest never started
 # beating, 125 when the guest stalled, 126 when it froze.

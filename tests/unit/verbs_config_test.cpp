@@ -19,7 +19,7 @@ protected:
         for (const char* v : kVars) ::unsetenv(v);
         path_ = ::testing::TempDir() + "vfab-verbs-" + std::to_string(::getpid()) + ".conf";
         lib_.config_path = path_;
-        lib_.quiet = true;
+        library().quiet = true;   // tell() speaks for the process's library
     }
     void TearDown() override {
         for (const char* v : kVars) ::unsetenv(v);
@@ -68,12 +68,21 @@ TEST_F(VerbsConfigTest, EachLocalRankTakesItsOwnDevice) {
     }
 }
 
-TEST_F(VerbsConfigTest, LocalRankDevicesFromTheEnvironmentComeFirst) {
+TEST_F(VerbsConfigTest, LocalRankDevicesFromTheEnvironmentReplaceTheFiles) {
     write_file("local_rank_device 0000:00:06.0 10.0.0.3\n");
     ::setenv("VFAB_VERBS_LOCAL_RANK_DEVICES", "0000:00:04.0=10.0.0.1,0000:00:05.0=10.0.0.2", 1);
-    ::setenv("PMI_LOCAL_RANK", "2", 1);
+    ::setenv("PMI_LOCAL_RANK", "3", 1);
     bool others = true;
+    EXPECT_EQ(listed(others), (Bdfs{"0000:00:05.0"}));
+    EXPECT_FALSE(others);
+}
+
+TEST_F(VerbsConfigTest, AnEmptyDeviceListIsNoList) {
+    write_file("device 0000:00:06.0 10.0.0.3\n");
+    ::setenv("VFAB_VERBS_DEVICES", "", 1);
+    bool others = false;
     EXPECT_EQ(listed(others), (Bdfs{"0000:00:06.0"}));
+    EXPECT_TRUE(others);
 }
 
 TEST_F(VerbsConfigTest, OutsideAParallelJobLocalRankDevicesAreNotUsed) {

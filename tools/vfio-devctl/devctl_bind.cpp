@@ -194,6 +194,8 @@ Result<std::vector<std::string>> bind(const Context& ctx, const BindOptions& opt
     auto plan = plan_bind(ctx, *db, opts);   // every check before the first change
     if (!plan) return plan.take_error();
     if (auto r = ensure_driver_loaded(ctx, "vfio-pci"); !r) return r.take_error();
+    auto made = ensure_rdma_device_dir(ctx);   // before the first change: all or nothing
+    if (!made) return made.take_error();
 
     std::vector<std::string> report;
     std::vector<Moved> moved;
@@ -213,8 +215,6 @@ Result<std::vector<std::string>> bind(const Context& ctx, const BindOptions& opt
         if (!handed) return roll_back(ctx, moved, handed.error());
         report.push_back(line + *handed);
     }
-    auto made = ensure_rdma_device_dir(ctx);   // the devices stay bound if this fails: say why
-    if (!made) return Error{made.error().code, str_cat(join(report, "; "), "; but ", made.error().message)};
     if (*made) report.push_back(**made);
     return report;
 }
