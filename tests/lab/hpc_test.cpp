@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "lab_env.hpp"
+#include "rxe_peer.hpp"   // PairOutcome, expect_both_ok
 #include "spawn.hpp"
 
 namespace vfab::lab {
@@ -100,10 +101,6 @@ std::string perftest_final(const std::string& out) {
     return "iterations=" + m[1].str() + " latency_us=" + m[3].str() + " bandwidth_MBps=" + m[5].str() + " msg_per_s=" + m[7].str();
 }
 
-struct PairOutcome {
-    Outcome server, client;
-};
-
 // A server, then its client, again while the server is not listening yet; all within `limit`.
 PairOutcome run_pair(const std::vector<std::string>& server_args, const std::vector<std::string>& client_args,
                      std::chrono::milliseconds limit) {
@@ -119,11 +116,6 @@ PairOutcome run_pair(const std::vector<std::string>& server_args, const std::vec
     }
     r.server = server.wait(left());
     return r;
-}
-
-void expect_both_ok(const PairOutcome& r) {
-    EXPECT_EQ(r.server.rc, 0) << "server: " << r.server.summary() << "\nclient: " << r.client.summary();
-    EXPECT_EQ(r.client.rc, 0) << "client: " << r.client.summary() << "\nserver: " << r.server.summary();
 }
 
 // The ucx_perftest runs of each placement: UCP's tag matching, RMA and active messages.
@@ -438,11 +430,15 @@ std::string rxe_up() {
            "for i in $(seq 1 100); do grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state && exit 0; sleep 0.2; done; exit 1";
 }
 
-TEST_F(Hpc, TheSameOnTheKernelsRxe) {
+void rxe_up_on_both_machines() {
     Outcome up = run_program({"sh", "-c", rxe_up()}, 120s);
     ASSERT_EQ(up.rc, 0) << up.summary();
     up = run_program(on_peer_sh(rxe_up()), 120s);
     ASSERT_EQ(up.rc, 0) << up.summary();
+}
+
+TEST_F(Hpc, TheSameOnTheKernelsRxe) {
+    ASSERT_NO_FATAL_FAILURE(rxe_up_on_both_machines());
     for (const PerfCase& c : kPerfCases) {
         SCOPED_TRACE(c.test);
         const PairOutcome r = run_pair(on_peer(ucx_on_rxe(perftest(c, nullptr))), ucx_on_rxe(perftest(c, kPeer)), 240s);
@@ -457,10 +453,7 @@ TEST_F(Hpc, TheSameOnTheKernelsRxe) {
 // hpc-b's eth0, each side as server and as client. (ofi_rxm over rxe fails on the rxe side
 // itself: its fi_enable says EINVAL before any traffic.)
 TEST_F(Hpc, LibfabricPingpongAgainstTheKernelsRxe) {
-    Outcome up = run_program({"sh", "-c", rxe_up()}, 120s);
-    ASSERT_EQ(up.rc, 0) << up.summary();
-    up = run_program(on_peer_sh(rxe_up()), 120s);
-    ASSERT_EQ(up.rc, 0) << up.summary();
+    ASSERT_NO_FATAL_FAILURE(rxe_up_on_both_machines());
     ASSERT_EQ(run_program({"sh", "-c", vfab_addresses_on_dummies(kA0, kA1)}, 60s).rc, 0);
     // rxe takes over a second per 64 KiB message here (it does as much against itself, see
     // ucp_put_bw above): one size, 4 KiB, 20 times.

@@ -47,11 +47,6 @@ PairOutcome run_cm_pair(const std::vector<std::string>& server_args, const std::
     return r;
 }
 
-void expect_both_ok(const PairOutcome& r) {
-    EXPECT_EQ(r.server.rc, 0) << "server: " << r.server.summary() << "\nclient: " << r.client.summary();
-    EXPECT_EQ(r.client.rc, 0) << "client: " << r.client.summary() << "\nserver: " << r.server.summary();
-}
-
 std::vector<std::string> rping_server(const std::string& ip, const std::string& count, const std::string& size) {
     return {"rping", "-s", "-a", ip, "-p", "7471", "-C", count, "-S", size, "-V"};
 }

@@ -214,9 +214,6 @@ private:
 // A server and a client of one of rdma-core's tools on this guest (their TCP side channel over
 // 127.0.0.1): the server first, the client once the server listens on `port`. Outcomes of
 // both; the client's is rc -1 when the server never listened.
-struct PairOutcome {
-    Outcome server, client;
-};
 inline PairOutcome run_server_client(const std::vector<std::string>& server_args, std::vector<std::string> client_args,
                                      std::chrono::milliseconds limit, uint16_t port = kPingpongPort) {
     PairOutcome r;
@@ -231,10 +228,15 @@ inline PairOutcome run_server_client(const std::vector<std::string>& server_args
     return r;
 }
 
-// Both ends of a run_server_client() exited 0 and printed `line` (e.g. "100 iters in").
-inline void expect_pair(const PairOutcome& r, const std::string& line) {
+// Both ends exited 0; each failure shows both.
+inline void expect_both_ok(const PairOutcome& r) {
     EXPECT_EQ(r.server.rc, 0) << "server: " << r.server.summary() << "\nclient: " << r.client.summary();
     EXPECT_EQ(r.client.rc, 0) << "client: " << r.client.summary() << "\nserver: " << r.server.summary();
+}
+
+// Both ends of a run_server_client() exited 0 and printed `line` (e.g. "100 iters in").
+inline void expect_pair(const PairOutcome& r, const std::string& line) {
+    expect_both_ok(r);
     EXPECT_NE(r.server.out.find(line), std::string::npos) << r.server.summary();
     EXPECT_NE(r.client.out.find(line), std::string::npos) << r.client.summary();
 }

@@ -56,6 +56,11 @@ inline std::string hung_threads(pid_t pid) {
     return r;
 }
 
+// A server's and its client's outcomes, for tests that run the two.
+struct PairOutcome {
+    Outcome server, client;
+};
+
 // A program started in the background; wait() collects it.
 class Child {
 public:
