@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "lab_env.hpp"
@@ -26,21 +27,22 @@ using namespace std::chrono_literals;
 // vfab's NICs: PCI address and port address, per machine. The address is the port's own,
 // never a kernel interface's.
 struct Nic {
-    const char* bdf;
-    const char* ip;
-    std::string device() const { return std::string(bdf) + "=" + ip; }
+    std::string bdf;
+    std::string ip;
+    std::string device() const { return bdf + "=" + ip; }
 };
-constexpr Nic kA0{"0000:00:05.0", "10.90.1.1"}, kA1{"0000:00:0a.0", "10.90.1.2"};
-constexpr Nic kB0{"0000:00:05.0", "10.90.2.1"}, kB1{"0000:00:0a.0", "10.90.2.2"};
+const Nic kA0{"0000:00:05.0", "10.90.1.1"}, kA1{"0000:00:0a.0", "10.90.1.2"};
+const Nic kB0{"0000:00:05.0", "10.90.2.1"}, kB1{"0000:00:0a.0", "10.90.2.2"};
 constexpr const char* kPeer = "hpc-b";
 constexpr const char* kVfabRun = "/vfab/bin/vfab-run";
 constexpr const char* kLabRsh = "/vfab/bin/lab-rsh";
+constexpr const char* kLabSriov = "/vfab/bin/lab-sriov";
 
 // Each machine's /etc/vfab/verbs.conf: a rank of a parallel job takes the NIC of its local
 // rank (docs/verbs.md), so two ranks on one machine never open each other's NIC.
 std::string verbs_conf(const Nic& n0, const Nic& n1) {
-    return std::string("# tests/lab/hpc_test.cpp\nlocal_rank_device ") + n0.bdf + " " + n0.ip + "\nlocal_rank_device " + n1.bdf +
-           " " + n1.ip + "\nquiet yes\n";
+    return "# tests/lab/hpc_test.cpp\nlocal_rank_device " + n0.bdf + " " + n0.ip + "\nlocal_rank_device " + n1.bdf + " " + n1.ip +
+           "\nquiet yes\n";
 }
 
 // UCX on one verbs device: rc_verbs, with ud_verbs for the wire-up; sockaddr connections
@@ -71,6 +73,8 @@ std::string shell_line(const std::vector<std::string>& v) {
 // A command on hpc-b, through lab-rsh: a program and its arguments, or a shell command line.
 std::vector<std::string> on_peer(const std::vector<std::string>& args) { return {kLabRsh, kPeer, shell_line(args)}; }
 std::vector<std::string> on_peer_sh(const std::string& line) { return {kLabRsh, kPeer, line}; }
+// `args` on hpc-b or here.
+std::vector<std::string> on_machine(bool remote, const std::vector<std::string>& args) { return remote ? on_peer(args) : args; }
 
 // `args` on vfab's `nic` (vfab-run) with UCX's settings `env`.
 std::vector<std::string> ucx_on_vfab(const Nic& nic, std::vector<std::string> args) {
@@ -141,16 +145,26 @@ protected:
     void SetUp() override {
         if (!in_lab()) GTEST_SKIP() << "needs the lab (scripts/lab)";
         if (std::getenv("VFAB_LAB_PAIR") == nullptr) GTEST_SKIP() << "needs two machines (scripts/lab --pair)";
-        std::ofstream(conf_dir() + "/verbs.conf") << verbs_conf(kA0, kA1);
         // hpc-b may still be booting: up to four minutes, lab-rsh retrying for 20 s each time.
-        Outcome b;
-        for (int i = 0; i < 12; ++i) {
-            b = run_program(on_peer_sh("mkdir -p /etc/vfab && printf '" + escape_newlines(verbs_conf(kB0, kB1)) +
-                                       "' > /etc/vfab/verbs.conf"),
-                            60s);
-            if (b.rc == 0) break;
+        std::string err;
+        for (int i = 0; i < 12; ++i)
+            if ((err = set_local_rank_devices(kA0, kA1, kB0, kB1)).empty()) break;
+        ASSERT_EQ(err, "");
+        // vfab's tests run with no kernel RDMA module on either machine; the rxe tests come last.
+        if (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()).find("Rxe") == std::string::npos) {
+            ASSERT_FALSE(std::filesystem::exists("/sys/module/ib_core")) << "the kernel's RDMA core is loaded on hpc-a";
+            const Outcome b = run_program(on_peer_sh("test ! -e /sys/module/ib_core"), 60s);
+            ASSERT_EQ(b.rc, 0) << "the kernel's RDMA core is loaded on hpc-b: " << b.summary();
         }
-        ASSERT_EQ(b.rc, 0) << "hpc-b does not answer lab-rsh: " << b.summary();
+    }
+
+    // Both machines' verbs.conf: local rank 0 takes a0 (b0 on hpc-b), local rank 1 a1 (b1).
+    // Empty on success, else what failed.
+    static std::string set_local_rank_devices(const Nic& a0, const Nic& a1, const Nic& b0, const Nic& b1) {
+        std::ofstream(conf_dir() + "/verbs.conf") << verbs_conf(a0, a1);
+        const Outcome b = run_program(
+            on_peer_sh("mkdir -p /etc/vfab && printf '" + escape_newlines(verbs_conf(b0, b1)) + "' > /etc/vfab/verbs.conf"), 60s);
+        return b.rc == 0 ? std::string() : "hpc-b does not answer lab-rsh: " + b.summary();
     }
     static std::string conf_dir() {
         std::filesystem::create_directories("/etc/vfab");
@@ -302,11 +316,11 @@ void expect_nothing_left() {
         "[ -z \"$left\" ] && exit 0; sleep 1; done; echo \"left:$left\"; exit 1";
     for (const bool remote : {false, true}) {
         SCOPED_TRACE(remote ? "hpc-b" : "hpc-a");
-        const Outcome gone = run_program(remote ? on_peer_sh(probe) : std::vector<std::string>{"sh", "-c", probe}, 60s);
+        const Outcome gone = run_program(on_machine(remote, {"sh", "-c", probe}), 60s);
         EXPECT_EQ(gone.rc, 0) << "processes left: " << gone.summary();
         const Nic& nic = remote ? kB0 : kA0;
         const std::vector<std::string> open = {kVfabRun, "--device", nic.device(), "--", "ibv_devinfo"};
-        const Outcome again = run_program(remote ? on_peer(open) : open, 120s);
+        const Outcome again = run_program(on_machine(remote, open), 120s);
         EXPECT_EQ(again.rc, 0) << "the NIC of the killed rank does not open again: " << again.summary();
         EXPECT_NE(again.out.find("PORT_ACTIVE"), std::string::npos) << again.summary();
     }
@@ -325,6 +339,69 @@ TEST_F(Hpc, AKilledRankEndsTheMpichJobAndLeavesNothing) {
     EXPECT_NE(r.rc, 0) << r.summary();
     EXPECT_FALSE(r.timed_out) << r.summary();
     expect_nothing_left();
+}
+
+// ---- Several processes on one NIC (docs/hpc.md: a VF per rank) --------------------------------
+
+// On each machine the kernel's igb keeps 00:0a.0 and makes two VFs for vfio-pci (lab-sriov):
+// VF r of hpc-a is vfab's port 10.90.1.(3+r), of hpc-b 10.90.2.(3+r). Undone on both machines
+// when it goes, whatever happened.
+class TwoVfsPerMachine {
+public:
+    TwoVfsPerMachine() = default;
+    TwoVfsPerMachine(const TwoVfsPerMachine&) = delete;
+    TwoVfsPerMachine& operator=(const TwoVfsPerMachine&) = delete;
+    ~TwoVfsPerMachine() {
+        for (const bool remote : {false, true}) {
+            const Outcome r = run_program(on_machine(remote, {kLabSriov, "down"}), 120s);
+            if (r.rc != 0) ADD_FAILURE() << (remote ? "hpc-b" : "hpc-a") << ": lab-sriov down: " << r.summary();
+        }
+    }
+    // Empty on success, else what failed.
+    std::string make() {
+        for (const bool remote : {false, true}) {
+            const Outcome r = run_program(on_machine(remote, {kLabSriov, "up", "2"}), 120s);
+            std::vector<Nic>& vfs = remote ? b : a;
+            std::istringstream lines(r.out);
+            for (std::string bdf; std::getline(lines, bdf);)
+                if (!bdf.empty()) vfs.push_back({bdf, std::string(remote ? "10.90.2." : "10.90.1.") + std::to_string(3 + vfs.size())});
+            if (r.rc != 0 || vfs.size() != 2)
+                return std::string(remote ? "hpc-b" : "hpc-a") + ": lab-sriov up 2: " + r.summary();
+        }
+        return {};
+    }
+    std::vector<Nic> a, b;
+};
+
+// Two processes of one machine, each on its own VF of the same NIC: the VFs' traffic turns in
+// the NIC's own switch (igb's VM-to-VM loopback).
+TEST_F(Hpc, UcxPerftestBetweenTwoVfsOfOneNic) {
+    TwoVfsPerMachine vfs;
+    ASSERT_EQ(vfs.make(), "");
+    for (const PerfCase& c : {kPerfCases[0], kPerfCases[1]}) {
+        SCOPED_TRACE(c.test);
+        const PairOutcome r =
+            run_pair(ucx_on_vfab(vfs.a[0], perftest(c, nullptr)), ucx_on_vfab(vfs.a[1], perftest(c, "127.0.0.1")), 240s);
+        expect_both_ok(r);
+        const std::string f = perftest_final(r.client.out);
+        EXPECT_FALSE(f.empty()) << r.client.summary();
+        figure(std::string("ucx_perftest ") + c.test + " size=" + c.size + " vfab two VFs of one NIC", f);
+    }
+}
+
+// Two ranks per machine on one NIC: each rank takes the VF of its local rank.
+TEST_F(Hpc, OpenMpiFourRanksTwoPerNicEachOnItsOwnVf) {
+    TwoVfsPerMachine vfs;
+    ASSERT_EQ(vfs.make(), "");
+    ASSERT_EQ(set_local_rank_devices(vfs.a[0], vfs.a[1], vfs.b[0], vfs.b[1]), "");
+    expect_mpi_check(run_program(openmpi_run(4, kUcxOnVfab, true, kCheckArgs), 900s), 4, "openmpi np=4 vfab VFs");
+}
+
+TEST_F(Hpc, MpichFourRanksTwoPerNicEachOnItsOwnVf) {
+    TwoVfsPerMachine vfs;
+    ASSERT_EQ(vfs.make(), "");
+    ASSERT_EQ(set_local_rank_devices(vfs.a[0], vfs.a[1], vfs.b[0], vfs.b[1]), "");
+    expect_mpi_check(run_retrying_ud_wireup_race(mpich_run(4, kUcxOnVfab, true, kCheckArgs), 900s), 4, "mpich np=4 vfab VFs");
 }
 
 // ---- libfabric ---------------------------------------------------------------------------------

@@ -550,7 +550,7 @@ TEST_F(Igbvf, PfTurningSriovOffTakesTheVfBackCleanly) {
     EXPECT_TRUE(finished.load());
     EXPECT_FALSE(std::filesystem::exists(vf_dir)) << vf() << " still exists after sriov_numvfs=0";
 
-    ASSERT_EQ(env_->add_vf(), "");
+    ASSERT_EQ(env_->add_vfs(), "");
     RawVf again;
     ASSERT_EQ(again.open(vf()), "");
     EXPECT_TRUE(again.dev->link().up);

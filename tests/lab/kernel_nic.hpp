@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "packet.hpp"
@@ -140,6 +141,16 @@ public:
         if (auto e = set_addr(SIOCSIFADDR, ip, "SIOCSIFADDR"); !e.empty()) return e;
         if (auto e = set_addr(SIOCSIFNETMASK, prefix_len ? ~0u << (32 - prefix_len) : 0, "SIOCSIFNETMASK"); !e.empty())
             return e;
+        return bring_up(link_timeout);
+    }
+
+    // Up, with no address (a PF that only carries its VFs' traffic); then waits for carrier.
+    // Empty on success.
+    std::string bring_up(std::chrono::milliseconds link_timeout) {
+        Fd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+        if (!s) return std::string("socket: ") + std::strerror(errno);
+        ifreq ifr{};
+        std::strncpy(ifr.ifr_name, ifname_.c_str(), IFNAMSIZ - 1);
         if (::ioctl(s.get(), SIOCGIFFLAGS, &ifr) != 0) return "SIOCGIFFLAGS " + ifname_ + ": " + std::strerror(errno);
         ifr.ifr_flags |= IFF_UP;
         if (::ioctl(s.get(), SIOCSIFFLAGS, &ifr) != 0) return "SIOCSIFFLAGS " + ifname_ + ": " + std::strerror(errno);
@@ -149,6 +160,9 @@ public:
         link_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         return {};
     }
+
+    // The NIC stays with the kernel's driver when this object goes.
+    void keep() { taken_ = false; }
 
     // Back to vfio-pci (driver_override set, so no other driver takes it). Empty on success.
     std::string restore() {

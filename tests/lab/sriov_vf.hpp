@@ -1,9 +1,10 @@
 // The "kernel keeps the PF, the application takes a VF" set-up for lab tests: the guest
-// kernel's igb driver takes the 82576 at 00:0a.0 (dca, i2c-algo-bit, igb), makes one virtual
-// function through sriov_numvfs, and the VF (8086:10ca) goes to vfio-pci as `vfio-devctl bind`
-// would put it (add_vf() does that again after SR-IOV was turned off). restore() (or the
-// destructor) removes the VF and gives the PF back to vfio-pci, where the lab's other tests
-// expect it, whatever happened in between.
+// kernel's igb driver takes the 82576 at 00:0a.0 (dca, i2c-algo-bit, igb), makes virtual
+// functions through sriov_numvfs, and the VFs (8086:10ca) go to vfio-pci as `vfio-devctl bind`
+// would put them (add_vfs() does that again after SR-IOV was turned off). restore() (or the
+// destructor, unless keep() was called) removes the VFs and gives the PF back to vfio-pci,
+// where the lab's other tests expect it, whatever happened in between; it reads what to undo
+// from sysfs, so another process (lab-sriov) may undo this one's set-up.
 #pragma once
 
 #include <linux/if_link.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "kernel_nic.hpp"
 
@@ -25,45 +27,63 @@ public:
     static constexpr const char* kPf = "0000:00:0a.0";
 
     SriovVf() = default;
-    ~SriovVf() { (void)restore(); }
+    ~SriovVf() {
+        if (!kept_) (void)restore();
+    }
     SriovVf(const SriovVf&) = delete;
     SriovVf& operator=(const SriovVf&) = delete;
 
-    // Empty on success, else what failed.
-    std::string create() {
+    // `vfs` VFs. Empty on success, else what failed.
+    std::string create(unsigned vfs = 1) {
         namespace fs = std::filesystem;
         if (!fs::exists(pf_dir() + "/sriov_totalvfs")) return std::string(kPf) + " offers no SR-IOV";
         if (auto e = pf_.take("igb", {"dca", "i2c-algo-bit", "igb"}); !e.empty()) return e;
-        return add_vf();
+        return add_vfs(vfs);
     }
 
-    // The PF (already on igb) makes one VF, which goes to vfio-pci. Also after SR-IOV was
-    // turned off under the VF. Empty on success, else what failed.
-    std::string add_vf() {
+    // The PF (already on igb) makes `n` VFs, which go to vfio-pci. Also after SR-IOV was turned
+    // off under the VFs. Empty on success, else what failed.
+    std::string add_vfs(unsigned n = 1) {
         namespace fs = std::filesystem;
-        if (auto e = write_sysfs(pf_dir() + "/sriov_numvfs", "1"); !e.empty()) return e;
-        if (!wait_for([&] { return fs::exists(pf_dir() + "/virtfn0"); }, std::chrono::seconds(5)))
-            return "no virtfn0 under " + pf_dir() + " within 5 s";
-        vf_ = fs::read_symlink(pf_dir() + "/virtfn0").filename().string();
-        const std::string vf_dir = "/sys/bus/pci/devices/" + vf_;
-        if (auto e = write_sysfs(vf_dir + "/driver_override", "vfio-pci"); !e.empty()) return e;
-        if (!driver_of(vf_).empty())
-            if (auto e = write_sysfs(vf_dir + "/driver/unbind", vf_); !e.empty()) return e;
-        if (auto e = write_sysfs("/sys/bus/pci/drivers_probe", vf_); !e.empty()) return e;
-        if (driver_of(vf_) != "vfio-pci") return vf_ + " did not bind to vfio-pci (driver: '" + driver_of(vf_) + "')";
+        if (auto e = write_sysfs(pf_dir() + "/sriov_numvfs", std::to_string(n)); !e.empty()) return e;
+        vfs_.clear();
+        for (unsigned i = 0; i < n; ++i) {
+            const std::string link = pf_dir() + "/virtfn" + std::to_string(i);
+            if (!wait_for([&] { return fs::exists(link); }, std::chrono::seconds(5))) return "no " + link + " within 5 s";
+            const std::string vf = fs::read_symlink(link).filename().string();
+            const std::string vf_dir = "/sys/bus/pci/devices/" + vf;
+            if (auto e = write_sysfs(vf_dir + "/driver_override", "vfio-pci"); !e.empty()) return e;
+            if (!driver_of(vf).empty())
+                if (auto e = write_sysfs(vf_dir + "/driver/unbind", vf); !e.empty()) return e;
+            if (auto e = write_sysfs("/sys/bus/pci/drivers_probe", vf); !e.empty()) return e;
+            if (driver_of(vf) != "vfio-pci") return vf + " did not bind to vfio-pci (driver: '" + driver_of(vf) + "')";
+            vfs_.push_back(vf);
+        }
         return {};
     }
 
     // Empty on success, else what failed.
     std::string restore() {
+        namespace fs = std::filesystem;
         std::string err;
-        if (!vf_.empty() && driver_of(vf_) == "vfio-pci")
-            (void)write_sysfs("/sys/bus/pci/devices/" + vf_ + "/driver/unbind", vf_);
-        vf_.clear();
-        if (std::filesystem::exists(pf_dir() + "/sriov_numvfs") && read_line(pf_dir() + "/sriov_numvfs") != "0")
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(pf_dir(), ec))
+            if (const std::string vf = e.path().filename().string(); vf.rfind("virtfn", 0) == 0) {
+                const std::string addr = fs::read_symlink(e.path(), ec).filename().string();
+                if (!addr.empty() && driver_of(addr) == "vfio-pci")
+                    (void)write_sysfs("/sys/bus/pci/devices/" + addr + "/driver/unbind", addr);
+            }
+        vfs_.clear();
+        if (fs::exists(pf_dir() + "/sriov_numvfs") && read_line(pf_dir() + "/sriov_numvfs") != "0")
             err = write_sysfs(pf_dir() + "/sriov_numvfs", "0");
         if (auto e = pf_.restore(); !e.empty() && err.empty()) err = e;
         return err;
+    }
+
+    // The set-up outlives this object (a tool that makes it for others; restore() undoes it).
+    void keep() {
+        kept_ = true;
+        pf_.keep();
     }
 
     // `ip link set PF vf 0 mac MAC`, as an administrator fixes a VF's address (the guest's
@@ -117,12 +137,17 @@ public:
     }
 
     KernelNic& pf() { return pf_; }
-    const std::string& vf() const { return vf_; }
+    const std::string& vf() const {
+        static const std::string none;
+        return vfs_.empty() ? none : vfs_.front();
+    }
+    const std::vector<std::string>& vfs() const { return vfs_; }
     static std::string pf_dir() { return std::string("/sys/bus/pci/devices/") + kPf; }
 
 private:
     KernelNic pf_{kPf};
-    std::string vf_;
+    std::vector<std::string> vfs_;
+    bool kept_ = false;
 };
 
 }  // namespace vfab::lab
