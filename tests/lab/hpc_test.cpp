@@ -108,18 +108,7 @@ std::string perftest_final(const std::string& out) {
 // A server, then its client, again while the server is not listening yet; all within `limit`.
 PairOutcome run_pair(const std::vector<std::string>& server_args, const std::vector<std::string>& client_args,
                      std::chrono::milliseconds limit) {
-    using Clock = std::chrono::steady_clock;
-    const auto end = Clock::now() + limit;
-    auto left = [&] { return std::max(1ms, std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now())); };
-    PairOutcome r;
-    Child server(server_args);
-    for (int i = 0; i < 30 && Clock::now() < end; ++i) {
-        std::this_thread::sleep_for(1s);
-        r.client = run_program(client_args, left());
-        if (r.client.rc == 0 || (r.client.out + r.client.err).find("Connection refused") == std::string::npos) break;
-    }
-    r.server = server.wait(left());
-    return r;
+    return run_until_listening(server_args, client_args, limit, {"Connection refused"}, 30);
 }
 
 // The ucx_perftest runs of each placement: UCP's tag matching, RMA and active messages.

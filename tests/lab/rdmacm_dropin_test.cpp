@@ -30,21 +30,10 @@ std::vector<std::string> on_vfab(const std::string& device, std::vector<std::str
 std::vector<std::string> on_vfab0(std::vector<std::string> args) { return on_vfab(std::string("0000:00:02.0=") + kVfabIp, std::move(args)); }
 
 // The server first; the client again while the server is not listening yet (the peer's CM
-// refuses the REQ: REJECTED, reason 8), up to `tries` times.
+// refuses the REQ: REJECTED, reason 8, which perftest names by number), up to `tries` times.
 PairOutcome run_cm_pair(const std::vector<std::string>& server_args, const std::vector<std::string>& client_args,
                         std::chrono::milliseconds limit, int tries = 20) {
-    PairOutcome r;
-    Child server(server_args);
-    for (int i = 0; i < tries; ++i) {
-        std::this_thread::sleep_for(1s);
-        r.client = run_program(client_args, limit);
-        const std::string said = r.client.out + r.client.err;   // perftest names the event by number (8)
-        if (r.client.rc == 0 || (said.find("REJECTED") == std::string::npos && said.find("Unexpected CM event") == std::string::npos &&
-                                 said.find("Connection refused") == std::string::npos))
-            break;
-    }
-    r.server = server.wait(limit);
-    return r;
+    return run_until_listening(server_args, client_args, limit, {"REJECTED", "Unexpected CM event", "Connection refused"}, tries);
 }
 
 std::vector<std::string> rping_server(const std::string& ip, const std::string& count, const std::string& size) {
@@ -173,9 +162,9 @@ TEST_F(RdmacmDropin, PerftestThroughRdmaCmWithRxeBothRoles) {
     for (const char* tool : {"ib_send_bw", "ib_write_lat", "ib_read_bw"}) {
         SCOPED_TRACE(tool);
         // -F: no CPU frequency check (perftest's clock estimate fails under the emulator).
-        auto r = run_cm_pair(on_vfab0({tool, "-d", "vfab0", "-R", "-F", "-n", "200"}), {tool, "-d", "rxe0", "-R", "-F", "-n", "200", kVfabIp}, 60s, 5);
+        auto r = run_cm_pair(on_vfab0({tool, "-d", "vfab0", "-R", "-F", "-n", "200"}), {tool, "-d", "rxe0", "-R", "-F", "-n", "200", kVfabIp}, 120s, 5);
         expect_both_ok(r);
-        r = run_cm_pair({tool, "-d", "rxe0", "-R", "-F", "-n", "200"}, on_vfab0({tool, "-d", "vfab0", "-R", "-F", "-n", "200", kRxeIp}), 60s, 5);
+        r = run_cm_pair({tool, "-d", "rxe0", "-R", "-F", "-n", "200"}, on_vfab0({tool, "-d", "vfab0", "-R", "-F", "-n", "200", kRxeIp}), 120s, 5);
         expect_both_ok(r);
     }
 }

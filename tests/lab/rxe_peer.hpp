@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <cctype>
@@ -225,6 +226,28 @@ inline PairOutcome run_server_client(const std::vector<std::string>& server_args
     }
     r.client = run_program(std::move(client_args), limit);
     r.server = server.wait(limit);
+    return r;
+}
+
+// A server, then its client, again a second later while what the client says shows the server
+// was not listening yet (any of `not_yet`), at most `tries` times; all within `limit`.
+inline PairOutcome run_until_listening(const std::vector<std::string>& server_args, const std::vector<std::string>& client_args,
+                                       std::chrono::milliseconds limit, const std::vector<std::string>& not_yet, int tries) {
+    using Clock = std::chrono::steady_clock;
+    const auto end = Clock::now() + limit;
+    auto left = [&] {
+        return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()));
+    };
+    PairOutcome r;
+    Child server(server_args);
+    for (int i = 0; i < tries && Clock::now() < end; ++i) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        r.client = run_program(client_args, left());
+        const std::string said = r.client.out + r.client.err;
+        if (r.client.rc == 0 || std::none_of(not_yet.begin(), not_yet.end(), [&](const std::string& w) { return said.find(w) != std::string::npos; }))
+            break;
+    }
+    r.server = server.wait(left());
     return r;
 }
 
