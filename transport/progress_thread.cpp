@@ -1,6 +1,7 @@
 // The port's opt-in progress thread (Port::start_progress_thread, ProgressThreadOptions): it runs
 // the port's progress in a loop under the port's lock, and sleeps on the device's receive
-// interrupt, the timer and a wake-up eventfd once idle.
+// interrupt, the timer and a wake-up eventfd once idle. While it runs (and for good after
+// share_between_threads()) every call on the port's objects takes that lock (PortGuard).
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -13,8 +14,7 @@ namespace vfab::rdma::detail {
 Result<void> PortImpl::start_progress_thread(const ProgressThreadOptions& opts) {
     if (thread_.joinable()) return Error{EBUSY, "the port's progress thread already runs"};
     if (opts.cpu >= 0 && opts.cpu >= CPU_SETSIZE) return Error{EINVAL, str_cat("progress thread: no CPU ", opts.cpu)};
-    threaded_.store(true, std::memory_order_release);
-    link_->pd().set_writer_lock(&mu_);   // registrations wait for the thread's copies
+    lock_calls();
     stop_.store(false);
     thread_ = std::thread([this, opts] { progress_loop(opts); });
     return {};
@@ -25,8 +25,19 @@ void PortImpl::stop_progress_thread() {
     stop_.store(true);
     wake();   // sleeping or about to: it looks at stop_ next
     thread_.join();
+    if (shared_) return;   // the program's own threads still need the lock
     link_->pd().set_writer_lock(nullptr);
-    threaded_.store(false, std::memory_order_release);
+    locked_.store(false, std::memory_order_release);
+}
+
+void PortImpl::share_between_threads() noexcept {
+    shared_ = true;
+    lock_calls();
+}
+
+void PortImpl::lock_calls() noexcept {
+    locked_.store(true, std::memory_order_release);
+    link_->pd().set_writer_lock(&mu_);   // registrations wait for the copies of progress in another thread
 }
 
 void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {

@@ -40,6 +40,10 @@ int open_port(Device& d) {
         tell("%s: %s", d.cfg.name.c_str(), port.error().message.c_str());
         return port.error().code ? port.error().code : EIO;
     }
+    // Verbs calls are thread-safe (a program posts from one thread and polls from another, UCX
+    // runs its own thread beside the program's): every call takes the port's lock, with or
+    // without the progress thread.
+    (*port)->share_between_threads();
     const ProgressConfig& p = library().progress;
     if (p.thread) {
         if (auto r = (*port)->start_progress_thread(rdma::ProgressThreadOptions{p.cpu, p.sleep_after_us}); !r) {

@@ -160,6 +160,54 @@ TEST_F(LoopbackTest, ACqGrowsAndShrinksKeepingWhatWaits) {
     EXPECT_FALSE(s2.cq->resize(0));
 }
 
+// ---- threads of the program's own --------------------------------------------------------------
+
+// Two threads of the program, each with its own pair of RC queue pairs on one port, post, poll
+// and run the port's progress at once: after share_between_threads() every call takes the
+// port's lock, and every message arrives whole (without it they would share the port's
+// loopback queue, buffers and timers unlocked).
+TEST(ProgramThreads, ShareOnePortAfterShareBetweenThreads) {
+    RdmaPair pair;
+    pair.a->share_between_threads();
+    struct Lane {
+        std::vector<uint8_t> ms, mr;
+        Side s, r;
+    };
+    Lane lanes[2];
+    for (int i = 0; i < 2; ++i) {
+        lanes[i].ms.assign(4096, 0);
+        lanes[i].mr.assign(4096, 0);
+        lanes[i].s = make_side(*pair.a, QpType::rc, lanes[i].ms);
+        lanes[i].r = make_side(*pair.a, QpType::rc, lanes[i].mr);
+        connect_rc(lanes[i].s, lanes[i].r, uint32_t(10 + i), uint32_t(20 + i));
+        connect_rc(lanes[i].r, lanes[i].s, uint32_t(20 + i), uint32_t(10 + i));
+    }
+    constexpr int kMessages = 3000;
+    std::atomic<int> delivered[2] = {0, 0};
+    auto run_lane = [&](int i) {
+        Lane& l = lanes[i];
+        for (int m = 0; m < kMessages; ++m) {
+            const uint8_t seed = uint8_t(m * 7 + i);
+            for (uint32_t b = 0; b < 2000; ++b) l.ms[b] = uint8_t(seed + b);
+            Sge r{reinterpret_cast<uint64_t>(l.mr.data()), 4096, l.r.mr.lkey};
+            RecvWr rwr{uint64_t(m), &r, 1, 0};
+            if (!l.r.qp->post_recv(std::span(&rwr, 1))) return;
+            Sge s{reinterpret_cast<uint64_t>(l.ms.data()), 2000, l.s.mr.lkey};
+            RdmaSendWr w = wr_of(WrOpcode::send, uint64_t(m), &s);
+            if (!l.s.qp->post_send(std::span(&w, 1))) return;
+            if (wait_own(*pair.a, *l.r.cq, 1).size() != 1 || wait_own(*pair.a, *l.s.cq, 1).size() != 1) return;
+            for (uint32_t b = 0; b < 2000; ++b)
+                if (l.mr[b] != uint8_t(seed + b)) return;
+            delivered[i].fetch_add(1);
+        }
+    };
+    std::thread other(run_lane, 1);
+    run_lane(0);
+    other.join();
+    EXPECT_EQ(delivered[0].load(), kMessages);
+    EXPECT_EQ(delivered[1].load(), kMessages);
+}
+
 // ---- the progress thread that sleeps ----------------------------------------------------------
 
 TEST(ProgressThread, SleepsWhenIdleAndServesAPassiveTarget) {

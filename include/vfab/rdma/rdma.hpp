@@ -343,8 +343,14 @@ public:
     // The same with its options (ProgressThreadOptions): pinning and sleeping when idle.
     virtual Result<void> start_progress_thread(const ProgressThreadOptions& opts) = 0;
     // Stops the progress thread and joins it (nothing when none runs); calls then no longer
-    // take the port's lock.
+    // take the port's lock, unless share_between_threads() said so.
     virtual void stop_progress_thread() = 0;
+    // For a program that calls on the port's objects from several threads of its own (posting
+    // from one, polling from another): every call takes the port's lock from now on, as while
+    // the progress thread runs. Without it (and without the thread) nothing is locked, and
+    // calls on one port from two threads at once corrupt its state. Call it before a second
+    // thread uses the port.
+    virtual void share_between_threads() noexcept = 0;
 
     // A copy of the port's counters, cumulative since create().
     virtual PortStats stats() const = 0;
