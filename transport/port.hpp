@@ -61,7 +61,7 @@ public:
     // The lock every API call takes while the progress thread runs.
     class Guard : public PortGuard {
     public:
-        explicit Guard(PortImpl& p) : PortGuard(p.locked_, p.mu_, p.app_waiting_) {}
+        explicit Guard(PortImpl& p) : PortGuard(p.lock_) {}
     };
 
     // For the port's objects; a queue pair sees the part QpPort offers (qp_port.hpp).
@@ -123,7 +123,8 @@ private:
     void sleep_until_work() noexcept;   // the progress thread, idle: until a frame, a deadline or kick()
     void kick() noexcept;               // wakes the progress thread when it sleeps
     void wake() noexcept;               // wakes it whether it sleeps or not (its next sleep returns)
-    void lock_calls() noexcept;         // every call takes mu_ from now on
+    void lock_calls() noexcept;         // every call takes the lock from now on
+    void nap() noexcept;                // the progress thread's short sleep (progress_thread.cpp)
     int run_loopback() noexcept;        // frames this port sent to itself, received
 
     std::unique_ptr<RawLink> link_;
@@ -203,21 +204,18 @@ private:
     };
     std::vector<LoopFrame> loopback_;
 
-    std::mutex mu_;
+    PortLock lock_;                          // calls take it while on (PortGuard)
     vfio::UniqueFd wake_fd_;                 // an eventfd that wakes the sleeping progress thread
     std::atomic<bool> sleeping_{false};
     uint64_t sleep_deadline_ = 0;            // the deadline the sleeping thread's timer waits for
-    // Calls take mu_: while the progress thread runs, or for good after share_between_threads().
-    std::atomic<bool> locked_{false};
     bool shared_ = false;                    // share_between_threads() was called
-    std::atomic<uint32_t> app_waiting_{0};   // API calls waiting for mu_ (PortGuard)
     std::atomic<bool> stop_{false};
     std::thread thread_;
 };
 
 // ---- QpPort: the port's calls a queue pair makes, inline ----------------------------------------
 
-inline PortGuard QpPort::guard() noexcept { return PortGuard(port_.locked_, port_.mu_, port_.app_waiting_); }
+inline PortGuard QpPort::guard() noexcept { return PortGuard(port_.lock_); }
 inline uint8_t* QpPort::tx_buffer() noexcept { return port_.tx_buffer(); }
 inline void QpPort::tx_queue(uint8_t* buf, uint32_t len) noexcept { port_.tx_queue(buf, len); }
 inline void QpPort::tx_release(uint8_t* buf) noexcept { port_.tx_release(buf); }

@@ -27,7 +27,7 @@ void PortImpl::stop_progress_thread() {
     thread_.join();
     if (shared_) return;   // the program's own threads still need the lock
     link_->pd().set_writer_lock(nullptr);
-    locked_.store(false, std::memory_order_release);
+    lock_.on.store(false, std::memory_order_release);
 }
 
 void PortImpl::share_between_threads() noexcept {
@@ -36,8 +36,8 @@ void PortImpl::share_between_threads() noexcept {
 }
 
 void PortImpl::lock_calls() noexcept {
-    locked_.store(true, std::memory_order_release);
-    link_->pd().set_writer_lock(&mu_);   // registrations wait for the copies of progress in another thread
+    lock_.on.store(true, std::memory_order_release);
+    link_->pd().set_writer_lock(&lock_.mu);   // registrations wait for the copies of progress in another thread
 }
 
 void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
@@ -54,13 +54,14 @@ void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
     const uint64_t idle_limit = uint64_t(opts.sleep_after_us) * 1000u;
     uint64_t idle_since = 0;
     uint32_t idle_rounds = 0;
+    uint32_t calls_mark = 0;   // the program's calls when the idle time (or the last nap) began
     while (!stop_.load(std::memory_order_relaxed)) {
         int n;
         {
-            std::lock_guard lock(mu_);
+            std::lock_guard lock(lock_.mu);
             n = run();
         }
-        while (app_waiting_.load(std::memory_order_relaxed) != 0) sched_yield();   // the lock to the program first
+        while (lock_.waiting.load(std::memory_order_relaxed) != 0) sched_yield();   // the lock to the program first
         if (n) {
             idle_since = idle_rounds = 0;
             continue;
@@ -68,8 +69,24 @@ void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
         sched_yield();
         if (!idle_limit || idle_rounds++ % kIdleClockRounds != 0) continue;
         const uint64_t now = now_ns();
-        if (!idle_since) idle_since = now;
+        const uint32_t calls = lock_.calls.load(std::memory_order_relaxed);
+        if (!idle_since) {
+            idle_since = now;
+            calls_mark = calls;
+        }
         if (now - idle_since < idle_limit) continue;
+        // A program that keeps calling in (busy-polling its CQs: many calls a millisecond, not
+        // the CM thread's one) runs the progress itself: while it does, the thread naps and
+        // looks in once per nap instead of arming the device's receive interrupt, which costs
+        // register writes and an interrupt per frame (on an emulated NIC, about half the round
+        // trip of a small message).
+        constexpr uint32_t kBusyCalls = 16;
+        const bool program_polls = calls - calls_mark >= kBusyCalls;
+        calls_mark = calls;
+        if (program_polls) {
+            nap();
+            continue;
+        }
         sleep_until_work();
         idle_since = idle_rounds = 0;
     }
@@ -81,17 +98,18 @@ void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
 void PortImpl::sleep_until_work() noexcept {
     constexpr int kMaxSleepMs = 200;   // a safety net only: every wake-up source above is armed
     {
-        std::lock_guard lock(mu_);
+        std::lock_guard lock(lock_.mu);
         if (!ready_.empty() || !loopback_.empty()) return;
         if (!link_->arm_recv()) return;   // no interrupt to wait for: keep polling
         arm_timer();
         if (run() != 0) return;
         sleep_deadline_ = next_deadline_ ? next_deadline_ : ~uint64_t(0);
         sleeping_.store(true, std::memory_order_relaxed);
+        ++stats_.thread_sleeps;
     }
     pollfd fds[3] = {{link_->recv_channel_fd(), POLLIN, 0}, {timer_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
     (void)::poll(fds, 3, kMaxSleepMs);
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(lock_.mu);
     sleeping_.store(false, std::memory_order_relaxed);
     sleep_deadline_ = 0;
     uint64_t drain = 0;
@@ -99,6 +117,17 @@ void PortImpl::sleep_until_work() noexcept {
     (void)!::read(timer_fd_.get(), &drain, sizeof drain);
     link_->take_recv_events();
     maybe_check_link();
+}
+
+// The nap while the program drives the progress: kNapMs, or until stop_progress_thread() wakes it.
+void PortImpl::nap() noexcept {
+    constexpr int kNapMs = 1;
+    ++stats_.thread_naps;
+    pollfd fd{wake_fd_.get(), POLLIN, 0};
+    if (::poll(&fd, 1, kNapMs) > 0) {
+        uint64_t drain = 0;
+        (void)!::read(wake_fd_.get(), &drain, sizeof drain);
+    }
 }
 
 }  // namespace vfab::rdma::detail

@@ -20,18 +20,28 @@ class PortImpl;
 class QpImpl;
 class SrqImpl;
 
-// The lock every API call takes while the port's progress thread runs; none otherwise. A call
-// that finds it taken says so in `waiting`: the progress thread, which takes the lock round after
-// round, lets it go to the call then (a mutex is not fair: a woken waiter finds it taken again
-// and again, and a program's thread starved for a minute on a busy emulated port).
+// The lock every API call takes while the port's progress thread runs (or for good after
+// share_between_threads()); none otherwise. A call that finds it taken says so in `waiting`: the
+// progress thread, which takes the lock round after round, lets it go to the call then (a mutex
+// is not fair: a woken waiter finds it taken again and again, and a program's thread starved
+// for a minute on a busy emulated port). `calls` counts the calls that took it, so the thread
+// can tell a program that drives the progress itself (sleep_until_work).
+struct PortLock {
+    std::atomic<bool> on{false};
+    std::mutex mu;
+    std::atomic<uint32_t> waiting{0};
+    std::atomic<uint32_t> calls{0};
+};
+
 class [[nodiscard]] PortGuard {
 public:
-    PortGuard(const std::atomic<bool>& threaded, std::mutex& mu, std::atomic<uint32_t>& waiting)
-        : m_(threaded.load(std::memory_order_acquire) ? &mu : nullptr) {
-        if (!m_ || m_->try_lock()) return;
-        waiting.fetch_add(1, std::memory_order_relaxed);
+    explicit PortGuard(PortLock& l) : m_(l.on.load(std::memory_order_acquire) ? &l.mu : nullptr) {
+        if (!m_) return;
+        l.calls.fetch_add(1, std::memory_order_relaxed);
+        if (m_->try_lock()) return;
+        l.waiting.fetch_add(1, std::memory_order_relaxed);
         m_->lock();
-        waiting.fetch_sub(1, std::memory_order_relaxed);
+        l.waiting.fetch_sub(1, std::memory_order_relaxed);
     }
     ~PortGuard() {
         if (m_) m_->unlock();

@@ -240,5 +240,28 @@ TEST(ProgressThread, SleepsWhenIdleAndServesAPassiveTarget) {
     pair.a->stop_progress_thread();
 }
 
+// While the program busy-polls, it runs the progress itself: the thread naps instead of arming
+// the device's interrupt; once the program stops calling, the thread sleeps on the interrupt.
+TEST(ProgressThread, NapsWhileTheProgramPollsAndSleepsWhenItStops) {
+    RdmaPair pair;
+    std::vector<uint8_t> ma(4096);
+    Side a = make_side(*pair.a, QpType::rc, ma);
+    ASSERT_TRUE(pair.a->start_progress_thread(ProgressThreadOptions{-1, 200}));
+    Wc wc;
+    const auto busy_end = std::chrono::steady_clock::now() + 300ms;
+    while (std::chrono::steady_clock::now() < busy_end) (void)a.cq->poll(std::span(&wc, 1));
+    const PortStats busy = pair.a->stats();
+    EXPECT_GT(busy.thread_naps, 0u);
+    // stats() is no call into the port's objects: the program is quiet now.
+    PortStats quiet = busy;
+    const auto quiet_end = std::chrono::steady_clock::now() + 5s;
+    while (quiet.thread_sleeps == busy.thread_sleeps && std::chrono::steady_clock::now() < quiet_end) {
+        std::this_thread::sleep_for(10ms);
+        quiet = pair.a->stats();
+    }
+    EXPECT_GT(quiet.thread_sleeps, busy.thread_sleeps) << "the thread never slept after the program stopped calling";
+    pair.a->stop_progress_thread();
+}
+
 }  // namespace
 }  // namespace vfab::rdma::test

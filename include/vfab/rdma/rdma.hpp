@@ -71,6 +71,8 @@ struct PortStats {
     uint64_t arp_requests = 0;     // sent
     uint64_t arp_replies = 0;      // sent
     uint64_t async_events_lost = 0;
+    uint64_t thread_sleeps = 0;    // the progress thread's sleeps until a frame, a deadline or a call
+    uint64_t thread_naps = 0;      // its short naps while the program polls (no interrupt armed)
 };
 
 class Cq {
