@@ -328,6 +328,10 @@ int main(int argc, char** argv) {
         return 2;
     }
     vfab::test::RdmaPair pair(1500);   // a 1500-byte link: path MTU 1024, as the lab's NICs and rxe
+    if (r.verbs) {   // as the drop-in opens its ports: every call takes the port's lock
+        pair.a->share_between_threads();
+        pair.b->share_between_threads();
+    }
     Side a, b;
     make_side(a, *pair.a, std::max<size_t>(r.size, 4096) + 4096);
     make_side(b, *pair.b, std::max<size_t>(r.size, 4096));

@@ -86,6 +86,7 @@ Result<void> CqImpl::arm(bool solicited_only) {
     PortImpl::Guard g(port_);
     if (destroyed) return Error{ENODEV, "arm: the completion queue was destroyed"};
     solicited_only_ = solicited_only;
+    port_.program_waits();
     return channel_.arm(port_, head_ != tail_);
 }
 

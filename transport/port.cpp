@@ -46,6 +46,9 @@ PortImpl::PortImpl(std::unique_ptr<RawLink> link, const PortConfig& cfg) : link_
 
 PortImpl::~PortImpl() {
     stop_progress_thread();
+    // The device's protection domain outlives the port: it must not keep the port's lock.
+    link_->pd().set_writer_lock(nullptr);
+    lock_.on.store(false, std::memory_order_release);
     qps_.clear();
     qp1_.reset();
     cqs_.clear();
@@ -320,6 +323,11 @@ void PortImpl::kick() noexcept {
     if (sleeping_.load(std::memory_order_relaxed)) wake();
 }
 
+void PortImpl::program_waits() noexcept {
+    if (program_waits_.exchange(true, std::memory_order_relaxed)) return;
+    if (thread_.joinable()) wake();   // a napping thread goes to sleep on the interrupt instead
+}
+
 void PortImpl::wake() noexcept {
     const uint64_t one = 1;
     (void)!::write(wake_fd_.get(), &one, sizeof one);
@@ -523,7 +531,10 @@ Result<void> AhImpl::destroy() {
     return {};
 }
 
-PortStats PortImpl::stats() const { return stats_; }
+PortStats PortImpl::stats() const {
+    Guard g(const_cast<PortImpl&>(*this));   // the progress thread writes them under the lock
+    return stats_;
+}
 
 DeviceCaps PortImpl::query_device() const {
     const vfab::DeviceAttr& d = link_->attr();

@@ -72,6 +72,9 @@ public:
     void tx_release(uint8_t* buf) noexcept;   // a buffer from tx_buffer() not sent after all
     uint32_t max_frame() const noexcept { return link_->attr().mtu + wire::kEthHeader; }
     void mark_ready(QpImpl* qp) noexcept;
+    // A CQ was armed: the program is about to wait on a completion channel, so the idle progress
+    // thread sleeps on the device's interrupt rather than napping (progress_loop).
+    void program_waits() noexcept;
     void note_deadline(uint64_t when) noexcept;
     // ARP: the MAC of `ip` when known (true); starts resolving it otherwise. `failed` is set
     // when the peer did not answer.
@@ -209,6 +212,7 @@ private:
     std::atomic<bool> sleeping_{false};
     uint64_t sleep_deadline_ = 0;            // the deadline the sleeping thread's timer waits for
     bool shared_ = false;                    // share_between_threads() was called
+    std::atomic<bool> program_waits_{false}; // program_waits() since the thread last decided
     std::atomic<bool> stop_{false};
     std::thread thread_;
 };

@@ -75,13 +75,15 @@ void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
             calls_mark = calls;
         }
         if (now - idle_since < idle_limit) continue;
-        // A program that keeps calling in (busy-polling its CQs: many calls a millisecond, not
-        // the CM thread's one) runs the progress itself: while it does, the thread naps and
+        // A program that keeps calling in (busy-polling its CQs: 16 calls or more in the idle
+        // time, not the CM thread's few) runs the progress itself: while it does, the thread naps and
         // looks in once per nap instead of arming the device's receive interrupt, which costs
         // register writes and an interrupt per frame (on an emulated NIC, about half the round
         // trip of a small message).
+        // A program that armed a CQ is about to block on its channel: it needs the interrupt.
         constexpr uint32_t kBusyCalls = 16;
-        const bool program_polls = calls - calls_mark >= kBusyCalls;
+        const bool waits = program_waits_.exchange(false, std::memory_order_relaxed);
+        const bool program_polls = !waits && calls - calls_mark >= kBusyCalls;
         calls_mark = calls;
         if (program_polls) {
             nap();
@@ -119,10 +121,14 @@ void PortImpl::sleep_until_work() noexcept {
     maybe_check_link();
 }
 
-// The nap while the program drives the progress: kNapMs, or until stop_progress_thread() wakes it.
+// The nap while the program drives the progress: kNapMs, or until stop_progress_thread() or
+// program_waits() wakes it.
 void PortImpl::nap() noexcept {
     constexpr int kNapMs = 1;
-    ++stats_.thread_naps;
+    {
+        std::lock_guard lock(lock_.mu);
+        ++stats_.thread_naps;
+    }
     pollfd fd{wake_fd_.get(), POLLIN, 0};
     if (::poll(&fd, 1, kNapMs) > 0) {
         uint64_t drain = 0;

@@ -33,6 +33,7 @@ int RawCq::poll(std::span<Completion> out) noexcept {
 
 Result<void> RawCq::arm() {
     PortImpl::Guard g(port_);
+    port_.program_waits();
     return channel_.arm(port_, head_ != tail_);
 }
 

@@ -296,13 +296,18 @@ TEST_F(Hpc, MpichFourRanksEachOnItsOwnNic) {
     expect_mpi_check(r, 4, "mpich np=4 vfab");
 }
 
-// No process of the job is left on either machine (by /proc/PID/comm: the guest has no pgrep),
-// and the NIC of local rank 0, where each machine's rank ran, opens again.
+// A shell loop running `action` for every process of an MPI or UCX job on its machine, found by
+// /proc/PID/comm (the guest has no pgrep): $d is its /proc directory, $c its name.
+std::string for_each_job_process(const std::string& action) {
+    return "for d in /proc/[0-9]*; do read -r c 2>/dev/null < $d/comm || continue; "
+           "case $c in mpi_check_*|orted|hydra_pmi_proxy|ucx_perftest) " + action + " ;; esac; done";
+}
+
+// No process of the job is left on either machine, and the NIC of local rank 0, where each
+// machine's rank ran, opens again.
 void expect_nothing_left() {
-    const std::string probe =
-        "for i in $(seq 1 30); do left=''; for d in /proc/[0-9]*; do read -r c 2>/dev/null < $d/comm || continue; "
-        "case $c in mpi_check_*|orted|hydra_pmi_proxy) left=\"$left ${d#/proc/}:$c\" ;; esac; done; "
-        "[ -z \"$left\" ] && exit 0; sleep 1; done; echo \"left:$left\"; exit 1";
+    const std::string probe = "for i in $(seq 1 30); do left=''; " + for_each_job_process("left=\"$left ${d#/proc/}:$c\"") +
+                              "; [ -z \"$left\" ] && exit 0; sleep 1; done; echo \"left:$left\"; exit 1";
     for (const bool remote : {false, true}) {
         SCOPED_TRACE(remote ? "hpc-b" : "hpc-a");
         const Outcome gone = run_program(on_machine(remote, {"sh", "-c", probe}), 60s);
@@ -342,6 +347,9 @@ public:
     TwoVfsPerMachine& operator=(const TwoVfsPerMachine&) = delete;
     ~TwoVfsPerMachine() {
         for (const bool remote : {false, true}) {
+            // A rank left by a failed job would still hold its VF, and taking a VF away from
+            // vfio-pci while it is open blocks: end such processes first.
+            (void)run_program(on_machine(remote, {"sh", "-c", for_each_job_process("kill -9 ${d#/proc/}") + "; exit 0"}), 60s);
             const Outcome r = run_program(on_machine(remote, {kLabSriov, "down"}), 120s);
             if (r.rc != 0) ADD_FAILURE() << (remote ? "hpc-b" : "hpc-a") << ": lab-sriov down: " << r.summary();
         }

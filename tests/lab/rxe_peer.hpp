@@ -230,7 +230,8 @@ inline PairOutcome run_server_client(const std::vector<std::string>& server_args
 }
 
 // A server, then its client, again a second later while what the client says shows the server
-// was not listening yet (any of `not_yet`), at most `tries` times; all within `limit`.
+// was not listening yet (any of `not_yet`), at most `tries` times; all within `limit` (the
+// server given at least 15 s to end after the last client).
 inline PairOutcome run_until_listening(const std::vector<std::string>& server_args, const std::vector<std::string>& client_args,
                                        std::chrono::milliseconds limit, const std::vector<std::string>& not_yet, int tries) {
     using Clock = std::chrono::steady_clock;
@@ -247,7 +248,7 @@ inline PairOutcome run_until_listening(const std::vector<std::string>& server_ar
         if (r.client.rc == 0 || std::none_of(not_yet.begin(), not_yet.end(), [&](const std::string& w) { return said.find(w) != std::string::npos; }))
             break;
     }
-    r.server = server.wait(left());
+    r.server = server.wait(std::max(left(), std::chrono::milliseconds(15000)));   // a last client may have used it up
     return r;
 }
 

@@ -45,6 +45,9 @@ public:
     // off under the VFs. Empty on success, else what failed.
     std::string add_vfs(unsigned n = 1) {
         namespace fs = std::filesystem;
+        // VFs left by an earlier run: the kernel takes a new count only from zero.
+        if (read_line(pf_dir() + "/sriov_numvfs") != "0")
+            if (auto e = write_sysfs(pf_dir() + "/sriov_numvfs", "0"); !e.empty()) return e;
         if (auto e = write_sysfs(pf_dir() + "/sriov_numvfs", std::to_string(n)); !e.empty()) return e;
         vfs_.clear();
         for (unsigned i = 0; i < n; ++i) {

@@ -272,7 +272,10 @@ struct ProgressThreadOptions {
     int cpu = -1;   // the CPU it is pinned to; -1: not pinned
     // It busy-polls while there is work; after this many microseconds without any it sleeps
     // until a frame arrives (the device's receive interrupt), a deadline is due or a call of
-    // the application gives it work. 0: it never sleeps (a core spent on the lowest latency).
+    // the application gives it work — unless the application made 16 calls or more in that
+    // time (it busy-polls, running the progress itself): then the thread naps 1 ms and looks
+    // again, without arming the interrupt, until the application stops calling or arms a CQ.
+    // 0: it never sleeps (a core spent on the lowest latency).
     uint32_t sleep_after_us = 0;
 };
 
