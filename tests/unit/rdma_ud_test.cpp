@@ -257,6 +257,31 @@ TEST_F(UdTest, OneSenderToTwoQueuePairs) {
     EXPECT_TRUE(std::equal(ma.begin(), ma.begin() + 20, mc.begin() + 40));
 }
 
+// Inline sends are the posted bytes even when they wait for ARP: the program reuses its buffer
+// the moment post_send returns (UCX builds each connection reply in the same place), so four
+// sends posted before the peer's MAC is known, the buffer rewritten after each, arrive each
+// with its own bytes, in order.
+TEST_F(UdTest, InlineSendsWaitingForArpKeepTheirOwnBytes) {
+    for (uint64_t k = 0; k < 4; ++k) post_recv_b(k, 2048 * k, 2048);
+    for (uint64_t k = 0; k < 4; ++k) {
+        fill_a(0, 48, uint8_t(10 * k + 1));
+        Sge s = sge_a(0, 48);
+        RdmaSendWr w = ud_wr(WrOpcode::send, k, &s);
+        w.send_flags |= wr_inline;
+        ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    }
+    fill_a(0, 48, 0xAA);   // the last rewrite: nothing of it may be sent
+    auto rx = wait_wc(b, a, 4);
+    ASSERT_EQ(rx.size(), 4u);
+    for (uint64_t k = 0; k < 4; ++k) {
+        SCOPED_TRACE(k);
+        EXPECT_EQ(rx[k].status, RdmaWcStatus::success);
+        EXPECT_EQ(rx[k].wr_id, k);
+        for (uint32_t i = 0; i < 48; ++i) ASSERT_EQ(mb[2048 * k + 40 + i], uint8_t(10 * k + 1 + i * 5)) << i;
+    }
+    EXPECT_GE(pair.a->stats().arp_requests, 1u) << "the sends did not wait for ARP";
+}
+
 // QP1 (the GSI, IB spec 13.5.1), where the connection manager's MADs go (docs/cm.md): one per
 // port, numbered 1, taking only datagrams with the well-known Q_Key 0x80010000 whatever modify
 // gave it, and sending from source QP 1.
