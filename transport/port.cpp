@@ -46,9 +46,7 @@ PortImpl::PortImpl(std::unique_ptr<RawLink> link, const PortConfig& cfg) : link_
 
 PortImpl::~PortImpl() {
     stop_progress_thread();
-    // The device's protection domain outlives the port: it must not keep the port's lock.
-    link_->pd().set_writer_lock(nullptr);
-    lock_.on.store(false, std::memory_order_release);
+    unlock_calls();   // the device's protection domain outlives the port: not its lock
     qps_.clear();
     qp1_.reset();
     cqs_.clear();

@@ -58,7 +58,7 @@ public:
     void set_rx_drop_hook(DropHook drop, void* ctx) override { drop_ = drop; drop_ctx_ = ctx; }
     void set_tx_drop_hook(DropHook drop, void* ctx) override { tx_drop_ = drop; tx_drop_ctx_ = ctx; }
 
-    // The lock every API call takes while the progress thread runs.
+    // The lock every API call takes while the progress thread runs or after share_between_threads().
     class Guard : public PortGuard {
     public:
         explicit Guard(PortImpl& p) : PortGuard(p.lock_) {}
@@ -127,6 +127,7 @@ private:
     void kick() noexcept;               // wakes the progress thread when it sleeps
     void wake() noexcept;               // wakes it whether it sleeps or not (its next sleep returns)
     void lock_calls() noexcept;         // every call takes the lock from now on
+    void unlock_calls() noexcept;       // no call takes it from now on
     void nap() noexcept;                // the progress thread's short sleep (progress_thread.cpp)
     int run_loopback() noexcept;        // frames this port sent to itself, received
 

@@ -25,9 +25,7 @@ void PortImpl::stop_progress_thread() {
     stop_.store(true);
     wake();   // sleeping or about to: it looks at stop_ next
     thread_.join();
-    if (shared_) return;   // the program's own threads still need the lock
-    link_->pd().set_writer_lock(nullptr);
-    lock_.on.store(false, std::memory_order_release);
+    if (!shared_) unlock_calls();   // else the program's own threads still need the lock
 }
 
 void PortImpl::share_between_threads() noexcept {
@@ -38,6 +36,11 @@ void PortImpl::share_between_threads() noexcept {
 void PortImpl::lock_calls() noexcept {
     lock_.on.store(true, std::memory_order_release);
     link_->pd().set_writer_lock(&lock_.mu);   // registrations wait for the copies of progress in another thread
+}
+
+void PortImpl::unlock_calls() noexcept {
+    link_->pd().set_writer_lock(nullptr);
+    lock_.on.store(false, std::memory_order_release);
 }
 
 void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
@@ -76,11 +79,11 @@ void PortImpl::progress_loop(ProgressThreadOptions opts) noexcept {
         }
         if (now - idle_since < idle_limit) continue;
         // A program that keeps calling in (busy-polling its CQs: 16 calls or more in the idle
-        // time, not the CM thread's few) runs the progress itself: while it does, the thread naps and
-        // looks in once per nap instead of arming the device's receive interrupt, which costs
-        // register writes and an interrupt per frame (on an emulated NIC, about half the round
-        // trip of a small message).
-        // A program that armed a CQ is about to block on its channel: it needs the interrupt.
+        // time, not the CM thread's few) runs the progress itself: while it does, the thread
+        // naps and looks in once per nap instead of arming the device's receive interrupt, which
+        // costs register writes and an interrupt per frame (on an emulated NIC, about half the
+        // round trip of a small message). A program that armed a CQ is about to block on its
+        // channel: it needs the interrupt.
         constexpr uint32_t kBusyCalls = 16;
         const bool waits = program_waits_.exchange(false, std::memory_order_relaxed);
         const bool program_polls = !waits && calls - calls_mark >= kBusyCalls;

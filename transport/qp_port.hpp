@@ -25,7 +25,7 @@ class SrqImpl;
 // progress thread, which takes the lock round after round, lets it go to the call then (a mutex
 // is not fair: a woken waiter finds it taken again and again, and a program's thread starved
 // for a minute on a busy emulated port). `calls` counts the calls that took it, so the thread
-// can tell a program that drives the progress itself (sleep_until_work).
+// can tell a program that drives the progress itself (progress_loop).
 struct PortLock {
     std::atomic<bool> on{false};
     std::mutex mu;

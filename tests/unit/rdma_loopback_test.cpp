@@ -240,6 +240,20 @@ TEST(ProgressThread, SleepsWhenIdleAndServesAPassiveTarget) {
     pair.a->stop_progress_thread();
 }
 
+// The program busy-polls `cq` until the port's counters satisfy `done` or 10 s passed; the
+// counters last read.
+template <class Done>
+PortStats poll_until(Port& port, Cq& cq, Done done) {
+    Wc wc;
+    PortStats s = port.stats();
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (!done(s) && std::chrono::steady_clock::now() < end) {
+        for (int i = 0; i < 1000; ++i) (void)cq.poll(std::span(&wc, 1));
+        s = port.stats();
+    }
+    return s;
+}
+
 // While the program busy-polls, it runs the progress itself: the thread naps instead of arming
 // the device's interrupt; once the program stops calling, the thread sleeps on the interrupt.
 TEST(ProgressThread, NapsWhileTheProgramPollsAndSleepsWhenItStops) {
@@ -247,16 +261,10 @@ TEST(ProgressThread, NapsWhileTheProgramPollsAndSleepsWhenItStops) {
     std::vector<uint8_t> ma(4096);
     Side a = make_side(*pair.a, QpType::rc, ma);
     ASSERT_TRUE(pair.a->start_progress_thread(ProgressThreadOptions{-1, 200}));
-    Wc wc;
     // Until the thread napped (a loaded machine may let it sleep on the interrupt once first).
-    PortStats busy;
-    const auto busy_end = std::chrono::steady_clock::now() + 10s;
-    while (busy.thread_naps == 0 && std::chrono::steady_clock::now() < busy_end) {
-        for (int i = 0; i < 1000; ++i) (void)a.cq->poll(std::span(&wc, 1));
-        busy = pair.a->stats();
-    }
+    const PortStats busy = poll_until(*pair.a, *a.cq, [](const PortStats& s) { return s.thread_naps > 0; });
     EXPECT_GT(busy.thread_naps, 0u) << "the thread never napped while the program polled";
-    // stats() is no call into the port's objects: the program is quiet now.
+    // The program is quiet now: one stats() call each 10 ms is not polling.
     PortStats quiet = busy;
     const auto quiet_end = std::chrono::steady_clock::now() + 5s;
     while (quiet.thread_sleeps == busy.thread_sleeps && std::chrono::steady_clock::now() < quiet_end) {
@@ -274,21 +282,11 @@ TEST(ProgressThread, ArmingACqEndsTheNaps) {
     std::vector<uint8_t> ma(4096);
     Side a = make_side(*pair.a, QpType::rc, ma);
     ASSERT_TRUE(pair.a->start_progress_thread(ProgressThreadOptions{-1, 200}));
-    Wc wc;
-    PortStats s;
-    const auto end = std::chrono::steady_clock::now() + 10s;
-    while (s.thread_naps == 0 && std::chrono::steady_clock::now() < end) {
-        for (int i = 0; i < 1000; ++i) (void)a.cq->poll(std::span(&wc, 1));
-        s = pair.a->stats();
-    }
+    const PortStats s = poll_until(*pair.a, *a.cq, [](const PortStats& st) { return st.thread_naps > 0; });
     ASSERT_GT(s.thread_naps, 0u);
     // Still polling busily: without the arm the thread would only nap.
     ASSERT_TRUE(a.cq->arm());
-    PortStats after = pair.a->stats();
-    while (after.thread_sleeps == s.thread_sleeps && std::chrono::steady_clock::now() < end) {
-        for (int i = 0; i < 1000; ++i) (void)a.cq->poll(std::span(&wc, 1));
-        after = pair.a->stats();
-    }
+    const PortStats after = poll_until(*pair.a, *a.cq, [&](const PortStats& st) { return st.thread_sleeps > s.thread_sleeps; });
     EXPECT_GT(after.thread_sleeps, s.thread_sleeps) << "the thread kept napping after the CQ was armed";
     pair.a->stop_progress_thread();
 }
