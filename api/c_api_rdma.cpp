@@ -382,6 +382,12 @@ vfab_rdma_ah* vfab_rdma_create_ah(vfab_rdma_port* port, const vfab_rdma_ah_attr*
     return reinterpret_cast<vfab_rdma_ah*>(*ah);
 }
 
+int vfab_rdma_ah_wait_resolved(vfab_rdma_ah* ah, uint32_t limit_ms) {
+    if (!ah) return null_arg("vfab_rdma_ah_wait_resolved", "ah");
+    if (auto r = reinterpret_cast<rdma::AddressHandle*>(ah)->wait_resolved(limit_ms); !r) return fail(r.error());
+    return 0;
+}
+
 int vfab_rdma_destroy_ah(vfab_rdma_ah* ah) {
     if (!ah) return null_arg("vfab_rdma_destroy_ah", "ah");
     if (auto r = reinterpret_cast<rdma::AddressHandle*>(ah)->destroy(); !r) return fail(r.error());

@@ -51,6 +51,7 @@ public:
     AhImpl(PortImpl& port, const AhAttr& a) : port_(port), attr_(a) {}
     const AhAttr& attr() const noexcept override { return attr_; }
     Result<void> destroy() override;
+    Result<void> wait_resolved(uint32_t limit_ms) override;
     bool destroyed = false;
 
 private:

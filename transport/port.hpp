@@ -79,6 +79,8 @@ public:
     // ARP: the MAC of `ip` when known (true); starts resolving it otherwise. `failed` is set
     // when the peer did not answer.
     bool resolve(uint32_t ip, uint8_t* mac, bool& failed) noexcept;
+    uint32_t arp_attempts() const noexcept { return cfg_.arp_attempts; }
+    bool progress_thread_runs() const noexcept { return thread_.joinable(); }
     const uint8_t* mac() const noexcept { return mac_; }
     uint32_t ipv4() const noexcept { return cfg_.ipv4; }
     uint8_t ttl() const noexcept { return cfg_.ttl; }

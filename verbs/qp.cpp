@@ -20,6 +20,8 @@ constexpr uint64_t kSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WR
 constexpr uint32_t kInitMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
                                IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 constexpr int kBatch = 16;   // WRs converted on the stack per call into the transport
+// ibv_create_ah's bound on ARP; the port gives up before it (PortConfig::arp_attempts requests).
+constexpr uint32_t kAhResolveLimitMs = 10000;
 
 // Room for a batch of WRs, constructed one by one as they are converted (not all kBatch of them
 // on every call: a default-constructed RdmaSendWr is some 25 stores).
@@ -381,6 +383,13 @@ extern "C" ibv_ah* vfab_ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
     if (!attr->is_global) return fail_null<ibv_ah>(EINVAL);   // RoCE: the destination is a GID
     auto r = Context::of(pd->context)->port->create_ah(to_ah(*attr));
     if (!r) return fail_null<ibv_ah>(r.error().code);
+    // As a RoCE device's create_ah, which the kernel returns from once the neighbour is known:
+    // programs reuse a UD send's buffer early (UCX's connection set-up does), so no send may
+    // wait for ARP with the buffer unread (AddressHandle::wait_resolved).
+    if (auto w = (*r)->wait_resolved(kAhResolveLimitMs); !w) {
+        (void)(*r)->destroy();
+        return fail_null<ibv_ah>(w.error().code);
+    }
     auto* a = new Ah{};
     a->t = *r;
     a->ah.context = pd->context;

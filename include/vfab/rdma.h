@@ -299,7 +299,10 @@ int vfab_rdma_async_fd(const vfab_rdma_port *port);
 int vfab_rdma_attach_mcast(vfab_rdma_qp *qp, const uint8_t gid[16], uint16_t lid);
 int vfab_rdma_detach_mcast(vfab_rdma_qp *qp, const uint8_t gid[16], uint16_t lid);
 
+/* create_ah starts ARP for the destination; wait_resolved waits until its MAC is known
+ * (AddressHandle::wait_resolved: EHOSTUNREACH when ARP gave up, ETIMEDOUT at limit_ms). */
 vfab_rdma_ah *vfab_rdma_create_ah(vfab_rdma_port *port, const struct vfab_rdma_ah_attr *attr);
+int vfab_rdma_ah_wait_resolved(vfab_rdma_ah *ah, uint32_t limit_ms);
 int vfab_rdma_destroy_ah(vfab_rdma_ah *ah);
 
 /* Flows steering received frames to a raw-packet queue pair (docs/rdma-raw-packet.md): a field

@@ -297,6 +297,17 @@ int c_rdma_loopback(const char *pci, const char *sysfs_root, const char *provide
         CHECK(vfab_rdma_detach_mcast(u, group, 0) == EINVAL);   /* not in it */
         CHECK(vfab_rdma_destroy_qp(u) == 0);
     }
+    /* Address handles: ARP starts at create_ah; the port's own address and a group need none. */
+    {
+        struct vfab_rdma_ah_attr aa;
+        vfab_rdma_ah *ah;
+        memset(&aa, 0, sizeof aa);
+        memcpy(aa.dgid, gid, 16);
+        ah = vfab_rdma_create_ah(port, &aa);
+        CHECK(ah != NULL && vfab_rdma_ah_wait_resolved(ah, 0) == 0);
+        CHECK(vfab_rdma_ah_wait_resolved(NULL, 0) == EINVAL);
+        CHECK(vfab_rdma_destroy_ah(ah) == 0);
+    }
 
     /* Device memory: a memory device that is not a PCI address, or none. */
     CHECK(vfab_reg_device_mr(dev, NULL, 2, 0, 4096, VFAB_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL);

@@ -282,6 +282,95 @@ TEST_F(UdTest, InlineSendsWaitingForArpKeepTheirOwnBytes) {
     EXPECT_GE(pair.a->stats().arp_requests, 1u) << "the sends did not wait for ARP";
 }
 
+// Runs both ports until `ah` (of either) is resolved or ARP gave up; its wait's last result.
+Result<void> resolve_both(RdmaPair& pair, AddressHandle* ah) {
+    Result<void> r = ah->wait_resolved(0);
+    for (int i = 0; i < 100000 && !r && r.error().code == ETIMEDOUT; ++i) {
+        pair.a->progress();
+        pair.b->progress();
+        r = ah->wait_resolved(0);
+    }
+    return r;
+}
+
+// create_ah starts ARP, as a RoCE device's does before it returns (the kernel resolves the
+// neighbour); wait_resolved() says when it is known. The port's own address and a multicast
+// group need no ARP.
+TEST_F(UdTest, CreateAhStartsArpAndWaitResolvedSaysWhenTheMacIsKnown) {
+    EXPECT_EQ(pair.a->stats().arp_requests, 1u) << "the request goes at create_ah, before any send";
+    ASSERT_TRUE(resolve_both(pair, ah_b));
+    AhAttr self, group;
+    self.dgid = pair.a->gid();
+    group.dgid = Gid::from_ipv4(0xe0000101);   // 224.0.1.1
+    for (const AhAttr& at : {self, group}) {
+        AddressHandle* ah = *pair.a->create_ah(at);
+        EXPECT_TRUE(ah->wait_resolved(0)) << "no ARP for the port itself or a group";
+    }
+    EXPECT_EQ(pair.a->stats().arp_requests, 1u);
+}
+
+// A destination that never answers: the wait ends at its limit (ETIMEDOUT), or when ARP gives
+// up after PortConfig::arp_attempts requests (EHOSTUNREACH), with a message naming it.
+TEST_F(UdTest, WaitResolvedOnADestinationThatNeverAnswersFails) {
+    AhAttr nobody;
+    nobody.dgid = Gid::from_ipv4(0x0a000063);   // 10.0.0.99: no port has it
+    AddressHandle* ah = *pair.a->create_ah(nobody);
+    auto r = ah->wait_resolved(20);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ETIMEDOUT);
+    r = ah->wait_resolved(10000);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, EHOSTUNREACH);
+    EXPECT_NE(r.error().message.find("10.0.0.99 did not answer ARP"), std::string::npos) << r.error().message;
+    EXPECT_GE(pair.a->stats().arp_requests, 4u);
+}
+
+// Once its handle is resolved, a UD send leaves in the progress that follows its post, before
+// that progress shows the program a datagram that came in after it: UCX's UD connection
+// set-up frees a connection request's buffer when the peer's own request arrives (it takes it
+// for an acknowledgement), and builds the next packet there, before that send's completion.
+TEST_F(UdTest, ASendLeavesBeforeADatagramReceivedAfterItIsSeen) {
+    ASSERT_TRUE(resolve_both(pair, ah_b));
+    AhAttr to_a;
+    to_a.dgid = pair.a->gid();
+    AddressHandle* ah_a = *pair.b->create_ah(to_a);
+    ASSERT_TRUE(resolve_both(pair, ah_a));
+
+    Sge ra = sge_a(4096, 2048);
+    RecvWr r{77, &ra, 1, 0};
+    ASSERT_TRUE(a.qp->post_recv(std::span(&r, 1)));
+    post_recv_b(1, 0, 2048);
+    fill_a(0, 64, 3);
+    Sge s = sge_a(0, 64);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 1, &s);
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    // b's datagram reaches a's wire after a's post.
+    Sge sb = sge_b(8192, 16);
+    RdmaSendWr wb = wr_of(WrOpcode::send, 2, &sb);
+    wb.ah = ah_a;
+    wb.remote_qpn = a.qp->qp_num();
+    wb.remote_qkey = kQkey;
+    ASSERT_TRUE(b.qp->post_send(std::span(&wb, 1)));
+    for (int i = 0; i < 4; ++i) pair.b->progress();
+    // a's program sees b's datagram and at once reuses its send buffer, as UCX does.
+    Wc wc[4];
+    bool seen = false;
+    for (int i = 0; i < 100000 && !seen; ++i) {
+        const int k = a.cq->poll(std::span(wc, 4));
+        for (int j = 0; j < k; ++j) seen |= wc[j].wr_id == 77;
+    }
+    ASSERT_TRUE(seen);
+    fill_a(0, 64, 0xAA);
+    auto rx = wait_wc(b, a, 2);   // its receive, and its send's completion
+    bool got = false;
+    for (const Wc& c : rx)
+        if (c.wr_id == 1 && c.opcode == RdmaWcOpcode::recv) {
+            got = true;
+            for (uint32_t i = 0; i < 64; ++i) ASSERT_EQ(mb[40 + i], uint8_t(3 + i * 5)) << i;
+        }
+    EXPECT_TRUE(got);
+}
+
 // QP1 (the GSI, IB spec 13.5.1), where the connection manager's MADs go (docs/cm.md): one per
 // port, numbered 1, taking only datagrams with the well-known Q_Key 0x80010000 whatever modify
 // gave it, and sending from source QP 1.

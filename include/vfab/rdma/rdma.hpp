@@ -259,6 +259,15 @@ public:
     // ibv_destroy_ah: later post_send calls naming it fail (EINVAL); WRs already posted still
     // go. ENODEV when already destroyed.
     virtual Result<void> destroy() = 0;
+    // The destination's MAC, resolved as a RoCE device's ibv_create_ah resolves it before it
+    // returns (Port::create_ah starts ARP): waits until ARP answered (ok), gave up
+    // (EHOSTUNREACH: PortConfig::arp_attempts requests unanswered) or `limit_ms` passed
+    // (ETIMEDOUT), running progress() itself when no progress thread runs. Multicast groups
+    // and the port's own address need no ARP. Without it, a UD send naming a handle still
+    // resolving waits in its send queue and its buffer is read when it leaves, as verbs
+    // allows; programs that reuse a send buffer before its completion — UCX's UD connection
+    // set-up does (docs/hpc.md) — need the wait.
+    virtual Result<void> wait_resolved(uint32_t limit_ms) = 0;
     AddressHandle(const AddressHandle&) = delete;
     AddressHandle& operator=(const AddressHandle&) = delete;
 
@@ -312,7 +321,8 @@ public:
     // (a raw-packet queue pair receives nothing until a flow names it). EINVAL: not such a
     // queue pair, a mask on a field the rule's kind cannot use; ENOSPC: 1024 flows live.
     virtual Result<Flow*> create_flow(Qp* qp, const FlowRule& rule) = 0;
-    // ibv_create_ah. EINVAL: attr.dgid is not IPv4-mapped; ENOSPC: 65536 handles live.
+    // ibv_create_ah, ARP for the destination started (AddressHandle::wait_resolved). EINVAL:
+    // attr.dgid is not IPv4-mapped; ENOSPC: 65536 handles live.
     virtual Result<AddressHandle*> create_ah(const AhAttr& attr) = 0;
     // ibv_create_srq: attr.max_wr WRs (1 to 16384) of attr.max_sge SGEs (1 to 32), the limit armed
     // when attr.srq_limit is not 0.
