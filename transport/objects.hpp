@@ -24,7 +24,7 @@ public:
     int channel_fd() const noexcept override { return channel_.fd(); }
     uint64_t take_events() noexcept override;
     uint64_t overruns() const noexcept override { return overruns_; }
-    void set_ignore_overrun(bool on) noexcept override { ignore_overrun_ = on; }
+    void set_ignore_overrun(bool on) noexcept override;   // under the port's lock
     void set_notify_hook(void (*hook)(void*), void* ctx) noexcept override;
     Result<uint32_t> resize(uint32_t cqe) override;
     Result<void> destroy() override;

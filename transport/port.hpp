@@ -222,7 +222,7 @@ private:
 
 // ---- QpPort: the port's calls a queue pair makes, inline ----------------------------------------
 
-inline PortGuard QpPort::guard() noexcept { return PortGuard(port_.lock_); }
+inline PortGuard QpPort::guard() const noexcept { return PortGuard(port_.lock_); }
 inline uint8_t* QpPort::tx_buffer() noexcept { return port_.tx_buffer(); }
 inline void QpPort::tx_queue(uint8_t* buf, uint32_t len) noexcept { port_.tx_queue(buf, len); }
 inline void QpPort::tx_release(uint8_t* buf) noexcept { port_.tx_release(buf); }

@@ -334,7 +334,7 @@ public:
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
     uint32_t qp_num() const noexcept override { return c_.qpn; }
     QpType type() const noexcept override { return c_.type; }
-    RdmaQpState state() const noexcept override { return c_.state; }
+    RdmaQpState state() const noexcept override;   // under the port's lock: the thread moves it
     Result<uint32_t> bind_mw(uint32_t mw_key, const MwBindInfo& info, uint64_t wr_id, uint32_t send_flags) override;
     Result<void> attach_mcast(const Gid& gid, uint16_t lid) override;
     Result<void> detach_mcast(const Gid& gid, uint16_t lid) override;

@@ -56,7 +56,7 @@ private:
 class QpPort {
 public:
     explicit QpPort(PortImpl& port) noexcept : port_(port) {}
-    PortGuard guard() noexcept;
+    PortGuard guard() const noexcept;
 
     // Send buffers: a free one (null when none), one queued for the wire, one given back
     // unsent; tx_flush() hands the queued ones to the device.

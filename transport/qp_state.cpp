@@ -51,8 +51,13 @@ Result<void> QpImpl::destroy() {
     return {};
 }
 
+RdmaQpState QpImpl::state() const noexcept {
+    auto g = c_.port.guard();
+    return c_.state;
+}
+
 QpAttr QpImpl::query() const {
-    auto g = const_cast<QpPort&>(c_.port).guard();
+    auto g = c_.port.guard();
     QpAttr a = c_.attr;
     a.qp_state = c_.state;
     return a;
