@@ -18,6 +18,18 @@ void copy_private(EventBox& b, const uint8_t* data, size_t len) {
     b.ev.param.conn.private_data_len = uint8_t(len);
 }
 
+// A REQ's or REP's parameters as this side sees them: the peer's responder resources are our
+// initiator depth, and back.
+template <class Message>
+void copy_conn_param(rdma_conn_param& p, const Message& m) {
+    p.responder_resources = m.initiator_depth;
+    p.initiator_depth = m.responder_resources;
+    p.flow_control = m.flow_control;
+    p.rnr_retry_count = m.rnr_retry_count;
+    p.srq = m.srq;
+    p.qp_num = m.local_qpn;
+}
+
 // The address vector of the peer at `ip` (host order), for a UD event's ah_attr.
 ibv_ah_attr ah_to(uint32_t ip) {
     ibv_ah_attr a{};
@@ -121,14 +133,8 @@ void on_connect_request(CmDevice& dev, const cm::Event& e) {
     c->req = e.req;
     EventBox* b = queue_request(*c, *l);
     copy_private(*b, e.req.private_data.data() + cm::kCmaHeader, cm::kReqPrivate - cm::kCmaHeader);
-    rdma_conn_param& p = b->ev.param.conn;
-    p.responder_resources = e.req.initiator_depth;   // as this side sees them
-    p.initiator_depth = e.req.responder_resources;
-    p.flow_control = e.req.flow_control;
-    p.retry_count = e.req.retry_count;
-    p.rnr_retry_count = e.req.rnr_retry_count;
-    p.srq = e.req.srq;
-    p.qp_num = e.req.local_qpn;
+    copy_conn_param(b->ev.param.conn, e.req);
+    b->ev.param.conn.retry_count = e.req.retry_count;   // a REQ's alone
 }
 }  // namespace
 
@@ -163,13 +169,7 @@ void on_cm_event(CmDevice& dev, const cm::Event& e) {
         else if (ready_qp(*id)) type = RDMA_CM_EVENT_CONNECT_ERROR, status = -errno;
         EventBox* b = queue_event(*id, type, status);
         copy_private(*b, e.rep.private_data.data(), cm::kRepPrivate);
-        rdma_conn_param& p = b->ev.param.conn;
-        p.responder_resources = e.rep.initiator_depth;
-        p.initiator_depth = e.rep.responder_resources;
-        p.flow_control = e.rep.flow_control;
-        p.rnr_retry_count = e.rep.rnr_retry_count;
-        p.srq = e.rep.srq;
-        p.qp_num = e.rep.local_qpn;
+        copy_conn_param(b->ev.param.conn, e.rep);
         if (type == RDMA_CM_EVENT_CONNECT_ERROR) {
             dev.mgr->release(id->conn);
             id->has_conn = false;

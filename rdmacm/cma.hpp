@@ -118,6 +118,10 @@ void start_thread();   // the CM thread, once (cma().mu held)
 void kick();           // wakes the CM thread: a message to send now
 // Synchronous ids: waits for the event `id`'s last call causes; 0, or -1 with errno.
 int wait_sync(Id& id, rdma_cm_event_type expected);
+// A synchronous id's last event (kept in id->event until its next call), acknowledged.
+void ack_last_event(Id& id);
+// Frees a channel: its events never handed out, its eventfd, itself (cma().mu held).
+void free_channel(Channel* ch);
 
 // ---- cm_events.cpp ----
 // What the CM thread does with one of a manager's events (cma().mu held).

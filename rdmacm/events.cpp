@@ -79,9 +79,19 @@ EventBox* queue_event(Id& id, rdma_cm_event_type type, int status) {
 
 // The event stays in id->event until the id's next synchronous call or its destruction, as
 // librdmacm keeps it (rdma_xclient reads the REP's private data there).
-int wait_sync(Id& id, rdma_cm_event_type expected) {
+void ack_last_event(Id& id) {
     if (id.id.event) rdma_ack_cm_event(id.id.event);
     id.id.event = nullptr;
+}
+
+void free_channel(Channel* ch) {
+    for (EventBox* b : ch->queue) delete b;   // never handed out
+    close(ch->ch.fd);
+    delete ch;
+}
+
+int wait_sync(Id& id, rdma_cm_event_type expected) {
+    ack_last_event(id);
     rdma_cm_event* e = nullptr;
     if (rdma_get_cm_event(id.id.channel, &e)) return -1;
     id.id.event = e;
@@ -106,13 +116,8 @@ extern "C" rdma_event_channel* rdma_create_event_channel() {
 
 extern "C" void rdma_destroy_event_channel(rdma_event_channel* channel) {
     if (!channel) return;
-    Channel* ch = Channel::of(channel);
-    {
-        std::lock_guard g(cma().mu);
-        for (EventBox* b : ch->queue) delete b;   // never handed out
-    }
-    close(ch->ch.fd);
-    delete ch;
+    std::lock_guard g(cma().mu);
+    free_channel(Channel::of(channel));
 }
 
 extern "C" int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event** event) {

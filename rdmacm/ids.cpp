@@ -141,11 +141,7 @@ void drop_request(Id& listener, Id* child) {
     if (child->has_conn) child->dev->mgr->release(child->conn);
     std::erase(cma().ids, child);
     std::erase(listener.requests, child);
-    if (child->own_channel) {
-        for (EventBox* b : child->own_channel->queue) delete b;
-        close(child->own_channel->ch.fd);
-        delete child->own_channel;
-    }
+    if (child->own_channel) free_channel(child->own_channel);
     delete child;
 }
 }  // namespace
@@ -153,8 +149,7 @@ void drop_request(Id& listener, Id* child) {
 extern "C" int rdma_destroy_id(rdma_cm_id* cm_id) {
     if (!cm_id) return fail(EINVAL);
     Id& id = *Id::of(cm_id);
-    if (id.id.event) rdma_ack_cm_event(id.id.event);   // a synchronous id's last event
-    id.id.event = nullptr;
+    ack_last_event(id);
     Channel* own = nullptr;
     CmDevice* sends_mads = nullptr;
     {
@@ -324,8 +319,7 @@ extern "C" int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
 extern "C" int rdma_migrate_id(rdma_cm_id* cm_id, rdma_event_channel* channel) {
     if (!cm_id) return fail(EINVAL);
     Id& id = *Id::of(cm_id);
-    if (id.id.event) rdma_ack_cm_event(id.id.event);   // a synchronous id's last event
-    id.id.event = nullptr;
+    ack_last_event(id);
     Channel* own = nullptr;
     if (!channel) {
         channel = rdma_create_event_channel();

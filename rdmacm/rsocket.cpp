@@ -319,6 +319,10 @@ extern "C" int rsetsockopt(int fd, int level, int name, const void* value, sockl
     int v;
     std::memcpy(&v, value, sizeof v);
     const bool before = s->state == State::init || s->state == State::bound || s->state == State::listening;
+    auto record = [&] {   // an option only remembered, for rgetsockopt
+        s->opts = v ? s->opts | opt_bit(level, name) : s->opts & ~opt_bit(level, name);
+        return 0;
+    };
     if (level == SOL_SOCKET) {
         switch (name) {
         case SO_RCVBUF: if (before) s->rbuf_size = std::max(2u, uint32_t(v) * 2) & ~1u; return 0;
@@ -327,8 +331,7 @@ extern "C" int rsetsockopt(int fd, int level, int name, const void* value, sockl
         case SO_KEEPALIVE:   // accepted; no keepalive messages are sent
         case SO_LINGER:
         case SO_OOBINLINE:
-            s->opts = v ? s->opts | opt_bit(level, name) : s->opts & ~opt_bit(level, name);
-            return 0;
+            return record();
         default: return fail_with(ENOTSUP);
         }
     }
@@ -339,8 +342,7 @@ extern "C" int rsetsockopt(int fd, int level, int name, const void* value, sockl
         case TCP_KEEPIDLE:
         case TCP_KEEPCNT:
         case TCP_KEEPINTVL:
-            s->opts = v ? s->opts | opt_bit(level, name) : s->opts & ~opt_bit(level, name);
-            return 0;
+            return record();
         default: return fail_with(ENOTSUP);
         }
     }
