@@ -426,14 +426,19 @@ std::vector<std::string> pingpong_on_vfab(const Nic& nic, const char* prov, cons
     return a;
 }
 
-// fi_pingpong's table: the last line of sizes ("1m 50 =50 100m 6.59s 15.92 65873.71 0.00").
-std::string pingpong_last(const std::string& out) {
+// fi_pingpong's table: the line of `size` ("4k 50 =50 400k 0.13s 3.06 1338.21 0.00": bytes,
+// iterations, sent, time, MB/s, µs per transfer, Mxfers/s), or the last one.
+std::string pingpong_row(const std::string& out, const std::string& size = "") {
     std::string last;
     std::istringstream lines(out);
-    for (std::string line; std::getline(lines, line);)
-        if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0]))) last = line;
-    return last;
+    for (std::string line; std::getline(lines, line);) {
+        if (line.empty() || !std::isdigit(static_cast<unsigned char>(line[0]))) continue;
+        last = line;
+        if (!size.empty() && line.rfind(size + " ", 0) == 0) return line;
+    }
+    return size.empty() ? last : std::string();
 }
+std::string pingpong_last(const std::string& out) { return pingpong_row(out); }
 
 struct FabricCase {
     const char* prov;
@@ -477,6 +482,7 @@ TEST_F(Hpc, LibfabricPingpongAcrossTheMachines) {
                                        pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, kPeer), 300s);
         expect_both_ok(r);
         figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab two-machines", pingpong_last(r.client.out));
+        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab two-machines size=4k", pingpong_row(r.client.out, "4k"));
     }
 }
 
@@ -507,30 +513,51 @@ TEST_F(Hpc, TheSameOnTheKernelsRxe) {
     }
     expect_mpi_check(run_program(openmpi_run(2, kUcxOnRxe, false, kCheckArgs), 600s), 2, "openmpi np=2 rxe");
     expect_mpi_check(run_program(mpich_run(2, kUcxOnRxe, false, kCheckArgs), 600s), 2, "mpich np=2 rxe");
+    // libfabric's MSG and RDM over rxm, 4 KiB (rxe takes over a second per 64 KiB message);
+    // ofi_rxm's universe made small enough for rxe's CQs (LibfabricPingpongAgainstTheKernelsRxe).
+    for (const FabricCase& c : {kFabricCases[0], kFabricCases[1]}) {
+        SCOPED_TRACE(std::string(c.prov) + " " + c.ep);
+        auto on_rxe = [&](const char* server) {
+            std::vector<std::string> a = {"env", "FI_UNIVERSE_SIZE=16", "FI_PROVIDER=verbs", "FI_VERBS_IFACE=eth0", "fi_pingpong",
+                                          "-p", c.prov, "-e", c.ep, "-c", "-d", "rxe0", "-S", "4096", "-I", "20"};
+            if (server) a.push_back(server);
+            return a;
+        };
+        const PairOutcome r = run_pair(on_peer(on_rxe(nullptr)), on_rxe(kPeer), 300s);
+        expect_both_ok(r);
+        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " rxe two-machines size=4k", pingpong_row(r.client.out, "4k"));
+    }
 }
 
-// libfabric's connected endpoints between vfab and the kernel's rxe: vfab on hpc-a, rxe0 on
-// hpc-b's eth0, each side as server and as client. (ofi_rxm over rxe fails on the rxe side
-// itself: its fi_enable says EINVAL before any traffic.)
+// libfabric's connected endpoints between vfab and the kernel's rxe, MSG and ofi_rxm's RDM over
+// them: vfab on hpc-a, rxe0 on hpc-b's eth0, each side as server and as client. ofi_rxm sizes
+// its CQ for (rx + tx) × FI_UNIVERSE_SIZE (256) completions, past rxe's largest CQ (32767
+// entries: its fi_enable says EINVAL); 16 peers fit, on both sides.
 TEST_F(Hpc, LibfabricPingpongAgainstTheKernelsRxe) {
     ASSERT_NO_FATAL_FAILURE(rxe_up_on_both_machines());
     ASSERT_EQ(run_program({"sh", "-c", vfab_addresses_on_dummies(kA0, kA1)}, 60s).rc, 0);
     // rxe takes over a second per 64 KiB message here (it does as much against itself, see
     // ucp_put_bw above): one size, 4 KiB, 20 times.
     const std::vector<std::string> sizes = {"-S", "4096", "-I", "20"};
+    const std::string universe = "FI_UNIVERSE_SIZE=16";
     auto on_rxe = [&](const FabricCase& c, const char* server) {
-        std::vector<std::string> a = {"env", "FI_PROVIDER=verbs", "FI_VERBS_IFACE=eth0", "fi_pingpong", "-p", c.prov, "-e", c.ep,
-                                      "-c", "-d", "rxe0"};
+        std::vector<std::string> a = {"env", universe, "FI_PROVIDER=verbs", "FI_VERBS_IFACE=eth0", "fi_pingpong", "-p", c.prov,
+                                      "-e", c.ep, "-c", "-d", "rxe0"};
         a.insert(a.end(), sizes.begin(), sizes.end());
         if (server) a.push_back(server);
         return a;
     };
-    for (const FabricCase& c : {kFabricCases[0]}) {
+    auto on_vfab = [&](const FabricCase& c, const char* server) {
+        std::vector<std::string> a = pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, server, sizes);
+        a.insert(a.begin() + 1, universe);   // after "env"
+        return a;
+    };
+    for (const FabricCase& c : {kFabricCases[0], kFabricCases[1]}) {
         SCOPED_TRACE(std::string(c.prov) + " " + c.ep);
-        PairOutcome r = run_pair(on_peer(on_rxe(c, nullptr)), pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, kPeer, sizes), 300s);
+        PairOutcome r = run_pair(on_peer(on_rxe(c, nullptr)), on_vfab(c, kPeer), 300s);
         expect_both_ok(r);
         figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab client, rxe server", pingpong_last(r.client.out));
-        r = run_pair(pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, nullptr, sizes), on_peer(on_rxe(c, "hpc-a")), 300s);
+        r = run_pair(on_vfab(c, nullptr), on_peer(on_rxe(c, "hpc-a")), 300s);
         expect_both_ok(r);
         figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " rxe client, vfab server", pingpong_last(r.client.out));
     }
