@@ -1,8 +1,9 @@
 #!/bin/sh
 # The HPC stack on vfab against the same on the kernel's rxe, in ONE two-machine lab boot
 # (scripts/lab --pair --hpc; docs/hpc.md): tests/lab/hpc_test's runs across the two machines —
-# ucx_perftest (UCP tag, put, get, active messages), the project's MPI ping-pong under Open MPI
-# and MPICH and libfabric's fi_pingpong (MSG, RDM over rxm) — vfab <-> vfab and rxe <-> rxe, then a table of both and the ratio. The figures are
+# ucx_perftest (UCP tag, put, get, active messages), the project's MPI ping-pong under Open
+# MPI and MPICH, and libfabric's fi_pingpong at 4 KiB (MSG and RDM over rxm on both; DGRAM and
+# RDM over rxd on vfab) — vfab <-> vfab and rxe <-> rxe, then a table of both and the ratio. The figures are
 # the tests' "figure:" lines; nothing there is timed against a limit.
 #   bench/hpc_vs_rxe.sh [BUILD_DIR]                  (build/release)
 # Needs the lab binaries built: cmake --build --preset release -j2 --target hpc_test lab-rsh
@@ -44,17 +45,18 @@ function note(key, side, is_latency) {
 /^figure: ucx_perftest .* two-machines / { split($0, w, " "); note("ucx " w[3] " " w[4], w[5], w[3] ~ /lat$/) }
 /^figure: (openmpi|mpich) np=2 (vfab|rxe) pingpong size=(8|65536) / { split($0, w, " "); note(w[2] " ping-pong " w[6], w[4], w[6] == "size=8") }
 # "figure: fi_pingpong verbs msg vfab two-machines size=4k 4k 50 =50 400k 0.13s 3.06 1338.21 0.00":
-# after the size, fi_pingpong'"'"'s row (bytes, iterations, sent, time, MB/s, µs per transfer, Mxfers/s).
+# after the size, fi_pingpong'"'"'s row (bytes, sent, acknowledged, total, time, MB/s, µs per transfer,
+# Mxfers/s).
 /^figure: fi_pingpong .* two-machines size=4k 4k / {
     split($0, w, " "); key = "fi_pingpong " w[3] " " w[4] " 4k"
     val[key, w[5]] = w[14]; unit[key] = "us"
     if (!(key in order)) order[key] = ++n
 }
 END {
-    printf "%-34s %12s %12s %8s\n", "figure (two machines)", "vfab", "rxe", "vfab/rxe"
+    printf "%-40s %12s %12s %8s\n", "figure (two machines)", "vfab", "rxe", "vfab/rxe"
     for (k = 1; k <= n; k++) for (key in order) if (order[key] == k) {
         v = val[key, "vfab"]; r = val[key, "rxe"]
         ratio = (v != "" && r != "" && r + 0 > 0) ? sprintf("%.2f", v / r) : "-"
-        printf "%-34s %12s %12s %8s\n", key " (" unit[key] ")", (v == "" ? "-" : v), (r == "" ? "-" : r), ratio
+        printf "%-40s %12s %12s %8s\n", key " (" unit[key] ")", (v == "" ? "-" : v), (r == "" ? "-" : r), ratio
     }
 }' "$log"

@@ -1,6 +1,7 @@
 // ARP (RFC 826) for the port's address and its peers': requests, answers, the table and its
-// timers, and the address handles, whose destination is resolved when they are made, as a
-// RoCE device's ibv_create_ah does (the kernel resolves the neighbour before it returns).
+// timers; and the address handles, whose destination's ARP starts when they are made and whose
+// MAC they keep once known, as a RoCE device's do (the kernel resolves the neighbour in
+// create_ah and the handle keeps the MAC).
 #include <arpa/inet.h>
 #include <time.h>
 
@@ -35,9 +36,13 @@ void PortImpl::on_arp(const uint8_t* f, uint32_t len) noexcept {
     bool changed = false;
     for (auto& e : arp_) {
         if (e.state != ArpEntry::empty && e.ip == a.sender_ip && a.sender_ip != 0) {
-            changed = e.state != ArpEntry::known || std::memcmp(e.mac, a.sender_mac, 6) != 0;
+            const bool moved = e.state == ArpEntry::known && std::memcmp(e.mac, a.sender_mac, 6) != 0;
+            changed = e.state != ArpEntry::known || moved;
             std::memcpy(e.mac, a.sender_mac, 6);
             e.state = ArpEntry::known;
+            if (moved)   // the peer has a new MAC: its address handles follow
+                for (auto& h : ahs_)
+                    if (h->mac_known && h->attr().dgid.ipv4() == a.sender_ip) std::memcpy(h->mac, a.sender_mac, 6);
         }
     }
     if (a.op == kArpRequest && a.target_ip == cfg_.ipv4) send_arp(kArpReply, a.sender_mac, a.sender_ip);
@@ -59,20 +64,30 @@ bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
         std::memcpy(out, mac(), 6);
         return true;
     }
-    ArpEntry* slot = nullptr;
+    ArpEntry* slot = nullptr;     // an empty or failed entry to take
+    ArpEntry* oldest = nullptr;   // else the known one a lookup found longest ago
     for (auto& e : arp_) {
         if (e.state != ArpEntry::empty && e.ip == ip) {
             if (e.state == ArpEntry::known) {
+                e.used = ++arp_uses_;
                 std::memcpy(out, e.mac, 6);
                 return true;
             }
             failed = e.state == ArpEntry::failed;
             return false;
         }
-        if (!slot && e.state != ArpEntry::resolving && e.state != ArpEntry::known) slot = &e;
+        if (e.state == ArpEntry::empty || e.state == ArpEntry::failed) {
+            if (!slot) slot = &e;
+        } else if (e.state == ArpEntry::known && (!oldest || e.used < oldest->used)) {
+            oldest = &e;
+        }
     }
-    if (!slot) slot = &arp_[ip % arp_.size()];   // full: replace one
-    *slot = ArpEntry{ip, {}, ArpEntry::resolving, 1, now_ns() + uint64_t(cfg_.arp_timeout_ms) * 1000000u};
+    // Full: the peer used longest ago makes room (its address handles keep its MAC). A request
+    // under way is never pushed out: with every entry resolving, this one is asked once one of
+    // them ends (wake_arp_waiters).
+    if (!slot) slot = oldest;
+    if (!slot) return false;
+    *slot = ArpEntry{ip, {}, ArpEntry::resolving, 1, now_ns() + uint64_t(cfg_.arp_timeout_ms) * 1000000u, 0};
     note_deadline(slot->deadline);
     send_arp(kArpRequest, nullptr, ip);
     return false;
@@ -105,12 +120,26 @@ Result<AddressHandle*> PortImpl::create_ah(const AhAttr& a) {
     Guard g(*this);
     if (!a.dgid.is_ipv4())
         return Error{EINVAL, "create_ah: the destination GID must be IPv4-mapped (::ffff:a.b.c.d); IPv6 is not carried yet"};
-    if (live(ahs_) >= kMaxAh) return Error{ENOSPC, str_cat("create_ah: the port has ", kMaxAh, " address handles already")};
+    const uint32_t n = live(ahs_);
+    if (n >= kMaxAh) return Error{ENOSPC, str_cat("create_ah: the port has ", kMaxAh, " address handles already")};
+    if (n != ahs_.size()) free_destroyed_ahs();
     ahs_.push_back(std::make_unique<AhImpl>(*this, a));
-    uint8_t mac[6];
+    AhImpl& h = *ahs_.back();
     bool failed = false;
-    (void)resolve(a.dgid.ipv4(), mac, failed);   // ARP starts now, not at the first send
-    return ahs_.back().get();
+    h.mac_known = resolve(a.dgid.ipv4(), h.mac, failed);   // ARP starts now, not at the first send
+    tx_flush();                                            // its request leaves now
+    return &h;
+}
+
+// Destroyed handles that no WR still to be sent names are freed (their WRs read them when they
+// leave); the others wait for a later create_ah.
+void PortImpl::free_destroyed_ahs() noexcept {
+    std::erase_if(ahs_, [&](const std::unique_ptr<AhImpl>& h) {
+        if (!h->destroyed) return false;
+        bool named = false;
+        each_qp([&](QpImpl& qp) { named = named || (qp.type() == QpType::ud && qp.holds_ah(h.get())); });
+        return !named;
+    });
 }
 
 Result<void> AhImpl::destroy() {
@@ -124,18 +153,15 @@ Result<void> AhImpl::wait_resolved(uint32_t limit_ms) {
     const uint32_t ip = attr_.dgid.ipv4();
     const uint64_t until = now_ns() + uint64_t(limit_ms) * 1000000u;
     for (;;) {
-        bool known = false, failed = false;
+        bool failed = false;
         {
             PortImpl::Guard g(port_);
-            uint8_t mac[6];
-            known = port_.resolve(ip, mac, failed);
+            if (mac_known || (mac_known = port_.resolve(ip, mac, failed))) return {};
         }
-        if (known) return {};
         if (failed)
-            return Error{EHOSTUNREACH, str_cat("create_ah: ", ipv4_text(ip), " did not answer ARP (", port_.arp_attempts(),
+            return Error{EHOSTUNREACH, str_cat(ipv4_text(ip), " did not answer ARP (", port_.arp_attempts(),
                                                " requests); is the peer up, on this link, with that address?")};
-        if (now_ns() >= until)
-            return Error{ETIMEDOUT, str_cat("create_ah: no ARP answer from ", ipv4_text(ip), " within ", limit_ms, " ms")};
+        if (now_ns() >= until) return Error{ETIMEDOUT, str_cat("no ARP answer from ", ipv4_text(ip), " within ", limit_ms, " ms")};
         // The answer comes through progress: the program's own here, unless the thread runs.
         if (port_.progress_thread_runs() || port_.progress() == 0) {
             const timespec nap{0, 20000};

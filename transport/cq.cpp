@@ -90,6 +90,11 @@ Result<void> CqImpl::arm(bool solicited_only) {
     return channel_.arm(port_, head_ != tail_);
 }
 
+uint64_t CqImpl::overruns() const noexcept {
+    PortImpl::Guard g(port_);
+    return overruns_;
+}
+
 void CqImpl::set_ignore_overrun(bool on) noexcept {
     PortImpl::Guard g(port_);
     ignore_overrun_ = on;

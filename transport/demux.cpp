@@ -1,4 +1,4 @@
-// Received frames, dispatched: port -> queue pair -> role. A frame is ARP (port.cpp), RoCEv2 to
+// Received frames, dispatched: port -> queue pair -> role. A frame is ARP (arp.cpp), RoCEv2 to
 // a queue pair of this port or a multicast group, or something else for the application's raw
 // queues and raw-packet flows (raw_packet.cpp). Every RoCEv2 packet is counted once: accepted
 // (rx_roce) when a role took it, dropped (rx_dropped) otherwise.

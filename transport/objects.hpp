@@ -23,7 +23,7 @@ public:
     Result<void> arm(bool solicited_only) override;
     int channel_fd() const noexcept override { return channel_.fd(); }
     uint64_t take_events() noexcept override;
-    uint64_t overruns() const noexcept override { return overruns_; }
+    uint64_t overruns() const noexcept override;   // under the port's lock: the thread counts them
     void set_ignore_overrun(bool on) noexcept override;   // under the port's lock
     void set_notify_hook(void (*hook)(void*), void* ctx) noexcept override;
     Result<uint32_t> resize(uint32_t cqe) override;
@@ -53,6 +53,11 @@ public:
     Result<void> destroy() override;
     Result<void> wait_resolved(uint32_t limit_ms) override;
     bool destroyed = false;
+    // The destination's MAC once ARP gave it (under the port's lock), kept as a RoCE device's
+    // address handle keeps its: later sends never wait for the ARP table, which may have let
+    // the entry go; a new MAC the peer announces is copied in (PortImpl::on_arp).
+    mutable uint8_t mac[6] = {};
+    mutable bool mac_known = false;
 
 private:
     PortImpl& port_;

@@ -1,5 +1,5 @@
-// The RDMA port: one raw queue pair of the device, its receive and send buffers, ARP for the
-// port's address and its peers', and the timers. Received frames go to demux.cpp.
+// The RDMA port: one raw queue pair of the device, its receive and send buffers, progress and the
+// timers. ARP and the address handles are in arp.cpp; received frames go to demux.cpp.
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -38,7 +38,7 @@ namespace {
 uint64_t coarse_now_ns() noexcept { return clock_ns(CLOCK_MONOTONIC_COARSE); }
 
 constexpr uint32_t kRawBatch = 32;
-constexpr uint32_t kArpEntries = 64;
+constexpr uint32_t kArpEntries = 256;
 }  // namespace
 
 PortImpl::PortImpl(std::unique_ptr<RawLink> link, const PortConfig& cfg) : link_(std::move(link)), cfg_(cfg) {}

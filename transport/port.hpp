@@ -111,6 +111,7 @@ private:
         enum State : uint8_t { empty, resolving, known, failed } state = empty;
         uint32_t attempts = 0;
         uint64_t deadline = 0;
+        uint64_t used = 0;   // when a lookup last found it (arp_uses_): the oldest known one makes room
     };
     void on_frame(const uint8_t* f, uint32_t len) noexcept;   // demux.cpp
     void on_arp(const uint8_t* f, uint32_t len) noexcept;
@@ -196,6 +197,8 @@ private:
     std::unique_ptr<RawCq> app_raw_cq_;   // raw_queue(): the application's raw frames
     std::unique_ptr<RawQp> app_raw_qp_;
     std::vector<ArpEntry> arp_;
+    uint64_t arp_uses_ = 0;
+    void free_destroyed_ahs() noexcept;   // arp.cpp
     uint64_t next_deadline_ = 0;
     uint64_t coarse_slack_ns_ = 0;   // how far CLOCK_MONOTONIC_COARSE may lag now_ns()
     vfio::UniqueFd timer_fd_;

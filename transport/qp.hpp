@@ -347,6 +347,12 @@ public:
     void on_timer(uint64_t now) noexcept { comp_.on_timer(now); }
     uint64_t deadline() const noexcept;         // the next timer's, 0 for none
     void on_arp_change() noexcept { req_.on_arp_change(); }
+    // A WR not yet sent names `ah` (a destroyed handle is freed once none does).
+    bool holds_ah(const AddressHandle* ah) const noexcept {
+        for (uint32_t i = req_.sq.next; i != req_.sq.tail; ++i)
+            if (req_.sq.at(i).wr.ah == ah) return true;
+        return false;
+    }
     bool uses(const CqImpl* cq) const noexcept { return c_.scq == cq || rq_.cq() == cq; }
     void cq_overran() noexcept;   // a CQ of it lost a completion: qp_fatal, and the error state
     bool destroyed = false;

@@ -116,6 +116,11 @@ Result<void> RawPacketQp::modify(const QpAttr& a, uint32_t mask) {
     return {};
 }
 
+RdmaQpState RawPacketQp::state() const noexcept {
+    PortImpl::Guard g(port_);
+    return state_;
+}
+
 QpAttr RawPacketQp::query() const {
     PortImpl::Guard g(port_);
     QpAttr a;

@@ -37,7 +37,7 @@ public:
     PostResult post_recv(std::span<const RecvWr> wrs) noexcept override;
     uint32_t qp_num() const noexcept override { return qpn_; }
     QpType type() const noexcept override { return QpType::raw_packet; }
-    RdmaQpState state() const noexcept override { return state_; }
+    RdmaQpState state() const noexcept override;   // under the port's lock: the thread moves it
     Result<uint32_t> bind_mw(uint32_t, const MwBindInfo&, uint64_t, uint32_t) override;
     Result<void> attach_mcast(const Gid&, uint16_t) override;
     Result<void> detach_mcast(const Gid&, uint16_t) override;

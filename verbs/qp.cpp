@@ -290,7 +290,7 @@ extern "C" int vfab_ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a, int mask, ibv_qp_in
     Qp& q = *Qp::of(qp);
     const rdma::QpAttr t = q.t->query();
     *a = ibv_qp_attr{};
-    a->qp_state = ibv_qp_state(q.t->state());
+    a->qp_state = ibv_qp_state(t.qp_state);   // the state of the same snapshot
     a->cur_qp_state = a->qp_state;
     a->path_mtu = ibv_mtu(t.path_mtu);
     a->path_mig_state = IBV_MIG_MIGRATED;

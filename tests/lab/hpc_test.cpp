@@ -427,7 +427,7 @@ std::vector<std::string> pingpong_on_vfab(const Nic& nic, const char* prov, cons
 }
 
 // fi_pingpong's table: the line of `size` ("4k 50 =50 400k 0.13s 3.06 1338.21 0.00": bytes,
-// iterations, sent, time, MB/s, µs per transfer, Mxfers/s), or the last one.
+// sent, acknowledged, total, time, MB/s, µs per transfer, Mxfers/s), or the last one.
 std::string pingpong_row(const std::string& out, const std::string& size = "") {
     std::string last;
     std::istringstream lines(out);
@@ -503,6 +503,19 @@ void rxe_up_on_both_machines() {
     ASSERT_EQ(up.rc, 0) << up.summary();
 }
 
+// ofi_rxm sizes its CQ for (rx + tx) × FI_UNIVERSE_SIZE (256) completions, past rxe's largest CQ
+// (32767 entries: its fi_enable says EINVAL); 16 peers fit. Both sides of a pair get it.
+constexpr const char* kSmallUniverse = "FI_UNIVERSE_SIZE=16";
+
+// fi_pingpong on the kernel's rxe0 (the machine's eth0), every message checked; rxe takes over a
+// second per 64 KiB message here (as much against itself, see ucp_put_bw): 4 KiB only.
+std::vector<std::string> pingpong_on_rxe(const FabricCase& c, const char* server, const char* iterations) {
+    std::vector<std::string> a = {"env", kSmallUniverse, "FI_PROVIDER=verbs", "FI_VERBS_IFACE=eth0", "fi_pingpong", "-p", c.prov,
+                                  "-e", c.ep, "-c", "-d", "rxe0", "-S", "4096", "-I", iterations};
+    if (server) a.push_back(server);
+    return a;
+}
+
 TEST_F(Hpc, TheSameOnTheKernelsRxe) {
     ASSERT_NO_FATAL_FAILURE(rxe_up_on_both_machines());
     for (const PerfCase& c : kPerfCases) {
@@ -513,43 +526,25 @@ TEST_F(Hpc, TheSameOnTheKernelsRxe) {
     }
     expect_mpi_check(run_program(openmpi_run(2, kUcxOnRxe, false, kCheckArgs), 600s), 2, "openmpi np=2 rxe");
     expect_mpi_check(run_program(mpich_run(2, kUcxOnRxe, false, kCheckArgs), 600s), 2, "mpich np=2 rxe");
-    // libfabric's MSG and RDM over rxm, 4 KiB (rxe takes over a second per 64 KiB message);
-    // ofi_rxm's universe made small enough for rxe's CQs (LibfabricPingpongAgainstTheKernelsRxe).
+    // libfabric's MSG and RDM over rxm, 4 KiB, 50 times as vfab's 4 KiB row across the machines.
     for (const FabricCase& c : {kFabricCases[0], kFabricCases[1]}) {
         SCOPED_TRACE(std::string(c.prov) + " " + c.ep);
-        auto on_rxe = [&](const char* server) {
-            std::vector<std::string> a = {"env", "FI_UNIVERSE_SIZE=16", "FI_PROVIDER=verbs", "FI_VERBS_IFACE=eth0", "fi_pingpong",
-                                          "-p", c.prov, "-e", c.ep, "-c", "-d", "rxe0", "-S", "4096", "-I", "20"};
-            if (server) a.push_back(server);
-            return a;
-        };
-        const PairOutcome r = run_pair(on_peer(on_rxe(nullptr)), on_rxe(kPeer), 300s);
+        const PairOutcome r = run_pair(on_peer(pingpong_on_rxe(c, nullptr, "50")), pingpong_on_rxe(c, kPeer, "50"), 300s);
         expect_both_ok(r);
         figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " rxe two-machines size=4k", pingpong_row(r.client.out, "4k"));
     }
 }
 
 // libfabric's connected endpoints between vfab and the kernel's rxe, MSG and ofi_rxm's RDM over
-// them: vfab on hpc-a, rxe0 on hpc-b's eth0, each side as server and as client. ofi_rxm sizes
-// its CQ for (rx + tx) × FI_UNIVERSE_SIZE (256) completions, past rxe's largest CQ (32767
-// entries: its fi_enable says EINVAL); 16 peers fit, on both sides.
+// them: vfab on hpc-a, rxe0 on hpc-b's eth0, each side as server and as client, 4 KiB 20 times,
+// ofi_rxm's universe small enough for rxe (kSmallUniverse) on both sides.
 TEST_F(Hpc, LibfabricPingpongAgainstTheKernelsRxe) {
     ASSERT_NO_FATAL_FAILURE(rxe_up_on_both_machines());
     ASSERT_EQ(run_program({"sh", "-c", vfab_addresses_on_dummies(kA0, kA1)}, 60s).rc, 0);
-    // rxe takes over a second per 64 KiB message here (it does as much against itself, see
-    // ucp_put_bw above): one size, 4 KiB, 20 times.
-    const std::vector<std::string> sizes = {"-S", "4096", "-I", "20"};
-    const std::string universe = "FI_UNIVERSE_SIZE=16";
-    auto on_rxe = [&](const FabricCase& c, const char* server) {
-        std::vector<std::string> a = {"env", universe, "FI_PROVIDER=verbs", "FI_VERBS_IFACE=eth0", "fi_pingpong", "-p", c.prov,
-                                      "-e", c.ep, "-c", "-d", "rxe0"};
-        a.insert(a.end(), sizes.begin(), sizes.end());
-        if (server) a.push_back(server);
-        return a;
-    };
-    auto on_vfab = [&](const FabricCase& c, const char* server) {
-        std::vector<std::string> a = pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, server, sizes);
-        a.insert(a.begin() + 1, universe);   // after "env"
+    auto on_rxe = [](const FabricCase& c, const char* server) { return pingpong_on_rxe(c, server, "20"); };
+    auto on_vfab = [](const FabricCase& c, const char* server) {
+        std::vector<std::string> a = pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, server, {"-S", "4096", "-I", "20"});
+        a.insert(a.begin() + 1, kSmallUniverse);   // after "env"
         return a;
     };
     for (const FabricCase& c : {kFabricCases[0], kFabricCases[1]}) {

@@ -8,9 +8,12 @@
  *   - an XRC receive QP opened again by its number (ibv_open_qp) outlives its creator's handle;
  *   - asynchronous events on the context that owns the object: a WRITE with a bad rkey raises
  *     IBV_EVENT_QP_ACCESS_ERR for the responder's QP, a CQ of one entry given two completions
- *     IBV_EVENT_CQ_ERR for it and IBV_EVENT_QP_FATAL for its QP.
- * Prints "loopback ok", "errors ok", "open_qp ok" and "events ok"; exit 0 when all held.
- *   verbs_dlopen_probe DEVICE */
+ *     IBV_EVENT_CQ_ERR for it and IBV_EVENT_QP_FATAL for its QP;
+ *   - with PEER_DEVICE (another device of the process, on the same link), address handles:
+ *     ibv_create_ah returns once ARP answered, as on a kernel RoCE device (the peer's port
+ *     answers), and fails with EHOSTUNREACH, after ARP's attempts, for an address no one has.
+ * Prints "loopback ok", "errors ok", "open_qp ok", "events ok" (and "ah ok"); exit 0 when all held.
+ *   verbs_dlopen_probe DEVICE [PEER_DEVICE] */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +42,8 @@ SYM(ibv_modify_qp)
 SYM(ibv_query_gid)
 SYM(ibv_get_async_event)
 SYM(ibv_ack_async_event)
+SYM(ibv_create_ah)
+SYM(ibv_destroy_ah)
 
 static int failures;
 #define CHECK(cond, ...)                                  \
@@ -61,7 +66,7 @@ static int load(void) {
     LOAD(ibv_get_device_list) LOAD(ibv_free_device_list) LOAD(ibv_get_device_name) LOAD(ibv_open_device)
     LOAD(ibv_close_device) LOAD(ibv_alloc_pd) LOAD(ibv_dealloc_pd) LOAD(ibv_reg_mr) LOAD(ibv_dereg_mr)
     LOAD(ibv_create_cq) LOAD(ibv_destroy_cq) LOAD(ibv_create_qp) LOAD(ibv_destroy_qp) LOAD(ibv_modify_qp)
-    LOAD(ibv_query_gid) LOAD(ibv_get_async_event) LOAD(ibv_ack_async_event)
+    LOAD(ibv_query_gid) LOAD(ibv_get_async_event) LOAD(ibv_ack_async_event) LOAD(ibv_create_ah) LOAD(ibv_destroy_ah)
     return 0;
 }
 
@@ -172,16 +177,44 @@ static void check_events(struct ibv_context *c1, struct ibv_context *c2, struct 
     p_ibv_destroy_cq(small);
 }
 
+/* Address handles to the peer device's address (its port, open in this process, answers ARP)
+ * and to one no one has (the peer's with 99 as its last byte). */
+static void check_ah(struct ibv_pd *pd, struct ibv_context *peer) {
+    union ibv_gid g;
+    CHECK(p_ibv_query_gid(peer, 1, 0, &g) == 0, "peer's query_gid");
+    struct ibv_ah_attr a = {.is_global = 1, .port_num = 1};
+    a.grh.dgid = g;
+    a.grh.hop_limit = 64;
+    struct ibv_ah *ah = p_ibv_create_ah(pd, &a);
+    CHECK(ah != NULL, "create_ah to the peer: %s", strerror(errno));
+    if (ah) CHECK(p_ibv_destroy_ah(ah) == 0, "destroy_ah");
+    a.grh.dgid.raw[15] = 99;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    errno = 0;
+    ah = p_ibv_create_ah(pd, &a);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double waited = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    CHECK(!ah && errno == EHOSTUNREACH, "create_ah to no one: %p, errno %d", (void *)ah, errno);
+    CHECK(waited > 1.0 && waited < 6.0, "it waited for ARP's attempts (4 x 500 ms): %.2f s", waited);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s DEVICE\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s DEVICE [PEER_DEVICE]\n", argv[0]);
         return 2;
     }
     if (load()) return 1;
     int n = 0;
-    struct ibv_device **list = p_ibv_get_device_list(&n), *dev = NULL;
-    for (int i = 0; list && i < n; ++i)
+    struct ibv_device **list = p_ibv_get_device_list(&n), *dev = NULL, *peer_dev = NULL;
+    for (int i = 0; list && i < n; ++i) {
         if (!strcmp(p_ibv_get_device_name(list[i]), argv[1])) dev = list[i];
+        if (argc == 3 && !strcmp(p_ibv_get_device_name(list[i]), argv[2])) peer_dev = list[i];
+    }
+    if (argc == 3 && !peer_dev) {
+        fprintf(stderr, "no device %s\n", argv[2]);
+        return 1;
+    }
     if (!dev) {
         fprintf(stderr, "no device %s\n", argv[1]);
         return 1;
@@ -263,6 +296,17 @@ int main(int argc, char **argv) {
     before = failures;
     check_events(c1, c2, pd1, pd2, cq1, q1, q2, mr1, gid);
     if (failures == before) printf("events ok\n");
+
+    if (peer_dev) {
+        before = failures;
+        struct ibv_context *pc = p_ibv_open_device(peer_dev);
+        CHECK(pc != NULL, "open %s: %s", argv[2], strerror(errno));
+        if (pc) {
+            check_ah(pd1, pc);
+            p_ibv_close_device(pc);
+        }
+        if (failures == before) printf("ah ok\n");
+    }
 
     if (q3) p_ibv_destroy_qp(q3);
     p_ibv_destroy_qp(q1);

@@ -95,15 +95,17 @@ TEST_F(VerbsVfab, XsrqPingpong) {
 }
 
 // dlopen'ed as UCX does, two contexts of one device in one process, two of its queue pairs
-// connected to each other (loopback), rdma-core's errnos for bad input, and asynchronous
-// events on the context that owns their object.
+// connected to each other (loopback), rdma-core's errnos for bad input, asynchronous events on
+// the context that owns their object, and ibv_create_ah waiting for ARP: to vfab1, and to an
+// address no one has (EHOSTUNREACH after ARP's attempts).
 TEST_F(VerbsVfab, DlopenLoopbackAndBadInput) {
-    const Outcome r = run_program(on_vfab_pair({"/vfab/bin/verbs_dlopen_probe", "vfab0"}), 60s);
+    const Outcome r = run_program(on_vfab_pair({"/vfab/bin/verbs_dlopen_probe", "vfab0", "vfab1"}), 60s);
     EXPECT_EQ(r.rc, 0) << r.summary();
     EXPECT_NE(r.out.find("loopback ok"), std::string::npos) << r.summary();
     EXPECT_NE(r.out.find("errors ok"), std::string::npos) << r.summary();
     EXPECT_NE(r.out.find("open_qp ok"), std::string::npos) << r.summary();
     EXPECT_NE(r.out.find("events ok"), std::string::npos) << r.summary();
+    EXPECT_NE(r.out.find("ah ok"), std::string::npos) << r.summary();
 }
 
 // A user who may open no VFIO group sees no device, and the tools say so as on a machine with

@@ -297,8 +297,9 @@ Result<void> resolve_both(RdmaPair& pair, AddressHandle* ah) {
 // neighbour); wait_resolved() says when it is known. The port's own address and a multicast
 // group need no ARP.
 TEST_F(UdTest, CreateAhStartsArpAndWaitResolvedSaysWhenTheMacIsKnown) {
-    EXPECT_EQ(pair.a->stats().arp_requests, 1u) << "the request goes at create_ah, before any send";
+    EXPECT_GE(pair.a->stats().arp_requests, 1u) << "the request goes at create_ah, before any send";
     ASSERT_TRUE(resolve_both(pair, ah_b));
+    const uint64_t asked = pair.a->stats().arp_requests;
     AhAttr self, group;
     self.dgid = pair.a->gid();
     group.dgid = Gid::from_ipv4(0xe0000101);   // 224.0.1.1
@@ -306,7 +307,7 @@ TEST_F(UdTest, CreateAhStartsArpAndWaitResolvedSaysWhenTheMacIsKnown) {
         AddressHandle* ah = *pair.a->create_ah(at);
         EXPECT_TRUE(ah->wait_resolved(0)) << "no ARP for the port itself or a group";
     }
-    EXPECT_EQ(pair.a->stats().arp_requests, 1u);
+    EXPECT_EQ(pair.a->stats().arp_requests, asked);
 }
 
 // A destination that never answers: the wait ends at its limit (ETIMEDOUT), or when ARP gives
@@ -325,10 +326,10 @@ TEST_F(UdTest, WaitResolvedOnADestinationThatNeverAnswersFails) {
     EXPECT_GE(pair.a->stats().arp_requests, 4u);
 }
 
-// Once its handle is resolved, a UD send leaves in the progress that follows its post, before
-// that progress shows the program a datagram that came in after it: UCX's UD connection
-// set-up frees a connection request's buffer when the peer's own request arrives (it takes it
-// for an acknowledgement), and builds the next packet there, before that send's completion.
+// Once its handle is resolved, a UD send leaves within post_send, before the program can see a
+// datagram that came in after it: UCX's UD connection set-up frees a connection request's
+// buffer when the peer's own request arrives (it takes it for an acknowledgement), and builds
+// the next packet there, before that send's completion.
 TEST_F(UdTest, ASendLeavesBeforeADatagramReceivedAfterItIsSeen) {
     ASSERT_TRUE(resolve_both(pair, ah_b));
     AhAttr to_a;

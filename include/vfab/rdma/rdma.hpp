@@ -260,13 +260,16 @@ public:
     // go. ENODEV when already destroyed.
     virtual Result<void> destroy() = 0;
     // The destination's MAC, resolved as a RoCE device's ibv_create_ah resolves it before it
-    // returns (Port::create_ah starts ARP): waits until ARP answered (ok), gave up
-    // (EHOSTUNREACH: PortConfig::arp_attempts requests unanswered) or `limit_ms` passed
-    // (ETIMEDOUT), running progress() itself when no progress thread runs. Multicast groups
-    // and the port's own address need no ARP. Without it, a UD send naming a handle still
+    // returns (Port::create_ah starts ARP; the handle keeps the MAC once known): waits until
+    // ARP answered (ok), gave up (EHOSTUNREACH: PortConfig::arp_attempts requests unanswered,
+    // arp_timeout_ms apart; the port then answers EHOSTUNREACH for that address for a second)
+    // or `limit_ms` passed (ETIMEDOUT), running progress() itself when no progress thread
+    // runs. Multicast groups and the port's own address need no ARP. The peer answers ARP only
+    // while its port progresses: a peer program without the progress thread that makes no
+    // call for that long is not found. Without the wait, a UD send naming a handle still
     // resolving waits in its send queue and its buffer is read when it leaves, as verbs
     // allows; programs that reuse a send buffer before its completion — UCX's UD connection
-    // set-up does (docs/hpc.md) — need the wait.
+    // set-up does (docs/hpc.md) — need it.
     virtual Result<void> wait_resolved(uint32_t limit_ms) = 0;
     AddressHandle(const AddressHandle&) = delete;
     AddressHandle& operator=(const AddressHandle&) = delete;
