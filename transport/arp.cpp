@@ -87,7 +87,7 @@ bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
     // them ends (wake_arp_waiters).
     if (!slot) slot = oldest;
     if (!slot) return false;
-    *slot = ArpEntry{ip, {}, ArpEntry::resolving, 1, now_ns() + uint64_t(cfg_.arp_timeout_ms) * 1000000u, 0};
+    *slot = ArpEntry{ip, {}, ArpEntry::resolving, 1, now_ns() + uint64_t(cfg_.arp_timeout_ms) * 1000000u, ++arp_uses_};
     note_deadline(slot->deadline);
     send_arp(kArpRequest, nullptr, ip);
     return false;

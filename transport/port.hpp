@@ -111,7 +111,7 @@ private:
         enum State : uint8_t { empty, resolving, known, failed } state = empty;
         uint32_t attempts = 0;
         uint64_t deadline = 0;
-        uint64_t used = 0;   // when a lookup last found it (arp_uses_): the oldest known one makes room
+        uint64_t used = 0;   // when it was made or a lookup last found it (arp_uses_): the oldest known one makes room
     };
     void on_frame(const uint8_t* f, uint32_t len) noexcept;   // demux.cpp
     void on_arp(const uint8_t* f, uint32_t len) noexcept;

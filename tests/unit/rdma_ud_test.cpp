@@ -2,6 +2,7 @@
 // handles land after the 40-byte GRH (20 zero bytes, then the IPv4 header), with the sender's
 // QP number; Q_Keys are checked (and the controlled ones replaced by the QP's own); what does
 // not fit the MTU is refused locally; a destination that never answers ARP fails the WR.
+#include <array>
 #include <cstring>
 
 #include "../../transport/engine.hpp"
@@ -324,6 +325,74 @@ TEST_F(UdTest, WaitResolvedOnADestinationThatNeverAnswersFails) {
     EXPECT_EQ(r.error().code, EHOSTUNREACH);
     EXPECT_NE(r.error().message.find("10.0.0.99 did not answer ARP"), std::string::npos) << r.error().message;
     EXPECT_GE(pair.a->stats().arp_requests, 4u);
+}
+
+// The destination MAC of the datagrams a port sends (its send hook, which drops nothing).
+struct SentTo {
+    uint8_t mac[6] = {};
+    int datagrams = 0;
+    static bool hook(void* ctx, const uint8_t* f, uint32_t len) {
+        auto* self = static_cast<SentTo*>(ctx);
+        if (len > 14 && f[12] == 0x08 && f[13] == 0x00) {   // IPv4: RoCEv2, not ARP
+            std::memcpy(self->mac, f, 6);
+            ++self->datagrams;
+        }
+        return false;
+    }
+};
+
+// `ip` says, unasked, that it is at `mac` (an ARP reply to port a, as a peer that moved sends).
+void announce(RdmaPair& pair, uint32_t ip, const uint8_t* mac) {
+    uint8_t frame[64] = {};
+    const uint32_t len = write_arp(frame, wire::kArpReply, mac, ip, static_cast<detail::PortImpl&>(*pair.a).mac(), vfab::test::kIpA);
+    pair.wire.inject(0, frame, len);
+    for (int i = 0; i < 8; ++i) pair.a->progress();
+}
+
+// An address handle keeps its destination's MAC as a RoCE device's does: when the ARP table
+// (256 peers) lets the peer go to make room, sends through the handle still leave at once, with
+// no new ARP request; and when the peer says it moved, the handle follows.
+TEST_F(UdTest, AnAddressHandleKeepsItsMacAndFollowsAMove) {
+    ASSERT_TRUE(resolve_both(pair, ah_b));
+    SentTo sent;
+    pair.a->set_tx_drop_hook(&SentTo::hook, &sent);
+    fill_a(0, 32, 1);
+    Sge s = sge_a(0, 32);
+    auto send = [&](uint64_t id) {
+        post_recv_b(id, 0, 2048);
+        RdmaSendWr w = ud_wr(WrOpcode::send, id, &s);
+        ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    };
+    send(1);
+    EXPECT_EQ(sent.datagrams, 1) << "it left within post_send";
+    const std::array<uint8_t, 6> b_mac = std::to_array(sent.mac);
+
+    // 256 other peers, each answering its ARP: the oldest known entry, b's, makes room.
+    for (uint32_t i = 0; i < 256; ++i) {
+        AhAttr other;
+        other.dgid = Gid::from_ipv4(0x0a010000 + i);
+        ASSERT_TRUE(pair.a->create_ah(other));
+        const uint8_t mac[6] = {0x02, 0, 0, 1, uint8_t(i >> 8), uint8_t(i)};
+        announce(pair, 0x0a010000 + i, mac);
+    }
+    const uint64_t asked = pair.a->stats().arp_requests;
+    send(2);
+    EXPECT_EQ(sent.datagrams, 2) << "the handle's MAC: no wait for ARP";
+    EXPECT_TRUE(std::equal(b_mac.begin(), b_mac.end(), sent.mac));
+    EXPECT_EQ(pair.a->stats().arp_requests, asked);
+
+    // b says it moved. The table learns only of peers it has, so a new handle to b brings b
+    // back first; then b's announcement reaches both handles.
+    AhAttr again;
+    again.dgid = pair.b->gid();
+    AddressHandle* ah2 = *pair.a->create_ah(again);
+    ASSERT_TRUE(resolve_both(pair, ah2));
+    const uint8_t moved[6] = {0x02, 0, 0, 0, 0, 0x99};
+    announce(pair, vfab::test::kIpB, moved);
+    send(3);
+    EXPECT_EQ(sent.datagrams, 3);
+    EXPECT_TRUE(std::equal(moved, moved + 6, sent.mac)) << "the handle follows its peer's new MAC";
+    pair.a->set_tx_drop_hook(nullptr, nullptr);
 }
 
 // Once its handle is resolved, a UD send leaves within post_send, before the program can see a

@@ -256,8 +256,9 @@ class AddressHandle {
 public:
     // The attributes it was created with.
     virtual const AhAttr& attr() const noexcept = 0;
-    // ibv_destroy_ah: later post_send calls naming it fail (EINVAL); WRs already posted still
-    // go. ENODEV when already destroyed.
+    // ibv_destroy_ah: WRs already posted still go; the port frees it at a later create_ah once
+    // no WR still to be sent names it, so, as after ibv_destroy_ah, it is not to be used again
+    // (until then, post_send naming it fails with EINVAL and destroy() with ENODEV).
     virtual Result<void> destroy() = 0;
     // The destination's MAC, resolved as a RoCE device's ibv_create_ah resolves it before it
     // returns (Port::create_ah starts ARP; the handle keeps the MAC once known): waits until
