@@ -36,15 +36,18 @@ void PortImpl::on_arp(const uint8_t* f, uint32_t len) noexcept {
     bool changed = false;
     for (auto& e : arp_) {
         if (e.state != ArpEntry::empty && e.ip == a.sender_ip && a.sender_ip != 0) {
-            const bool moved = e.state == ArpEntry::known && std::memcmp(e.mac, a.sender_mac, 6) != 0;
-            changed = e.state != ArpEntry::known || moved;
+            changed = e.state != ArpEntry::known || std::memcmp(e.mac, a.sender_mac, 6) != 0;
             std::memcpy(e.mac, a.sender_mac, 6);
             e.state = ArpEntry::known;
-            if (moved)   // the peer has a new MAC: its address handles follow
-                for (auto& h : ahs_)
-                    if (h->mac_known && h->attr().dgid.ipv4() == a.sender_ip) std::memcpy(h->mac, a.sender_mac, 6);
+            e.used = ++arp_uses_;
         }
     }
+    if (changed)   // learnt or moved: the address handles of that peer take it, waiting or not
+        for (auto& h : ahs_)
+            if (h->attr().dgid.ipv4() == a.sender_ip) {
+                std::memcpy(h->mac, a.sender_mac, 6);
+                h->mac_known = true;
+            }
     if (a.op == kArpRequest && a.target_ip == cfg_.ipv4) send_arp(kArpReply, a.sender_mac, a.sender_ip);
     if (changed) wake_arp_waiters();
 }
@@ -64,8 +67,11 @@ bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
         std::memcpy(out, mac(), 6);
         return true;
     }
-    ArpEntry* slot = nullptr;     // an empty or failed entry to take
-    ArpEntry* oldest = nullptr;   // else the known one a lookup found longest ago
+    // Where a new peer goes: an empty entry; else, the table full, the one used longest ago
+    // among the known (their address handles keep their MACs), else among the failed (their
+    // one-second hold ends early), else among the requests under way (whose queue pairs ask
+    // again at the next change: a flood of addresses never locks new peers out).
+    ArpEntry* oldest[4] = {};   // by state
     for (auto& e : arp_) {
         if (e.state != ArpEntry::empty && e.ip == ip) {
             if (e.state == ArpEntry::known) {
@@ -76,17 +82,12 @@ bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
             failed = e.state == ArpEntry::failed;
             return false;
         }
-        if (e.state == ArpEntry::empty || e.state == ArpEntry::failed) {
-            if (!slot) slot = &e;
-        } else if (e.state == ArpEntry::known && (!oldest || e.used < oldest->used)) {
-            oldest = &e;
-        }
+        ArpEntry*& o = oldest[e.state];
+        if (!o || e.used < o->used) o = &e;
     }
-    // Full: the peer used longest ago makes room (its address handles keep its MAC). A request
-    // under way is never pushed out: with every entry resolving, this one is asked once one of
-    // them ends (wake_arp_waiters).
-    if (!slot) slot = oldest;
-    if (!slot) return false;
+    ArpEntry* slot = oldest[ArpEntry::empty];
+    for (auto s : {ArpEntry::known, ArpEntry::failed, ArpEntry::resolving})
+        if (!slot) slot = oldest[s];
     *slot = ArpEntry{ip, {}, ArpEntry::resolving, 1, now_ns() + uint64_t(cfg_.arp_timeout_ms) * 1000000u, ++arp_uses_};
     note_deadline(slot->deadline);
     send_arp(kArpRequest, nullptr, ip);

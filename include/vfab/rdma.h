@@ -300,7 +300,8 @@ int vfab_rdma_attach_mcast(vfab_rdma_qp *qp, const uint8_t gid[16], uint16_t lid
 int vfab_rdma_detach_mcast(vfab_rdma_qp *qp, const uint8_t gid[16], uint16_t lid);
 
 /* create_ah starts ARP for the destination; wait_resolved waits until its MAC is known
- * (AddressHandle::wait_resolved: EHOSTUNREACH when ARP gave up, ETIMEDOUT at limit_ms). */
+ * (AddressHandle::wait_resolved: EHOSTUNREACH when ARP gave up, ETIMEDOUT at limit_ms). A
+ * destroyed handle is freed at a later create_ah: do not use it (nor destroy it) again. */
 vfab_rdma_ah *vfab_rdma_create_ah(vfab_rdma_port *port, const struct vfab_rdma_ah_attr *attr);
 int vfab_rdma_ah_wait_resolved(vfab_rdma_ah *ah, uint32_t limit_ms);
 int vfab_rdma_destroy_ah(vfab_rdma_ah *ah);

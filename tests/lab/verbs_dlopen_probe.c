@@ -11,7 +11,8 @@
  *     IBV_EVENT_CQ_ERR for it and IBV_EVENT_QP_FATAL for its QP;
  *   - with PEER_DEVICE (another device of the process, on the same link), address handles:
  *     ibv_create_ah returns once ARP answered, as on a kernel RoCE device (the peer's port
- *     answers), and fails with EHOSTUNREACH, after ARP's attempts, for an address no one has.
+ *     answers: the drop-in's progress thread runs it), and fails with EHOSTUNREACH, after ARP's
+ *     attempts, for an address no one has.
  * Prints "loopback ok", "errors ok", "open_qp ok", "events ok" (and "ah ok"); exit 0 when all held.
  *   verbs_dlopen_probe DEVICE [PEER_DEVICE] */
 #include <dlfcn.h>

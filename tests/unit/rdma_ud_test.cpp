@@ -298,7 +298,8 @@ Result<void> resolve_both(RdmaPair& pair, AddressHandle* ah) {
 // neighbour); wait_resolved() says when it is known. The port's own address and a multicast
 // group need no ARP.
 TEST_F(UdTest, CreateAhStartsArpAndWaitResolvedSaysWhenTheMacIsKnown) {
-    EXPECT_GE(pair.a->stats().arp_requests, 1u) << "the request goes at create_ah, before any send";
+    // The request goes at create_ah, before any send (a retry may follow: the timeout is 20 ms).
+    EXPECT_GE(pair.a->stats().arp_requests, 1u);
     ASSERT_TRUE(resolve_both(pair, ah_b));
     const uint64_t asked = pair.a->stats().arp_requests;
     AhAttr self, group;
@@ -382,17 +383,46 @@ TEST_F(UdTest, AnAddressHandleKeepsItsMacAndFollowsAMove) {
     EXPECT_EQ(pair.a->stats().arp_requests, asked);
 
     // b says it moved. The table learns only of peers it has, so a new handle to b brings b
-    // back first; then b's announcement reaches both handles.
+    // back first (a request: b had made room), pushing out the peer used longest ago, 10.1.0.0;
+    // then b's announcement reaches both handles.
     AhAttr again;
     again.dgid = pair.b->gid();
     AddressHandle* ah2 = *pair.a->create_ah(again);
+    EXPECT_EQ(pair.a->stats().arp_requests, asked + 1) << "b had left the table";
     ASSERT_TRUE(resolve_both(pair, ah2));
+    AhAttr second;
+    second.dgid = Gid::from_ipv4(0x0a010001);
+    EXPECT_TRUE((*pair.a->create_ah(second))->wait_resolved(0)) << "10.1.0.1 is still known";
+    EXPECT_EQ(pair.a->stats().arp_requests, asked + 1);
     const uint8_t moved[6] = {0x02, 0, 0, 0, 0, 0x99};
     announce(pair, vfab::test::kIpB, moved);
     send(3);
     EXPECT_EQ(sent.datagrams, 3);
     EXPECT_TRUE(std::equal(moved, moved + 6, sent.mac)) << "the handle follows its peer's new MAC";
     pair.a->set_tx_drop_hook(nullptr, nullptr);
+}
+
+// A handle destroyed while a WR still to be sent names it stays until that WR has left: a
+// create_ah in between (which frees destroyed handles) keeps it, and the WR goes to b.
+TEST_F(UdTest, ADestroyedHandleStaysWhileAWrToBeSentNamesIt) {
+    AhAttr to_b;
+    to_b.dgid = pair.b->gid();
+    AddressHandle* h = *pair.a->create_ah(to_b);   // its ARP answer not in yet: b has not run
+    post_recv_b(5, 0, 2048);
+    fill_a(0, 48, 9);
+    Sge s = sge_a(0, 48);
+    RdmaSendWr w = ud_wr(WrOpcode::send, 5, &s);
+    w.ah = h;
+    ASSERT_TRUE(a.qp->post_send(std::span(&w, 1)));
+    ASSERT_TRUE(h->destroy());
+    AhAttr other;
+    other.dgid = Gid::from_ipv4(0x0a000063);
+    ASSERT_TRUE(pair.a->create_ah(other));   // frees destroyed handles no unsent WR names
+    auto rx = wait_wc(b, a, 1);
+    ASSERT_EQ(rx.size(), 1u);
+    EXPECT_EQ(rx[0].status, RdmaWcStatus::success);
+    for (uint32_t i = 0; i < 48; ++i) ASSERT_EQ(mb[40 + i], uint8_t(9 + i * 5)) << i;
+    ASSERT_TRUE(pair.a->create_ah(other));   // now it goes
 }
 
 // Once its handle is resolved, a UD send leaves within post_send, before the program can see a

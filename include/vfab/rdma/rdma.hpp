@@ -24,7 +24,8 @@
 // Remote accesses are checked against the device's memory-registration table (rkey, bounds,
 // rights, atomic alignment); a violation is NAKed and nothing is written.
 //
-// Objects belong to the port: destroy() releases one early; the rest go with the port. Each
+// Objects belong to the port: destroy() releases one early (an address handle at a later
+// create_ah, once no WR still to be sent names it); the rest go with the port. Each
 // QP and CQ is used by one thread at a time; with the progress thread running, every call
 // takes the port's lock.
 #pragma once
@@ -251,7 +252,8 @@ struct AsyncEvent {
     Cq* cq = nullptr;     // cq_error
 };                        // port_active, port_error: the port's own (no object)
 
-// A UD destination (ibv_create_ah); the port resolves its MAC with ARP when first used.
+// A UD destination (ibv_create_ah): ARP for its MAC starts when it is made, and it keeps the MAC
+// once known (following the peer when it announces a new one).
 class AddressHandle {
 public:
     // The attributes it was created with.
@@ -263,12 +265,12 @@ public:
     // The destination's MAC, resolved as a RoCE device's ibv_create_ah resolves it before it
     // returns (Port::create_ah starts ARP; the handle keeps the MAC once known): waits until
     // ARP answered (ok), gave up (EHOSTUNREACH: PortConfig::arp_attempts requests unanswered,
-    // arp_timeout_ms apart; the port then answers EHOSTUNREACH for that address for a second)
-    // or `limit_ms` passed (ETIMEDOUT), running progress() itself when no progress thread
-    // runs. Multicast groups and the port's own address need no ARP. The peer answers ARP only
-    // while its port progresses: a peer program without the progress thread that makes no
-    // call for that long is not found. Without the wait, a UD send naming a handle still
-    // resolving waits in its send queue and its buffer is read when it leaves, as verbs
+    // arp_timeout_ms apart; the port then answers EHOSTUNREACH for that address for up to a
+    // second) or `limit_ms` passed (ETIMEDOUT), running progress() itself when no progress
+    // thread runs. Multicast groups and the port's own address need no ARP. The peer answers
+    // ARP only while its port progresses: a peer program without the progress thread that
+    // makes no call for that long is not found. Without the wait, a UD send naming a handle
+    // still resolving waits in its send queue and its buffer is read when it leaves, as verbs
     // allows; programs that reuse a send buffer before its completion — UCX's UD connection
     // set-up does (docs/hpc.md) — need it.
     virtual Result<void> wait_resolved(uint32_t limit_ms) = 0;
