@@ -42,14 +42,15 @@ void PortImpl::on_arp(const uint8_t* f, uint32_t len) noexcept {
             e.used = ++arp_uses_;
         }
     }
-    if (changed)   // learnt or moved: the address handles of that peer take it, waiting or not
-        for (auto& h : ahs_)
-            if (h->attr().dgid.ipv4() == a.sender_ip) {
-                std::memcpy(h->mac, a.sender_mac, 6);
-                h->mac_known = true;
-            }
     if (a.op == kArpRequest && a.target_ip == cfg_.ipv4) send_arp(kArpReply, a.sender_mac, a.sender_ip);
-    if (changed) wake_arp_waiters();
+    if (!changed) return;
+    // Learnt or moved: the address handles of that peer take it, waiting or not.
+    for (auto& h : ahs_)
+        if (h->attr().dgid.ipv4() == a.sender_ip) {
+            std::memcpy(h->mac, a.sender_mac, 6);
+            h->mac_known = true;
+        }
+    wake_arp_waiters();
 }
 
 // A peer's MAC was learnt, changed or given up on: the queue pairs waiting for one look again.
@@ -88,7 +89,7 @@ bool PortImpl::resolve(uint32_t ip, uint8_t* out, bool& failed) noexcept {
     ArpEntry* slot = oldest[ArpEntry::empty];
     for (auto s : {ArpEntry::known, ArpEntry::failed, ArpEntry::resolving})
         if (!slot) slot = oldest[s];
-    *slot = ArpEntry{ip, {}, ArpEntry::resolving, 1, now_ns() + uint64_t(cfg_.arp_timeout_ms) * 1000000u, ++arp_uses_};
+    *slot = ArpEntry{ip, {}, ArpEntry::resolving, 1, now_ns() + arp_timeout_ns(), ++arp_uses_};
     note_deadline(slot->deadline);
     send_arp(kArpRequest, nullptr, ip);
     return false;
@@ -106,7 +107,7 @@ void PortImpl::arp_timers(uint64_t now) noexcept {
                 changed = true;
             } else {
                 ++e.attempts;
-                e.deadline = now + uint64_t(cfg_.arp_timeout_ms) * 1000000u;
+                e.deadline = now + arp_timeout_ns();
                 send_arp(kArpRequest, nullptr, e.ip);
             }
         }
@@ -127,8 +128,8 @@ Result<AddressHandle*> PortImpl::create_ah(const AhAttr& a) {
     ahs_.push_back(std::make_unique<AhImpl>(*this, a));
     AhImpl& h = *ahs_.back();
     bool failed = false;
-    h.mac_known = resolve(a.dgid.ipv4(), h.mac, failed);   // ARP starts now, not at the first send
-    tx_flush();                                            // its request leaves now
+    (void)h.mac_ready(failed);   // ARP starts now, not at the first send
+    tx_flush();                  // its request leaves now
     return &h;
 }
 
@@ -141,6 +142,11 @@ void PortImpl::free_destroyed_ahs() noexcept {
         each_qp([&](QpImpl& qp) { named = named || (qp.type() == QpType::ud && qp.holds_ah(h.get())); });
         return !named;
     });
+}
+
+bool AhImpl::learn_mac(bool& failed) const noexcept {
+    mac_known = port_.resolve(attr_.dgid.ipv4(), mac, failed);
+    return mac_known;
 }
 
 Result<void> AhImpl::destroy() {
@@ -157,7 +163,7 @@ Result<void> AhImpl::wait_resolved(uint32_t limit_ms) {
         bool failed = false;
         {
             PortImpl::Guard g(port_);
-            if (mac_known || (mac_known = port_.resolve(ip, mac, failed))) return {};
+            if (mac_ready(failed)) return {};
         }
         if (failed)
             return Error{EHOSTUNREACH, str_cat(ipv4_text(ip), " did not answer ARP (", port_.arp_attempts(),

@@ -58,8 +58,12 @@ public:
     // the entry go; a new MAC the peer announces is copied in (PortImpl::on_arp).
     mutable uint8_t mac[6] = {};
     mutable bool mac_known = false;
+    // The MAC known (true), or asked of the ARP table, which starts ARP; `failed` (false on
+    // entry) once ARP gave up. Under the port's lock.
+    bool mac_ready(bool& failed) const noexcept { return mac_known || learn_mac(failed); }
 
 private:
+    bool learn_mac(bool& failed) const noexcept;   // arp.cpp
     PortImpl& port_;
     AhAttr attr_;
 };

@@ -119,6 +119,7 @@ private:
     void to_raw(const uint8_t* f, uint32_t len) noexcept;
     void send_arp(uint16_t op, const uint8_t* dst_mac, uint32_t dst_ip) noexcept;
     void arp_timers(uint64_t now) noexcept;
+    uint64_t arp_timeout_ns() const noexcept { return uint64_t(cfg_.arp_timeout_ms) * 1000000u; }
     void run_timers(uint64_t now) noexcept;
     int poll_raw() noexcept;
     void reap_tx() noexcept;

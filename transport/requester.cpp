@@ -296,19 +296,16 @@ bool Requester::send_rc_packet(SendWqe& w) noexcept {
 bool Requester::send_ud_packet(SendWqe& w) noexcept {
     const AhImpl& handle = *static_cast<const AhImpl*>(w.wr.ah);
     const AhAttr& ah = handle.attr();
-    if (!handle.mac_known) {
-        bool failed = false;
-        if (!c_.port.resolve(ah.dgid.ipv4(), handle.mac, failed)) {
-            if (!failed) {
-                s_.waiting_arp = true;
-                return false;
-            }
-            w.status = RdmaWcStatus::retry_exc_err;   // the destination never answered ARP
-            w.vendor_err = kVendorErrArpUnresolved;
-            w.done = true;
-            return true;
+    bool failed = false;
+    if (!handle.mac_ready(failed)) {
+        if (!failed) {
+            s_.waiting_arp = true;
+            return false;
         }
-        handle.mac_known = true;
+        w.status = RdmaWcStatus::retry_exc_err;   // the destination never answered ARP
+        w.vendor_err = kVendorErrArpUnresolved;
+        w.done = true;
+        return true;
     }
     const uint8_t* mac = handle.mac;
     uint8_t* buf = c_.port.tx_buffer();

@@ -438,7 +438,6 @@ std::string pingpong_row(const std::string& out, const std::string& size = "") {
     }
     return size.empty() ? last : std::string();
 }
-std::string pingpong_last(const std::string& out) { return pingpong_row(out); }
 
 struct FabricCase {
     const char* prov;
@@ -447,6 +446,11 @@ struct FabricCase {
 };
 constexpr FabricCase kFabricCases[] = {{"verbs", "msg", "vfab0"}, {"verbs;ofi_rxm", "rdm", "vfab0"},
                                        {"verbs", "dgram", "vfab0-dgram"}, {"verbs;ofi_rxd", "rdm", "vfab0-dgram"}};
+
+// A figure's label: "fi_pingpong PROVIDER ENDPOINT WHERE".
+std::string pingpong_label(const FabricCase& c, const char* where) {
+    return std::string("fi_pingpong ") + c.prov + " " + c.ep + " " + where;
+}
 
 TEST_F(Hpc, LibfabricListsVfabsEndpoints) {
     ASSERT_EQ(run_program({"sh", "-c", vfab_addresses_on_dummies(kA0, kA1)}, 60s).rc, 0);
@@ -468,7 +472,7 @@ TEST_F(Hpc, LibfabricPingpongBetweenTwoNicsOfOneMachine) {
         const PairOutcome r = run_pair(pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, nullptr),
                                        pingpong_on_vfab(kA1, c.prov, c.ep, c.domain, "127.0.0.1"), 300s);
         expect_both_ok(r);
-        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab one-machine", pingpong_last(r.client.out));
+        figure(pingpong_label(c, "vfab one-machine"), pingpong_row(r.client.out));
     }
 }
 
@@ -481,8 +485,8 @@ TEST_F(Hpc, LibfabricPingpongAcrossTheMachines) {
         const PairOutcome r = run_pair(on_peer(pingpong_on_vfab(kB0, c.prov, c.ep, c.domain, nullptr)),
                                        pingpong_on_vfab(kA0, c.prov, c.ep, c.domain, kPeer), 300s);
         expect_both_ok(r);
-        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab two-machines", pingpong_last(r.client.out));
-        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab two-machines size=4k", pingpong_row(r.client.out, "4k"));
+        figure(pingpong_label(c, "vfab two-machines"), pingpong_row(r.client.out));
+        figure(pingpong_label(c, "vfab two-machines size=4k"), pingpong_row(r.client.out, "4k"));
     }
 }
 
@@ -531,7 +535,7 @@ TEST_F(Hpc, TheSameOnTheKernelsRxe) {
         SCOPED_TRACE(std::string(c.prov) + " " + c.ep);
         const PairOutcome r = run_pair(on_peer(pingpong_on_rxe(c, nullptr, "50")), pingpong_on_rxe(c, kPeer, "50"), 300s);
         expect_both_ok(r);
-        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " rxe two-machines size=4k", pingpong_row(r.client.out, "4k"));
+        figure(pingpong_label(c, "rxe two-machines size=4k"), pingpong_row(r.client.out, "4k"));
     }
 }
 
@@ -551,10 +555,10 @@ TEST_F(Hpc, LibfabricPingpongAgainstTheKernelsRxe) {
         SCOPED_TRACE(std::string(c.prov) + " " + c.ep);
         PairOutcome r = run_pair(on_peer(on_rxe(c, nullptr)), on_vfab(c, kPeer), 300s);
         expect_both_ok(r);
-        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " vfab client, rxe server", pingpong_last(r.client.out));
+        figure(pingpong_label(c, "vfab client, rxe server"), pingpong_row(r.client.out));
         r = run_pair(on_vfab(c, nullptr), on_peer(on_rxe(c, "hpc-a")), 300s);
         expect_both_ok(r);
-        figure(std::string("fi_pingpong ") + c.prov + " " + c.ep + " rxe client, vfab server", pingpong_last(r.client.out));
+        figure(pingpong_label(c, "rxe client, vfab server"), pingpong_row(r.client.out));
     }
 }
 
